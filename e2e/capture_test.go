@@ -1,0 +1,279 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+)
+
+var capture = flag.Bool("capture", false, "rewrite ../testdata/*.json with the AdmissionReview bodies a real kube-apiserver sends")
+
+// recorder is a webhook that admits everything unchanged and keeps each
+// review it is sent, exactly as it arrived.
+type recorder struct {
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	rec.mu.Lock()
+	rec.bodies = append(rec.bodies, body)
+	rec.mu.Unlock()
+	var in struct {
+		APIVersion string `json:"apiVersion"`
+		Request    struct {
+			UID string `json:"uid"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"apiVersion":%q,"kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.APIVersion, in.Request.UID)
+}
+
+// take returns and forgets what was recorded so far.
+func (rec *recorder) take() [][]byte {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	b := rec.bodies
+	rec.bodies = nil
+	return b
+}
+
+// widgetGVR is the custom resource the fixtures and the scenarios use.
+var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+
+// TestCapture records what the apiserver sends for each fixture of the root
+// module's testdata/ and, with -capture, writes it there. Without -capture it
+// still runs every action and checks each produced exactly one review, so
+// the tool that makes the fixtures cannot rot.
+func TestCapture(t *testing.T) {
+	ctx := context.Background()
+	// The webhook binary makes a development certificate for 127.0.0.1;
+	// the recorder serves with it.
+	certDir := startWebhook(t, "").dir
+	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls", "tls.crt"), filepath.Join(certDir, "tls", "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(certDir, "tls", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	srv := httptest.NewUnstartedServer(rec)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	srv.StartTLS()
+	defer srv.Close()
+
+	createWidgetCRD(t)
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
+	rules := []admissionregistrationv1.RuleWithOperations{
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
+	}
+	ns := createNamespace(t, "fixtures")
+	nsBeta := createNamespace(t, "fixtures-v1beta1")
+	registerMutating(t, hookOptions{name: "capture.example.com", url: srv.URL + "/capture", caBundle: caPEM, namespace: ns, rules: rules})
+	registerMutating(t, hookOptions{name: "capture-v1beta1.example.com", url: srv.URL + "/capture", caBundle: caPEM, namespace: nsBeta, rules: rules, versions: []string{"v1beta1"}})
+
+	apps := apiserver.client.AppsV1()
+	core := apiserver.client.CoreV1()
+	dyn := dynamic.NewForConfigOrDie(apiserver.config)
+	fixtures := []struct {
+		name   string
+		setup  func() error // its reviews are not kept
+		action func() error // must produce exactly one review
+	}{
+		{name: "v1-deployment-create", action: func() error {
+			_, err := apps.Deployments(ns).Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{})
+			return err
+		}},
+		{name: "v1beta1-deployment-create", action: func() error {
+			_, err := apps.Deployments(nsBeta).Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{})
+			return err
+		}},
+		{name: "v1-deployment-create-dryrun", action: func() error {
+			_, err := apps.Deployments(ns).Create(ctx, nginxDeployment("dry-run", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		}},
+		{name: "v1-deployment-update-mutated", setup: func() error {
+			_, err := apps.Deployments(ns).Create(ctx, nginxDeployment("mutated", map[string]string{"webhook.example.com/allow": "true", "team.example.com/owner": "payments"}), metav1.CreateOptions{})
+			return err
+		}, action: func() error {
+			return updateReplicas(ctx, apps.Deployments(ns), "mutated", 2)
+		}},
+		{name: "v1-deployment-update-other-annotations", setup: func() error {
+			_, err := apps.Deployments(ns).Create(ctx, nginxDeployment("annotated", map[string]string{"team.example.com/owner": "payments"}), metav1.CreateOptions{})
+			return err
+		}, action: func() error {
+			return updateReplicas(ctx, apps.Deployments(ns), "annotated", 2)
+		}},
+		{name: "v1-deployment-scale", action: func() error {
+			_, err := apps.Deployments(ns).UpdateScale(ctx, "nginx-deployment", &autoscalingv1.Scale{
+				ObjectMeta: metav1.ObjectMeta{Name: "nginx-deployment", Namespace: ns},
+				Spec:       autoscalingv1.ScaleSpec{Replicas: 5},
+			}, metav1.UpdateOptions{})
+			return err
+		}},
+		{name: "v1-deployment-delete", action: func() error {
+			return apps.Deployments(ns).Delete(ctx, "nginx-deployment", metav1.DeleteOptions{})
+		}},
+		{name: "v1-configmap-create-escaped-keys", action: func() error {
+			// "~" is not valid in an annotation key, but mutating admission
+			// runs before validation, so a webhook is sent it anyway; the
+			// create then fails validation, which is expected here.
+			_, _ = core.ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: "escaped-keys", Annotations: map[string]string{
+					"example.com/with-slash": "kept",
+					"example.com/tilde~key":  "kept",
+				}},
+				Data: map[string]string{"color": "blue"},
+			}, metav1.CreateOptions{})
+			return nil
+		}},
+		{name: "v1-widget-create", action: func() error {
+			w := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "example.com/v1", "kind": "Widget",
+				"metadata": map[string]any{"name": "gizmo", "annotations": map[string]any{"widgets.example.com/size": "large"}},
+				"spec":     map[string]any{"size": "large"},
+			}}
+			_, err := dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})
+			return err
+		}},
+		{name: "v1-secret-create", action: func() error {
+			_, err := core.Secrets(ns).Create(ctx, &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Name: "db-credentials"},
+				StringData: map[string]string{"password": "s3cr3t-value-that-must-never-be-logged"},
+			}, metav1.CreateOptions{})
+			return err
+		}},
+	}
+	for _, f := range fixtures {
+		if f.setup != nil {
+			if err := f.setup(); err != nil {
+				t.Fatalf("%s: setup: %v", f.name, err)
+			}
+		}
+		rec.take()
+		if err := f.action(); err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		bodies := rec.take()
+		if len(bodies) != 1 {
+			t.Fatalf("%s: got %d reviews, want 1", f.name, len(bodies))
+		}
+		if !*capture {
+			continue
+		}
+		var pretty bytes.Buffer
+		if err := json.Indent(&pretty, bodies[0], "", "  "); err != nil {
+			t.Fatalf("%s: %v", f.name, err)
+		}
+		pretty.WriteByte('\n')
+		path := filepath.Join(repoRoot, "testdata", f.name+".json")
+		if err := os.WriteFile(path, pretty.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("wrote %s", path)
+	}
+}
+
+// nginxDeployment is the Deployment of the original demonstration
+// (nginx.yaml), with the given annotations.
+func nginxDeployment(name string, annotations map[string]string) *appsv1.Deployment {
+	replicas := int32(1)
+	labels := map[string]string{"app": "nginx"}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "nginx", Image: "nginx:1.14.2",
+					Ports: []corev1.ContainerPort{{ContainerPort: 80}},
+				}}},
+			},
+		},
+	}
+}
+
+type deploymentClient interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*appsv1.Deployment, error)
+	Update(ctx context.Context, d *appsv1.Deployment, opts metav1.UpdateOptions) (*appsv1.Deployment, error)
+}
+
+func updateReplicas(ctx context.Context, c deploymentClient, name string, replicas int32) error {
+	d, err := c.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	d.Spec.Replicas = &replicas
+	_, err = c.Update(ctx, d, metav1.UpdateOptions{})
+	return err
+}
+
+// createWidgetCRD defines example.com/v1 Widget, a namespaced custom
+// resource, and waits until it is served. It is made once per run.
+func createWidgetCRD(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	dyn := dynamic.NewForConfigOrDie(apiserver.config)
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets.example.com"},
+		"spec": map[string]any{
+			"group": "example.com", "scope": "Namespaced",
+			"names": map[string]any{"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+				}},
+			}},
+		},
+	}}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("creating the Widget CRD: %v", err)
+	}
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		_, err := dyn.Resource(widgetGVR).Namespace("default").List(ctx, metav1.ListOptions{})
+		if err == nil {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatal("the Widget CRD was not served in time")
+}

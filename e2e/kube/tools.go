@@ -1,0 +1,5 @@
+//go:build tools
+
+package kube
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"

@@ -1,0 +1,182 @@
+package e2e
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// webhookServer is the webhook binary running on a loopback port.
+type webhookServer struct {
+	*process
+	dir    string // its working directory, holding tls/
+	addr   string // host:port
+	caPEM  []byte // the CA that signed its serving certificate
+	client *http.Client
+}
+
+// startWebhook runs the webhook binary with args in a directory of its own.
+// Unless args configure a certificate, it makes its development one there,
+// whose CA becomes the caBundle.
+func startWebhook(t *testing.T, dir string, args ...string) *webhookServer {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProcess("webhook "+addr, dir, webhookBinary, append([]string{"-listen", addr}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &webhookServer{process: p, dir: dir, addr: addr}
+	t.Cleanup(func() {
+		w.stop()
+		if t.Failed() {
+			w.dumpLog(os.Stderr)
+		}
+	})
+	err = waitFor(p, startTimeout, func() bool {
+		if w.client == nil {
+			ca, err := os.ReadFile(filepath.Join(dir, "tls", "ca.crt"))
+			if err != nil {
+				return false
+			}
+			w.caPEM = ca
+			pool := x509.NewCertPool()
+			pool.AppendCertsFromPEM(ca)
+			w.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+		}
+		resp, err := w.client.Get("https://" + addr + "/ping")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// url is the webhook's URL-mode address for path.
+func (w *webhookServer) url(path string) string { return "https://" + w.addr + path }
+
+// hookOptions shape a webhook configuration for a test.
+type hookOptions struct {
+	name          string
+	url           string
+	caBundle      []byte
+	versions      []string // admissionReviewVersions; default v1
+	failurePolicy admissionregistrationv1.FailurePolicyType
+	timeout       int32
+	namespace     string // the only namespace the webhook acts in
+	rules         []admissionregistrationv1.RuleWithOperations
+}
+
+// deploymentRules matches apps/v1 deployments on CREATE and UPDATE, as the
+// configurations in deploy/ and the original demonstration do.
+var deploymentRules = []admissionregistrationv1.RuleWithOperations{{
+	Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+	Rule: admissionregistrationv1.Rule{
+		APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"},
+	},
+}}
+
+func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig {
+	url := o.url
+	return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: o.caBundle}
+}
+
+func (o hookOptions) common() (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
+	versions = o.versions
+	if versions == nil {
+		versions = []string{"v1"}
+	}
+	fp := o.failurePolicy
+	if fp == "" {
+		fp = admissionregistrationv1.Fail
+	}
+	to := o.timeout
+	if to == 0 {
+		to = 5
+	}
+	rules = o.rules
+	if rules == nil {
+		rules = deploymentRules
+	}
+	selector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": o.namespace}}
+	return admissionregistrationv1.SideEffectClassNone, versions, &fp, &to, selector, rules
+}
+
+// registerMutating creates a MutatingWebhookConfiguration, removed when the
+// test ends, and waits until the apiserver uses it.
+func registerMutating(t *testing.T, o hookOptions) {
+	t.Helper()
+	se, versions, fp, to, sel, rules := o.common()
+	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.name},
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{
+			Name: o.name, ClientConfig: o.clientConfig(), Rules: rules, FailurePolicy: fp,
+			NamespaceSelector: sel, SideEffects: &se, TimeoutSeconds: to, AdmissionReviewVersions: versions,
+		}},
+	}
+	ctx := context.Background()
+	api := apiserver.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("registering mutating webhook %s: %v", o.name, err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
+	waitForHookActive()
+}
+
+// registerValidating is registerMutating for a ValidatingWebhookConfiguration.
+func registerValidating(t *testing.T, o hookOptions) {
+	t.Helper()
+	se, versions, fp, to, sel, rules := o.common()
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: o.name},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name: o.name, ClientConfig: o.clientConfig(), Rules: rules, FailurePolicy: fp,
+			NamespaceSelector: sel, SideEffects: &se, TimeoutSeconds: to, AdmissionReviewVersions: versions,
+		}},
+	}
+	ctx := context.Background()
+	api := apiserver.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("registering validating webhook %s: %v", o.name, err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
+	waitForHookActive()
+}
+
+// waitForHookActive waits out the moment the apiserver's informer takes to
+// see a new webhook configuration (about a second).
+func waitForHookActive() { time.Sleep(2 * time.Second) }
+
+// createNamespace makes a namespace for one test, deleted when it ends.
+func createNamespace(t *testing.T, name string) string {
+	t.Helper()
+	name = strings.ToLower(name)
+	api := apiserver.client.CoreV1().Namespaces()
+	if _, err := api.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return name
+}

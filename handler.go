@@ -1,0 +1,517 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	goruntime "runtime"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionv1beta1 "k8s.io/api/admission/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/json"
+)
+
+// ---------------------------------------------------------------------------
+// The policy. This part is what you change to make the webhook your own:
+// admit functions decide; everything below them is plumbing that turns HTTP
+// into an AdmissionRequest and an AdmissionResponse back into HTTP.
+// ---------------------------------------------------------------------------
+
+// policy is the webhook's whole configuration of what to admit and what to
+// change. It reaches the admit functions through their makers, never as a
+// global.
+type policy struct {
+	// annotate lists the annotations /mutate sets.
+	annotate []annotation
+	// require lists the annotations /validate insists on.
+	require []annotation
+}
+
+// admitFunc decides on one admission request. It sees neither HTTP nor
+// globals, never returns nil, and leaves the response's UID to serve. ctx
+// ends at the apiserver's deadline for this call.
+type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+// mutate returns the admit function of /mutate: it adds p.annotate to every
+// object it acts on and keeps every other annotation.
+func mutate(p policy) admitFunc {
+	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		if !actsOn(req) {
+			return allowed()
+		}
+		meta, err := objectMeta(req.Object)
+		if err != nil {
+			return errored(http.StatusBadRequest, err)
+		}
+		return patched(annotationPatch(meta, p.annotate))
+	}
+}
+
+// validate returns the admit function of /validate: it denies an object that
+// lacks any of p.require, naming each missing key=value.
+func validate(p policy) admitFunc {
+	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		if !actsOn(req) {
+			return allowed()
+		}
+		meta, err := objectMeta(req.Object)
+		if err != nil {
+			return errored(http.StatusBadRequest, err)
+		}
+		var have map[string]string
+		if meta != nil {
+			have = meta.Annotations
+		}
+		var missing []string
+		for _, a := range p.require {
+			if v, ok := have[a.Key]; !ok || v != a.Value {
+				missing = append(missing, a.String())
+			}
+		}
+		if len(missing) == 0 {
+			return allowed()
+		}
+		noun := "annotation"
+		if len(missing) > 1 {
+			noun = "annotations"
+		}
+		return denied(fmt.Sprintf("%s %s must have the %s %s in metadata.annotations; add it, or create the object through the mutating webhook that sets it",
+			req.Kind.Kind, objectName(req, meta), noun, strings.Join(missing, ", ")))
+	}
+}
+
+// actsOn reports whether the policy applies to req. Only writes of a whole
+// object are acted on: DELETE and CONNECT carry no object to annotate, and a
+// subresource such as deployments/scale or /status carries another kind
+// (autoscaling/v1 Scale) whose metadata is not the object's.
+func actsOn(req *admissionv1.AdmissionRequest) bool {
+	return (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) && req.SubResource == ""
+}
+
+// ---------------------------------------------------------------------------
+// Responses. Each admit function ends in one of these.
+// ---------------------------------------------------------------------------
+
+// allowed admits the request unchanged.
+func allowed() *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true}
+}
+
+// patched admits the request with ops applied. With no ops it sets neither
+// patch nor patchType: the apiserver rejects one without the other.
+func patched(ops []patchOp) *admissionv1.AdmissionResponse {
+	if len(ops) == 0 {
+		return allowed()
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
+}
+
+// denied refuses the request with 403 Forbidden. The apiserver shows the
+// user `admission webhook "<name>" denied the request: <message>`.
+func denied(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusForbidden,
+		Reason:  metav1.StatusReasonForbidden,
+		Message: message,
+	}}
+}
+
+// errored refuses a request the webhook could not judge, such as one whose
+// object does not decode. The HTTP answer is still 200: the review itself
+// was fine, and the apiserver shows the message only from a review.
+func errored(code int32, err error) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    code,
+		Reason:  reasonForCode(code),
+		Message: err.Error(),
+	}}
+}
+
+// objectMeta decodes only the metadata of an admitted object, so any kind
+// works, custom resources included. It returns nil metadata, and no error,
+// for an object that has none. Decoding is case-sensitive, as in the
+// apiserver.
+func objectMeta(obj runtime.RawExtension) (*metav1.ObjectMeta, error) {
+	if len(obj.Raw) == 0 {
+		return nil, errors.New("request.object is missing")
+	}
+	var partial struct {
+		Metadata *metav1.ObjectMeta `json:"metadata"`
+	}
+	if err := json.Unmarshal(obj.Raw, &partial); err != nil {
+		return nil, fmt.Errorf("request.object does not decode as a Kubernetes object: %w", err)
+	}
+	return partial.Metadata, nil
+}
+
+// objectName names the object for a message: "namespace/name", or "name"
+// for a cluster-scoped one. On CREATE with generateName the name is not
+// chosen yet, so the prefix is shown instead.
+func objectName(req *admissionv1.AdmissionRequest, meta *metav1.ObjectMeta) string {
+	name := req.Name
+	if name == "" && meta != nil {
+		name = meta.Name
+		if name == "" && meta.GenerateName != "" {
+			name = meta.GenerateName + "*"
+		}
+	}
+	if req.Namespace == "" {
+		return name
+	}
+	return req.Namespace + "/" + name
+}
+
+// ---------------------------------------------------------------------------
+// HTTP ⇄ AdmissionReview: one generic path for every admit function.
+// ---------------------------------------------------------------------------
+
+const (
+	// maxBodyBytes caps what a review may be. The apiserver accepts request
+	// bodies up to 3 MiB and a review can carry both object and oldObject,
+	// so 2 × 3 MiB plus the envelope fits; anything larger is not from it.
+	maxBodyBytes = 7 << 20
+
+	// maxWebhookTimeout is the largest timeoutSeconds a webhook
+	// configuration may set; the apiserver never waits longer.
+	maxWebhookTimeout = 30 * time.Second
+)
+
+// reviewCodecs decodes AdmissionReview in the two versions the apiserver
+// sends. Nothing else is registered, so any other kind fails to decode.
+var reviewCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	// AddToScheme only fails on conflicting registrations, which two
+	// distinct group versions cannot have.
+	_ = admissionv1.AddToScheme(scheme)
+	_ = admissionv1beta1.AddToScheme(scheme)
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// serve returns the handler for one admit function. It checks the request
+// in a fixed order (method, content type, size, body, timeout, envelope),
+// answering each failure with the HTTP status that names it and a
+// metav1.Status body, whose message the apiserver passes to the user. Once
+// there is a review to answer, the answer is HTTP 200 with the verdict in
+// response.status, in the version and with the uid it was asked with.
+func serve(logger *slog.Logger, admit admitFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeStatus(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: admission reviews are sent with POST", r.Method))
+			return
+		}
+		if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+			writeStatus(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: admission reviews are sent as application/json", r.Header.Get("Content-Type")))
+			return
+		}
+		body, err := readBody(w, r)
+		if err != nil {
+			code := http.StatusBadRequest
+			if errors.As(err, new(*http.MaxBytesError)) {
+				code = http.StatusRequestEntityTooLarge
+			}
+			writeStatus(w, code, err.Error())
+			return
+		}
+		ctx, cancel, err := requestContext(r)
+		if err != nil {
+			writeStatus(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		defer cancel()
+		gvk, req, err := decodeReview(body)
+		if err != nil {
+			writeStatus(w, http.StatusBadRequest, err.Error())
+			return
+		}
+
+		resp, panicked := admitSafely(ctx, admit, req)
+		if panicked != nil {
+			logger.Error("admit function panicked", append(panicked, "uid", req.UID)...)
+			writeStatus(w, http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID))
+			return
+		}
+		resp.UID = req.UID
+		if err := writeReview(w, gvk, resp); err != nil {
+			logger.Warn("writing the review failed", "uid", req.UID, "err", err)
+		}
+		logReview(logger, req, resp, time.Since(start))
+	})
+}
+
+// readBody reads the whole body, at most maxBodyBytes of it.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > maxBodyBytes {
+		return nil, &http.MaxBytesError{Limit: maxBodyBytes}
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	switch {
+	case errors.As(err, new(*http.MaxBytesError)):
+		return nil, fmt.Errorf("request body is larger than %d bytes, the most an admission review can be: %w", maxBodyBytes, err)
+	case err != nil:
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	case len(body) == 0:
+		return nil, errors.New("request body is empty: expected an AdmissionReview")
+	}
+	return body, nil
+}
+
+// requestContext ends the request's context at the deadline the apiserver
+// sets with ?timeout= (a Go duration, such as "10s"). Without it, the
+// largest webhook timeout applies.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc, error) {
+	timeout := maxWebhookTimeout
+	if q := r.URL.Query().Get("timeout"); q != "" {
+		d, err := time.ParseDuration(q)
+		if err != nil || d <= 0 {
+			return nil, nil, fmt.Errorf("query parameter timeout=%q is not a positive duration such as 10s", q)
+		}
+		timeout = min(d, maxWebhookTimeout)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	return ctx, cancel, nil
+}
+
+// decodeReview decodes an AdmissionReview of either version and returns the
+// version it came in with its request as admission.k8s.io/v1, the one type
+// the admit functions see.
+func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
+	obj, gvk, err := reviewCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err)
+	}
+	var req *admissionv1.AdmissionRequest
+	switch review := obj.(type) {
+	case *admissionv1.AdmissionReview:
+		req = review.Request
+	case *admissionv1beta1.AdmissionReview:
+		if review.Request != nil {
+			req = requestFromV1beta1(review.Request)
+		}
+	default:
+		// Only the two reviews are registered, so this is unreachable
+		// unless the scheme grows.
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("request body is a %s, not an AdmissionReview", gvk)
+	}
+	if req == nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
+	}
+	return *gvk, req, nil
+}
+
+// maxErrorDetail bounds how much of a decoder's error reaches a message, so
+// a huge or hostile body cannot make a huge answer.
+const maxErrorDetail = 256
+
+// describeDecodeError says why a body is not a review without quoting the
+// body: apimachinery's "Kind is missing" error carries all of it, and it may
+// hold a Secret.
+func describeDecodeError(gvk *schema.GroupVersionKind, err error) error {
+	const want = "expected an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+	switch {
+	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
+		return fmt.Errorf("request body has no apiVersion or kind: %s", want)
+	case runtime.IsNotRegisteredError(err) && gvk != nil:
+		return fmt.Errorf("request body is apiVersion %q, kind %q: %s", gvk.GroupVersion(), gvk.Kind, want)
+	}
+	detail := err.Error()
+	if len(detail) > maxErrorDetail {
+		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
+	}
+	return fmt.Errorf("request body does not decode (%s): %s", want, detail)
+}
+
+// admitSafely calls admit and turns a panic into log attributes instead of
+// a dropped connection. The panic's value is logged only when the runtime
+// made it: a value the policy code made may hold the object's contents,
+// which may be a Secret's.
+func admitSafely(ctx context.Context, admit admitFunc, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, panicked []any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = []any{"stack", string(debug.Stack())}
+			if rerr, ok := p.(goruntime.Error); ok {
+				panicked = append(panicked, "panic", rerr.Error())
+			} else {
+				panicked = append(panicked, "panic_type", fmt.Sprintf("%T", p))
+			}
+		}
+	}()
+	resp = admit(ctx, req)
+	if resp == nil {
+		// A nil response would be encoded as a review without one, which
+		// the apiserver rejects with a less helpful message.
+		resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
+	}
+	return resp, nil
+}
+
+// writeReview answers with an AdmissionReview holding only resp, in the
+// version the request came in.
+func writeReview(w http.ResponseWriter, gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) error {
+	var review any
+	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
+		review = &admissionv1beta1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+			Response: responseToV1beta1(resp),
+		}
+	} else {
+		review = &admissionv1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+			Response: resp,
+		}
+	}
+	out, err := json.Marshal(review)
+	if err != nil {
+		writeStatus(w, http.StatusInternalServerError, "encoding the review failed")
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, err = w.Write(out)
+	return err
+}
+
+// writeStatus answers a request that has no review to answer with a
+// metav1.Status, the body the apiserver reads a message from.
+func writeStatus(w http.ResponseWriter, code int, message string) {
+	out, err := json.Marshal(&metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure,
+		Code:     int32(code),
+		Reason:   reasonForCode(int32(code)),
+		Message:  message,
+	})
+	if err != nil {
+		// A Status of plain strings always encodes; keep the code anyway.
+		http.Error(w, message, code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(out)
+}
+
+// reasonForCode maps the HTTP codes this webhook answers with to the
+// machine-readable reason Kubernetes clients switch on.
+func reasonForCode(code int32) metav1.StatusReason {
+	switch code {
+	case http.StatusBadRequest:
+		return metav1.StatusReasonBadRequest
+	case http.StatusUnauthorized:
+		return metav1.StatusReasonUnauthorized
+	case http.StatusForbidden:
+		return metav1.StatusReasonForbidden
+	case http.StatusMethodNotAllowed:
+		return metav1.StatusReasonMethodNotAllowed
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusUnsupportedMediaType:
+		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusServiceUnavailable:
+		return metav1.StatusReasonServiceUnavailable
+	default:
+		return metav1.StatusReasonInternalError
+	}
+}
+
+// logReview writes the one line each review gets. It names the request and
+// the verdict, never the object or any of its values: it may be a Secret.
+func logReview(logger *slog.Logger, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, took time.Duration) {
+	name := req.Name
+	if req.Namespace != "" {
+		name = req.Namespace + "/" + name
+	}
+	attrs := []any{
+		"uid", req.UID,
+		"operation", req.Operation,
+		"kind", req.Kind.Kind,
+		"name", name,
+		"user", req.UserInfo.Username,
+		"allowed", resp.Allowed,
+		"patch_ops", countPatchOps(resp.Patch),
+		"duration", took,
+	}
+	if req.SubResource != "" {
+		attrs = append(attrs, "subresource", req.SubResource)
+	}
+	if req.DryRun != nil && *req.DryRun {
+		attrs = append(attrs, "dry_run", true)
+	}
+	if resp.Result != nil && resp.Result.Code != 0 {
+		attrs = append(attrs, "code", resp.Result.Code)
+	}
+	logger.Info("review", attrs...)
+}
+
+// countPatchOps counts the operations of a JSON Patch without decoding them.
+func countPatchOps(patch []byte) int {
+	if len(patch) == 0 {
+		return 0
+	}
+	var ops []struct{}
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		return -1
+	}
+	return len(ops)
+}
+
+// ---------------------------------------------------------------------------
+// admission.k8s.io/v1beta1 has the same fields as v1; the apiserver may
+// still send it to webhooks that list only "v1beta1" in
+// admissionReviewVersions. These copy between the two, field by field.
+// ---------------------------------------------------------------------------
+
+func requestFromV1beta1(in *admissionv1beta1.AdmissionRequest) *admissionv1.AdmissionRequest {
+	return &admissionv1.AdmissionRequest{
+		UID:                in.UID,
+		Kind:               in.Kind,
+		Resource:           in.Resource,
+		SubResource:        in.SubResource,
+		RequestKind:        in.RequestKind,
+		RequestResource:    in.RequestResource,
+		RequestSubResource: in.RequestSubResource,
+		Name:               in.Name,
+		Namespace:          in.Namespace,
+		Operation:          admissionv1.Operation(in.Operation),
+		UserInfo:           in.UserInfo,
+		Object:             in.Object,
+		OldObject:          in.OldObject,
+		DryRun:             in.DryRun,
+		Options:            in.Options,
+	}
+}
+
+func responseToV1beta1(in *admissionv1.AdmissionResponse) *admissionv1beta1.AdmissionResponse {
+	out := &admissionv1beta1.AdmissionResponse{
+		UID:              in.UID,
+		Allowed:          in.Allowed,
+		Result:           in.Result,
+		Patch:            in.Patch,
+		AuditAnnotations: in.AuditAnnotations,
+		Warnings:         in.Warnings,
+	}
+	if in.PatchType != nil {
+		pt := admissionv1beta1.PatchType(*in.PatchType)
+		out.PatchType = &pt
+	}
+	return out
+}
