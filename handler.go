@@ -259,11 +259,13 @@ func serve(logger *slog.Logger, admit admitFunc) http.Handler {
 }
 
 // readBody reads the whole body, at most maxBodyBytes of it.
-func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+func readBody(w http.ResponseWriter, r *http.Request) (body []byte, err error) {
+	// A declared length over the cap is refused before reading a byte.
 	if r.ContentLength > maxBodyBytes {
-		return nil, &http.MaxBytesError{Limit: maxBodyBytes}
+		err = &http.MaxBytesError{Limit: maxBodyBytes}
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
 		return nil, fmt.Errorf("request body is larger than %d bytes, the most an admission review can be: %w", maxBodyBytes, err)
@@ -308,9 +310,9 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 			req = requestFromV1beta1(review.Request)
 		}
 	default:
-		// Only the two reviews are registered, so this is unreachable
-		// unless the scheme grows.
-		return schema.GroupVersionKind{}, nil, fmt.Errorf("request body is a %s, not an AdmissionReview", gvk)
+		// Registering any API group also registers a few unversioned meta
+		// kinds, such as v1 Status, so the decoder accepts those too.
+		return schema.GroupVersionKind{}, nil, notAReview(*gvk)
 	}
 	if req == nil {
 		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
@@ -326,18 +328,23 @@ const maxErrorDetail = 256
 // body: apimachinery's "Kind is missing" error carries all of it, and it may
 // hold a Secret.
 func describeDecodeError(gvk *schema.GroupVersionKind, err error) error {
-	const want = "expected an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
 	switch {
 	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: %s", want)
+		return fmt.Errorf("request body has no apiVersion or kind: %s", wantReview)
 	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return fmt.Errorf("request body is apiVersion %q, kind %q: %s", gvk.GroupVersion(), gvk.Kind, want)
+		return notAReview(*gvk)
 	}
 	detail := err.Error()
 	if len(detail) > maxErrorDetail {
 		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
 	}
-	return fmt.Errorf("request body does not decode (%s): %s", want, detail)
+	return fmt.Errorf("request body does not decode (%s): %s", wantReview, detail)
+}
+
+const wantReview = "expected an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+
+func notAReview(gvk schema.GroupVersionKind) error {
+	return fmt.Errorf("request body is apiVersion %q, kind %q: %s", gvk.GroupVersion(), gvk.Kind, wantReview)
 }
 
 // admitSafely calls admit and turns a panic into log attributes instead of

@@ -93,8 +93,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	fs.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
 	fs.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	fs.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
-	fs.Var(annotate, "annotate", "annotation `key=value` that /mutate sets (repeatable; default "+defaultAnnotation+")")
-	fs.Var(require, "require", "annotation `key=value` that /validate requires (repeatable; default "+defaultAnnotation+")")
+	fs.Var(annotate, "annotate", "annotation `key=value` that /mutate sets (repeatable)")
+	fs.Var(require, "require", "annotation `key=value` that /validate requires (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}

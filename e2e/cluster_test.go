@@ -361,5 +361,4 @@ func waitFor(p *process, timeout time.Duration, ready func() bool) error {
 	return fmt.Errorf("%s was not ready within %s", p.name, timeout)
 }
 
-
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }

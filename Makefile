@@ -1,0 +1,31 @@
+# The README's commands, kept short. `make test` is what CI runs.
+GO ?= go
+
+.PHONY: test unit fuzz e2e capture check run
+
+# Everything: static checks, unit tests with the race detector, a short fuzz
+# run, and the end-to-end suite against a real kube-apiserver.
+test: check unit fuzz e2e
+
+# The fast loop: seconds, no apiserver.
+unit:
+	$(GO) test -race -count=1 ./...
+
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	cd e2e && $(GO) vet ./...
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 15s .
+
+e2e:
+	cd e2e && $(GO) test -count=1 -timeout 30m ./...
+
+# Re-record testdata/*.json from a real kube-apiserver, then refresh goldens.
+capture:
+	cd e2e && $(GO) test -count=1 -run TestCapture -capture .
+	$(GO) test -run TestFixtures -update .
+
+run:
+	$(GO) run .

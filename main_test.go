@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	tests := []struct {
+		name         string
+		args         []string
+		env          map[string]string
+		wantAnnotate []annotation
+		wantRequire  []annotation
+		wantCert     string
+		wantKey      string
+		configured   bool
+	}{
+		{name: "defaults",
+			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
+			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		{name: "repeated flags replace the default",
+			args:         []string{"-annotate", "a.example.com/x=1", "-annotate", "b.example.com/y=", "-require", "a.example.com/x=1"},
+			wantAnnotate: []annotation{{"a.example.com/x", "1"}, {"b.example.com/y", ""}}, wantRequire: []annotation{{"a.example.com/x", "1"}},
+			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		{name: "value with an equals sign",
+			args:         []string{"-annotate", "a=b=c"},
+			wantAnnotate: []annotation{{"a", "b=c"}}, wantRequire: defaultPolicy.require,
+			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		{name: "certificate from the environment",
+			env:          map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
+			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
+			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true},
+		{name: "flags win over the environment",
+			args:         []string{"-tls-cert-file", "a.crt", "-tls-private-key-file", "a.key"},
+			env:          map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
+			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
+			wantCert: "a.crt", wantKey: "a.key", configured: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := parseFlags(tc.args, env(tc.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cfg.policy.annotate, tc.wantAnnotate) || !reflect.DeepEqual(cfg.policy.require, tc.wantRequire) {
+				t.Errorf("got annotate %v require %v, want %v and %v", cfg.policy.annotate, cfg.policy.require, tc.wantAnnotate, tc.wantRequire)
+			}
+			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured {
+				t.Errorf("got cert %q key %q configured %v, want %q %q %v", cfg.certFile, cfg.keyFile, cfg.certConfigured, tc.wantCert, tc.wantKey, tc.configured)
+			}
+		})
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string // parts of what is printed and returned
+	}{
+		{[]string{"-annotate", "no-equals-sign"}, []string{"-annotate", "key=value"}},
+		{[]string{"-require", "Bad Key=1"}, []string{"-require", "Bad Key", "name part must consist of"}},
+		{[]string{"-annotate", "a/b/c=1"}, []string{"-annotate", "a/b/c"}},
+		{[]string{"-annotate", "a=1", "-annotate", "a=2"}, []string{"-annotate", `"a" is given twice`}},
+		{[]string{"-annotate", "big=" + strings.Repeat("x", 300<<10)}, []string{"-annotate", "Too long"}},
+		{[]string{"-nope"}, []string{"-nope"}},
+		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
+			var stderr bytes.Buffer
+			err := run(context.Background(), tc.args, func(string) string { return "" }, &stderr)
+			if err == nil {
+				t.Fatal("got no error, want one")
+			}
+			got := err.Error() + "\n" + stderr.String()
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("got %.300q…, want it to mention %q", got, w)
+				}
+			}
+		})
+	}
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: got %v, want flag.ErrHelp (exit 0)", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that the server writes and the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var servingAddr = regexp.MustCompile(`msg=serving addr=(\S+)`)
+
+// startRun runs the program in a new empty directory, as a new user's first
+// `go run .` does, and returns its address once it serves.
+func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop func() error) {
+	t.Helper()
+	t.Chdir(t.TempDir())
+	logs = &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), func(string) string { return "" }, logs)
+	}()
+	stop = func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(shutdownTimeout + 5*time.Second):
+			t.Fatal("run did not return after its context ended")
+			return nil
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := servingAddr.FindStringSubmatch(logs.String()); m != nil {
+			return m[1], logs, stop
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("run returned %v before serving; log:\n%s", err, logs)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatalf("run did not serve within 10s; log:\n%s", logs)
+	return "", nil, nil
+}
+
+// clientTrusting returns a client that trusts the CA in caFile.
+func clientTrusting(t *testing.T, caFile string) *http.Client {
+	t.Helper()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// TestRunFirstCommand is a new user's first command: `go run .` in a clean
+// checkout makes a development certificate, serves, and answers curl.
+func TestRunFirstCommand(t *testing.T) {
+	review := fixtures(t)["v1-deployment-create"]
+	addr, logs, stop := startRun(t)
+	port := addr[strings.LastIndex(addr, ":"):]
+	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+
+	for _, host := range []string{"localhost", "127.0.0.1"} {
+		resp, err := client.Get("https://" + host + port + "/ping")
+		if err != nil {
+			t.Fatalf("GET /ping on %s: %v", host, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || string(body) != "pong" {
+			t.Errorf("GET /ping on %s: got %d %q, want 200 pong", host, resp.StatusCode, body)
+		}
+	}
+	resp, err := client.Post("https://localhost"+port+"/mutate?timeout=10s", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"patchType":"JSONPatch"`)) {
+		t.Errorf("POST /mutate: got %d %s, want 200 with a JSON Patch", resp.StatusCode, out)
+	}
+
+	for name, wantPerm := range map[string]os.FileMode{"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600} {
+		fi, err := os.Stat(filepath.Join("tls", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != wantPerm {
+			t.Errorf("tls/%s has mode %v, want %v", name, fi.Mode().Perm(), wantPerm)
+		}
+	}
+	if n := strings.Count(logs.String(), "made a development CA"); n != 1 {
+		t.Errorf("got %d log lines about the development certificate, want 1:\n%s", n, logs)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("run returned %v after its context ended, want nil", err)
+	}
+}
+
+// TestRunKeepsExistingCertificate checks a second start reuses tls/ rather
+// than minting a new CA that clients do not trust yet.
+func TestRunKeepsExistingCertificate(t *testing.T) {
+	_, _, stop := startRun(t)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := os.ReadFile(filepath.Join("tls", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, func(string) string { return "" }, logs) }()
+	for !strings.Contains(logs.String(), "msg=serving") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	second, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
+	if !bytes.Equal(first, second) || strings.Contains(logs.String(), "made a development CA") {
+		t.Error("a second start replaced the existing development certificate")
+	}
+}
+
+func TestRunConfiguredCertificateMissing(t *testing.T) {
+	t.Chdir(t.TempDir())
+	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
+		t.Errorf("got %v, want an error naming missing.crt", err)
+	}
+	if _, err := os.Stat("tls"); !errors.Is(err, os.ErrNotExist) {
+		t.Error("a development certificate was made although one was configured")
+	}
+}
