@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,6 +58,12 @@ const (
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
 	shutdownTimeout = maxWebhookTimeout
+
+	// http2MaxConcurrentStreams and http2MaxReadFrameSize are what
+	// kube-apiserver sets for its own HTTP/2 server: 100 streams matches
+	// what clients open, and 256 KiB frames hold 99% of objects.
+	http2MaxConcurrentStreams = 100
+	http2MaxReadFrameSize     = 256 << 10
 )
 
 func main() {
@@ -80,26 +88,57 @@ type config struct {
 	// environment, and so must not be replaced by a development one.
 	certConfigured bool
 	policy         policy
+
+	clientCAFile       string   // when set, /mutate and /validate need a client certificate
+	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
+	tlsMinVersion      uint16
+	http2              bool
+	shutdownDelay      time.Duration
+	logFormat          string
 }
 
 // parseFlags reads the command line, falling back to the environment for the
 // certificate paths as the Deployment of many webhooks sets them.
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	flags.SetOutput(stderr)
 	var cfg config
 	annotate := newAnnotationsFlag(defaultAnnotation)
 	require := newAnnotationsFlag(defaultAnnotation)
-	fs.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
-	fs.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
-	fs.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
-	fs.Var(annotate, "annotate", "annotation `key=value` that /mutate sets (repeatable)")
-	fs.Var(require, "require", "annotation `key=value` that /validate requires (repeatable)")
-	if err := fs.Parse(args); err != nil {
+	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
+	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
+	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
+	flags.Var(annotate, "annotate", "annotation `key=value` that /mutate sets (repeatable)")
+	flags.Var(require, "require", "annotation `key=value` that /validate requires (repeatable)")
+	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate and /validate require a client certificate it signed")
+	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
+	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
+	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
+	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
+	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
+	if err := flags.Parse(args); err != nil {
 		return config{}, err
 	}
-	if fs.NArg() > 0 {
-		return config{}, fmt.Errorf("unexpected argument %q: every setting is a flag, see -help", fs.Arg(0))
+	if flags.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q: every setting is a flag, see -help", flags.Arg(0))
+	}
+	var ok bool
+	if cfg.tlsMinVersion, ok = tlsMinVersions[*minVersion]; !ok {
+		return config{}, fmt.Errorf("-tls-min-version %q: want 1.2 or 1.3", *minVersion)
+	}
+	if cfg.logFormat != "text" && cfg.logFormat != "json" {
+		return config{}, fmt.Errorf("-log-format %q: want text or json", cfg.logFormat)
+	}
+	if cfg.shutdownDelay < 0 {
+		return config{}, fmt.Errorf("-shutdown-delay %s: want zero or more", cfg.shutdownDelay)
+	}
+	for _, n := range strings.Split(*allowedNames, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			cfg.allowedClientNames = append(cfg.allowedClientNames, n)
+		}
+	}
+	if len(cfg.allowedClientNames) > 0 && cfg.clientCAFile == "" {
+		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
 	}
 	cfg.policy = policy{annotate: annotate.list, require: require.list}
 
@@ -179,17 +218,43 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	var logHandler slog.Handler = slog.NewTextHandler(stderr, nil)
+	if cfg.logFormat == "json" {
+		logHandler = slog.NewJSONHandler(stderr, nil)
+	}
+	logger := slog.New(logHandler)
 
-	cert, err := loadOrCreateCertificate(cfg, logger)
+	keyPair, err := loadOrCreateKeyPair(cfg, logger)
 	if err != nil {
 		return err
 	}
+	reloadables := []interface{ reloadIfChanged() }{keyPair}
+	var clientCAs *reloadable[x509.CertPool]
+	if cfg.clientCAFile != "" {
+		clientCAs = newCAReloader("client CA", cfg.clientCAFile, logger)
+		if _, err := clientCAs.load(); err != nil {
+			return fmt.Errorf("-client-ca-file: %w", err)
+		}
+		reloadables = append(reloadables, clientCAs)
+	}
 
+	// serving is true from the moment the listener serves with a loaded
+	// certificate until shutdown begins; /ping reports it.
+	var serving atomic.Bool
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", serve(logger, mutate(cfg.policy)))
-	mux.Handle("/validate", serve(logger, validate(cfg.policy)))
+	for path, admit := range map[string]admitFunc{"/mutate": mutate(cfg.policy), "/validate": validate(cfg.policy)} {
+		h := serve(logger, admit)
+		if clientCAs != nil {
+			h = requireClient(logger, cfg.allowedClientNames, h)
+		}
+		mux.Handle(path, h)
+	}
+	// /ping stays open without a client certificate: kubelet probes have none.
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
+		if !serving.Load() {
+			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "pong")
 	})
@@ -202,25 +267,71 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{cert},
-		},
+		TLSConfig:         newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs),
 	}
+	if cfg.http2 {
+		srv.HTTP2 = &http.HTTP2Config{
+			MaxConcurrentStreams: http2MaxConcurrentStreams,
+			MaxReadFrameSize:     http2MaxReadFrameSize,
+		}
+	} else {
+		// A non-nil, empty map is how net/http is told not to speak HTTP/2.
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
+
 	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
 	serveErr := make(chan error, 1)
+	serving.Store(true)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("serving", "addr", ln.Addr().String(), "annotate", cfg.policy.annotate, "require", cfg.policy.require)
+	logger.Info("serving", "addr", ln.Addr().String(), "annotate", cfg.policy.annotate, "require", cfg.policy.require,
+		"mtls", clientCAs != nil, "http2", cfg.http2)
+
+	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
+	stopReloading := make(chan struct{})
+	reloaderDone := make(chan struct{})
+	go func() {
+		defer close(reloaderDone)
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		tick := time.NewTicker(certPollInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopReloading:
+				return
+			case <-hup:
+				logger.Info("SIGHUP: re-reading certificates")
+			case <-tick.C:
+			}
+			for _, r := range reloadables {
+				r.reloadIfChanged()
+			}
+		}
+	}()
+	defer func() { close(stopReloading); <-reloaderDone }()
 
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
-	logger.Info("shutting down", "timeout", shutdownTimeout)
+
+	// Drain: fail readiness so the endpoint is removed, and close each
+	// connection after its next response so clients move to other
+	// replicas, while still answering everything that arrives.
+	serving.Store(false)
+	srv.SetKeepAlivesEnabled(false)
+	logger.Info("shutting down: /ping fails and keep-alives are off while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
+	select {
+	case <-time.After(cfg.shutdownDelay):
+	case err := <-serveErr:
+		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+	}
+	logger.Info("shutting down: closing the listener and waiting for requests in flight", "timeout", shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
@@ -230,21 +341,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return nil
 }
 
-// loadOrCreateCertificate loads the serving certificate. When none is
+// loadOrCreateKeyPair loads the serving certificate. When none is
 // configured and the default one does not exist, it first makes a
 // development one, so that a new user's `go run .` serves at once.
-func loadOrCreateCertificate(cfg config, logger *slog.Logger) (tls.Certificate, error) {
+func loadOrCreateKeyPair(cfg config, logger *slog.Logger) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
 		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
 			if err := writeDevCertificates("tls", time.Now()); err != nil {
-				return tls.Certificate{}, fmt.Errorf("making a development certificate in tls/: %w", err)
+				return nil, fmt.Errorf("making a development certificate in tls/: %w", err)
 			}
 			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", devHosts, "valid_for", devCertValidity)
 		}
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("loading the serving certificate (-tls-cert-file %s, -tls-private-key-file %s): %w", cfg.certFile, cfg.keyFile, err)
+	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger)
+	if _, err := pair.load(); err != nil {
+		return nil, fmt.Errorf("-tls-cert-file %s, -tls-private-key-file %s: %w", cfg.certFile, cfg.keyFile, err)
 	}
-	return cert, nil
+	return pair, nil
 }

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// certPollInterval is how often the certificate files are read for a
+	// change. A Secret volume changes by swapping a ..data symlink, which a
+	// watch on one file's inode misses; reading the content catches every
+	// kind of change, and two small files every few seconds cost nothing.
+	certPollInterval = 2 * time.Second
+
+	// expiryWarning is how close to NotAfter a loaded certificate makes the
+	// log warn; cert-manager renews at two thirds of the lifetime, so a
+	// certificate this close to expiry means renewal is not happening.
+	expiryWarning = 7 * 24 * time.Hour
+)
+
+// reloadable is a value parsed from files, such as a key pair or a CA pool,
+// that is replaced when the files' content changes. Readers always get the
+// last value that parsed; a change that does not parse is logged once and
+// otherwise ignored.
+type reloadable[T any] struct {
+	what   string // names it in logs: "serving certificate", "client CA"
+	files  []string
+	parse  func(contents [][]byte) (*T, []any, error) // the value and what to log about it
+	logger *slog.Logger
+
+	current atomic.Pointer[T]
+
+	mu      sync.Mutex
+	lastSum [sha256.Size]byte // of the content last tried, good or bad
+}
+
+// get returns the current value.
+func (r *reloadable[T]) get() *T { return r.current.Load() }
+
+// load reads the files and, when they differ from the last read, parses
+// them and replaces the current value. Every distinct state of the files,
+// unreadable included, is tried once, so a bad change is reported once
+// rather than at every poll. changed reports whether a new state was seen.
+func (r *reloadable[T]) load() (changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	contents := make([][]byte, len(r.files))
+	h := sha256.New()
+	var readErr error
+	for i, f := range r.files {
+		if contents[i], readErr = os.ReadFile(f); readErr != nil {
+			h.Write([]byte(readErr.Error()))
+			break
+		}
+		h.Write(contents[i])
+		h.Write([]byte{0}) // so moving bytes from one file to the next is a change
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	if sum == r.lastSum {
+		return false, nil
+	}
+	r.lastSum = sum
+	if readErr != nil {
+		return true, fmt.Errorf("reading the %s: %w", r.what, readErr)
+	}
+	v, attrs, err := r.parse(contents)
+	if err != nil {
+		return true, fmt.Errorf("the %s in %v does not load: %w", r.what, r.files, err)
+	}
+	r.current.Store(v)
+	r.logger.Info("loaded the "+r.what, attrs...)
+	return true, nil
+}
+
+// reloadIfChanged is load for a running server: a change that does not
+// load keeps the last good value serving, and says why.
+func (r *reloadable[T]) reloadIfChanged() {
+	if _, err := r.load(); err != nil {
+		r.logger.Error("keeping the last good "+r.what, "err", err)
+	}
+}
+
+// newKeyPairReloader loads the serving certificate and key. The log line
+// names the certificate so an operator can tell which one is served.
+func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger) *reloadable[tls.Certificate] {
+	return &reloadable[tls.Certificate]{
+		what:   "serving certificate",
+		files:  []string{certFile, keyFile},
+		logger: logger,
+		parse: func(c [][]byte) (*tls.Certificate, []any, error) {
+			pair, err := tls.X509KeyPair(c[0], c[1])
+			if err != nil {
+				return nil, nil, err
+			}
+			leaf := pair.Leaf // parsed by X509KeyPair
+			attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
+			warnIfExpiring(logger, "serving certificate", leaf)
+			return &pair, attrs, nil
+		},
+	}
+}
+
+// newCAReloader loads a PEM bundle of CA certificates, such as the client CA.
+func newCAReloader(what, file string, logger *slog.Logger) *reloadable[x509.CertPool] {
+	return &reloadable[x509.CertPool]{
+		what:   what,
+		files:  []string{file},
+		logger: logger,
+		parse: func(c [][]byte) (*x509.CertPool, []any, error) {
+			pool := x509.NewCertPool()
+			var subjects []string
+			for rest := c[0]; ; {
+				var block *pem.Block
+				if block, rest = pem.Decode(rest); block == nil {
+					if len(bytes.TrimSpace(rest)) > 0 {
+						return nil, nil, errors.New("trailing data that is not PEM")
+					}
+					break
+				}
+				if block.Type != "CERTIFICATE" {
+					continue
+				}
+				cert, err := x509.ParseCertificate(block.Bytes)
+				if err != nil {
+					return nil, nil, err
+				}
+				pool.AddCert(cert)
+				subjects = append(subjects, cert.Subject.String())
+				warnIfExpiring(logger, what, cert)
+			}
+			if len(subjects) == 0 {
+				return nil, nil, errors.New("no PEM certificate in it")
+			}
+			return pool, []any{"subjects", subjects}, nil
+		},
+	}
+}
+
+func warnIfExpiring(logger *slog.Logger, what string, cert *x509.Certificate) {
+	if left := time.Until(cert.NotAfter); left < expiryWarning {
+		logger.Warn("the "+what+" expires soon; renew it", "subject", cert.Subject.String(), "not_after", cert.NotAfter, "left", left.Round(time.Minute))
+	}
+}
+
+// tlsMinVersions are the values -tls-min-version takes.
+var tlsMinVersions = map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionTLS13}
+
+// tls12CipherSuites are the TLS 1.2 suites offered: forward-secret ECDHE key
+// exchange with AEAD ciphers only, for ECDSA and RSA certificates alike (a
+// user's CA may issue either). TLS 1.3 suites are not configurable and all
+// qualify.
+var tls12CipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
+// newTLSConfig serves the current key pair and, when clientCAs is set,
+// verifies a client certificate if one is given.
+//
+// A certificate is only requested, not required, at the handshake: kubelet
+// probes /ping without one. The handshake fails for a certificate that does
+// not verify against the current client CA, so on a live connection a
+// client certificate is always a verified one; requireClient then decides
+// per route.
+func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificate], clientCAs *reloadable[x509.CertPool]) *tls.Config {
+	cfg := &tls.Config{
+		MinVersion:   minVersion,
+		CipherSuites: tls12CipherSuites,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return pair.get(), nil
+		},
+		// The apiserver speaks HTTP/1.1 to every service-mode webhook and
+		// every non-loopback URL; offering h2 would only add attack surface.
+		NextProtos: []string{"http/1.1"},
+	}
+	if http2 {
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
+	if clientCAs != nil {
+		cfg.ClientAuth = tls.RequestClientCert
+		// Called for every handshake, resumed ones included, so a change of
+		// the client CA file applies to every new connection.
+		cfg.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			intermediates := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				intermediates.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+				Roots:         clientCAs.get(),
+				Intermediates: intermediates,
+				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+			})
+			return err
+		}
+	}
+	return cfg
+}
+
+// requireClient lets a request through only with a client certificate (one
+// the handshake verified against the client CA) whose Common Name is in
+// allowed; an empty allowed admits any name that CA signed. This is what
+// kube-apiserver does with --requestheader-client-ca-file and
+// --requestheader-allowed-names.
+func requireClient(logger *slog.Logger, allowed []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
+			logger.Warn("refused a request without a client certificate", "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeStatus(w, http.StatusUnauthorized, "a client certificate signed by the webhook's client CA is required")
+			return
+		}
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		if len(allowed) > 0 && !slices.Contains(allowed, cn) {
+			logger.Warn("refused a client certificate whose name is not allowed", "path", r.URL.Path, "remote", r.RemoteAddr, "common_name", cn)
+			writeStatus(w, http.StatusForbidden, fmt.Sprintf("client certificate name %q is not in -allowed-client-names", cn))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,550 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testPKI is a serving CA and a client CA, kept apart as they must be.
+type testPKI struct {
+	servingCA, clientCA *keyPair
+}
+
+func newTestPKI(t *testing.T) testPKI {
+	t.Helper()
+	servingCA, err := newCA("test serving CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientCA, err := newCA("test client CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testPKI{servingCA, clientCA}
+}
+
+func (p testPKI) serving(t *testing.T) *keyPair {
+	t.Helper()
+	kp, err := newServingCert(p.servingCA, devHosts, time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
+}
+
+// newClientCert issues a client certificate named cn by ca.
+func newClientCert(t *testing.T, ca *keyPair, cn string) tls.Certificate {
+	t.Helper()
+	kp, err := issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: cn},
+		NotBefore:   time.Now().Add(-time.Minute),
+		NotAfter:    time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(kp.certPEM, kp.keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// secretVolume updates files the way kubelet updates a Secret volume: the
+// files live in a timestamped directory, ..data is a symlink to it, and each
+// name is a symlink through ..data. An update writes a new directory and
+// renames a new ..data link over the old one, so the inode of every file a
+// reader opened before stays as it was.
+type secretVolume struct {
+	dir string
+	n   int
+}
+
+func (v *secretVolume) write(t *testing.T, files map[string][]byte) {
+	t.Helper()
+	v.n++
+	ts := fmt.Sprintf("..2026_11_22_00_00_%02d.%d", v.n, v.n)
+	if err := os.Mkdir(filepath.Join(v.dir, ts), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(v.dir, ts, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(v.dir, name)
+		if _, err := os.Lstat(link); errors.Is(err, os.ErrNotExist) {
+			if err := os.Symlink(filepath.Join("..data", name), link); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	tmp := filepath.Join(v.dir, "..data_tmp")
+	if err := os.Symlink(ts, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(v.dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, name) }
+
+// tlsClient returns a client trusting the serving CA, presenting cert when
+// given, with a new connection per request unless keepAlive.
+func (p testPKI) tlsClient(cert *tls.Certificate, keepAlive bool) *http.Client {
+	pool := x509.NewCertPool()
+	pool.AddCert(p.servingCA.cert)
+	cfg := &tls.Config{RootCAs: pool}
+	if cert != nil {
+		cfg.Certificates = []tls.Certificate{*cert}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: !keepAlive}}
+}
+
+func TestCertificateRotation(t *testing.T) {
+	pki := newTestPKI(t)
+	review := fixtures(t)["v1-deployment-create"]
+	vol := &secretVolume{dir: t.TempDir()}
+	first, second := pki.serving(t), pki.serving(t)
+	vol.write(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": first.keyPEM})
+	addr, logs, stop := startRun(t, "-tls-cert-file", vol.path("tls.crt"), "-tls-private-key-file", vol.path("tls.key"))
+	defer stop()
+
+	// A connection made before the swap keeps working after it.
+	pooled := pki.tlsClient(nil, true)
+	if got := servedSerial(t, pooled, addr); got.Cmp(first.cert.SerialNumber) != 0 {
+		t.Fatalf("serving serial %x, want the first certificate's %x", got, first.cert.SerialNumber)
+	}
+
+	// A loop of reviews, each on a new connection, runs across the swaps.
+	var requests, failures atomic.Int64
+	var lastSerial atomic.Pointer[big.Int]
+	loopCtx, stopLoop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		fresh := pki.tlsClient(nil, false)
+		for loopCtx.Err() == nil {
+			requests.Add(1)
+			resp, err := fresh.Post("https://"+addr+"/validate?timeout=5s", "application/json", bytes.NewReader(review))
+			if err != nil {
+				failures.Add(1)
+				t.Errorf("review failed during rotation: %v", err)
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				failures.Add(1)
+				t.Errorf("review during rotation: got HTTP %d", resp.StatusCode)
+			}
+			lastSerial.Store(resp.TLS.PeerCertificates[0].SerialNumber)
+		}
+	}()
+
+	time.Sleep(300 * time.Millisecond)
+	swapped := time.Now()
+	vol.write(t, map[string][]byte{"tls.crt": second.certPEM, "tls.key": second.keyPEM})
+	for {
+		if s := lastSerial.Load(); s != nil && s.Cmp(second.cert.SerialNumber) == 0 {
+			break
+		}
+		if time.Since(swapped) > 10*time.Second {
+			t.Fatalf("the new certificate was not served within 10s; log:\n%s", logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("new certificate served %s after the swap", time.Since(swapped).Round(time.Millisecond))
+	if got := servedSerial(t, pooled, addr); got.Cmp(first.cert.SerialNumber) != 0 {
+		t.Errorf("the pooled connection's certificate changed to %x; connections in flight must be untouched", got)
+	}
+
+	// A broken pair (the key of another certificate) keeps the good one.
+	vol.write(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": second.keyPEM})
+	time.Sleep(3 * certPollInterval)
+	syscallHUP(t) // a SIGHUP re-reads too, and must not log the same failure again
+	time.Sleep(certPollInterval)
+	stopLoop()
+	wg.Wait()
+	if got := servedSerial(t, pki.tlsClient(nil, false), addr); got.Cmp(second.cert.SerialNumber) != 0 {
+		t.Errorf("after a broken update got serial %x, want the last good %x", got, second.cert.SerialNumber)
+	}
+	if n := strings.Count(logs.String(), "keeping the last good serving certificate"); n != 1 {
+		t.Errorf("got %d log lines about the broken pair, want exactly 1:\n%s", n, logs)
+	}
+	if n := requests.Load(); failures.Load() != 0 || n < 10 {
+		t.Errorf("got %d failed of %d reviews across the rotation, want 0 of at least 10", failures.Load(), n)
+	}
+	for _, want := range []string{"loaded the serving certificate", "not_after=", "dns_names=", "SIGHUP"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not mention %q:\n%s", want, logs)
+		}
+	}
+}
+
+func syscallHUP(t *testing.T) {
+	t.Helper()
+	p, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// servedSerial returns the serial number of the certificate the server
+// presents to client.
+func servedSerial(t *testing.T, client *http.Client, addr string) *big.Int {
+	t.Helper()
+	resp, err := client.Get("https://" + addr + "/ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.TLS.PeerCertificates[0].SerialNumber
+}
+
+func TestExpiringCertificateWarns(t *testing.T) {
+	pki := newTestPKI(t)
+	soon, err := newServingCert(pki.servingCA, devHosts, time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "tls.crt"), soon.certPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), soon.keyPEM)
+	_, logs, stop := startRun(t, "-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key"))
+	defer stop()
+	if !strings.Contains(logs.String(), "expires soon") {
+		t.Errorf("no warning for a certificate that expires in a day:\n%s", logs)
+	}
+}
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMutualTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	review := fixtures(t)["v1-deployment-create"]
+	dir := t.TempDir()
+	serving := pki.serving(t)
+	writeFile(t, filepath.Join(dir, "tls.crt"), serving.certPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), serving.keyPEM)
+	caVol := &secretVolume{dir: t.TempDir()}
+	caVol.write(t, map[string][]byte{"ca.crt": pki.clientCA.certPEM})
+	addr, logs, stop := startRun(t,
+		"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key"),
+		"-client-ca-file", caVol.path("ca.crt"), "-allowed-client-names", "kube-apiserver, webhook-client")
+	defer stop()
+
+	otherCA, err := newCA("some other CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiserver := newClientCert(t, pki.clientCA, "kube-apiserver")
+	intruder := newClientCert(t, pki.clientCA, "intruder")
+	foreign := newClientCert(t, otherCA, "kube-apiserver")
+	servingAsClient := tls.Certificate{Certificate: [][]byte{serving.cert.Raw}, PrivateKey: serving.key}
+
+	tests := []struct {
+		name     string
+		cert     *tls.Certificate
+		path     string
+		wantCode int // 0: the handshake must fail
+	}{
+		{"no certificate, ping", nil, "/ping", 200},
+		{"no certificate, validate", nil, "/validate", 401},
+		{"no certificate, mutate", nil, "/mutate", 401},
+		{"another CA", &foreign, "/validate", 0},
+		{"another CA, ping", &foreign, "/ping", 0},
+		{"a serving certificate as a client", &servingAsClient, "/validate", 0},
+		{"name not allowed, validate", &intruder, "/validate", 403},
+		{"name not allowed, mutate", &intruder, "/mutate", 403},
+		{"allowed, validate", &apiserver, "/validate", 200},
+		{"allowed, mutate", &apiserver, "/mutate", 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := pki.tlsClient(tc.cert, false)
+			var resp *http.Response
+			var err error
+			if tc.path == "/ping" {
+				resp, err = client.Get("https://" + addr + tc.path)
+			} else {
+				resp, err = client.Post("https://"+addr+tc.path, "application/json", bytes.NewReader(review))
+			}
+			if tc.wantCode == 0 {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("got HTTP %d, want the handshake refused", resp.StatusCode)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("got HTTP %d %s, want %d", resp.StatusCode, body, tc.wantCode)
+			}
+			if tc.wantCode == 401 || tc.wantCode == 403 {
+				if !bytes.Contains(body, []byte(`"kind":"Status"`)) {
+					t.Errorf("refusal body %s is not a Status", body)
+				}
+			}
+		})
+	}
+	for _, want := range []string{"without a client certificate", `common_name=intruder`} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not record the refusal %q", want)
+		}
+	}
+
+	// The client CA reloads like the serving pair: after the swap the other
+	// CA's certificate is admitted and the first CA's is refused.
+	caVol.write(t, map[string][]byte{"ca.crt": otherCA.certPEM})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := pki.tlsClient(&foreign, false).Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a certificate from the new client CA was not accepted within 10s: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if resp, err := pki.tlsClient(&apiserver, false).Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review)); err == nil {
+		resp.Body.Close()
+		t.Error("a certificate of the replaced client CA is still accepted")
+	}
+}
+
+func TestProtocols(t *testing.T) {
+	review := fixtures(t)["v1-deployment-create"]
+	pki := newTestPKI(t)
+	dir := t.TempDir()
+	serving := pki.serving(t)
+	writeFile(t, filepath.Join(dir, "tls.crt"), serving.certPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), serving.keyPEM)
+	certFlags := []string{"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key")}
+	pool := x509.NewCertPool()
+	pool.AddCert(pki.servingCA.cert)
+
+	handshake := func(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
+		cfg.RootCAs = pool
+		cfg.ServerName = "localhost"
+		conn, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			return tls.ConnectionState{}, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState(), nil
+	}
+
+	tests := []struct {
+		name      string
+		flags     []string
+		client    *tls.Config
+		wantProto string // "" : the handshake must fail
+	}{
+		{"TLS 1.1 refused", nil, &tls.Config{MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11}, ""},
+		{"TLS 1.2 by default", nil, &tls.Config{MaxVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}, "http/1.1"},
+		{"TLS 1.2 without ECDHE refused", nil, &tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_RSA_WITH_AES_128_GCM_SHA256}}, ""},
+		{"TLS 1.2 refused with -tls-min-version 1.3", []string{"-tls-min-version", "1.3"}, &tls.Config{MaxVersion: tls.VersionTLS12}, ""},
+		{"no h2 by default", nil, &tls.Config{NextProtos: []string{"h2", "http/1.1"}}, "http/1.1"},
+		{"h2 with -http2", []string{"-http2"}, &tls.Config{NextProtos: []string{"h2", "http/1.1"}}, "h2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, _, stop := startRun(t, append(certFlags, tc.flags...)...)
+			defer stop()
+			state, err := handshake(addr, tc.client)
+			if tc.wantProto == "" {
+				if err == nil {
+					t.Fatalf("handshake succeeded with %s, want it refused", tls.VersionName(state.Version))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if state.NegotiatedProtocol != tc.wantProto {
+				t.Errorf("negotiated %q, want %q", state.NegotiatedProtocol, tc.wantProto)
+			}
+		})
+	}
+
+	// With -http2 the server really speaks it: Go's client uses h2 when
+	// offered, as the apiserver does for a loopback URL.
+	addr, _, stop := startRun(t, append(certFlags, "-http2")...)
+	defer stop()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}}
+	resp, err := client.Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.ProtoMajor != 2 || resp.StatusCode != 200 {
+		t.Errorf("got %s %d, want HTTP/2.0 200", resp.Proto, resp.StatusCode)
+	}
+}
+
+// TestGracefulShutdown ends run's context, as SIGTERM does, while a review
+// is in flight.
+func TestGracefulShutdown(t *testing.T) {
+	review := fixtures(t)["v1-deployment-create"]
+	const delay = 1500 * time.Millisecond
+	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
+	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+
+	// A review whose body is still arriving when shutdown starts.
+	body, bodyWriter := io.Pipe()
+	inFlight := make(chan *http.Response, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", body)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("the review in flight failed: %v", err)
+			inFlight <- nil
+			return
+		}
+		inFlight <- resp
+	}()
+	if _, err := bodyWriter.Write(review[:100]); err != nil {
+		t.Fatal(err)
+	}
+
+	stopped := make(chan error, 1)
+	shutdownAt := time.Now()
+	go func() { stopped <- stop() }()
+
+	// During the delay /ping fails, reviews are still answered, and every
+	// answer closes its connection.
+	waitForLog(t, logs, "keep-alives are off")
+	resp, err := clientTrusting(t, filepath.Join("tls", "ca.crt")).Get("https://" + addr + "/ping")
+	if err != nil {
+		t.Fatalf("/ping during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("/ping during the shutdown delay: got %d, want 503", resp.StatusCode)
+	}
+	resp, err = client.Post("https://"+addr+"/mutate", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatalf("a review during the shutdown delay failed: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !resp.Close {
+		t.Errorf("a review during the shutdown delay: got %d, close=%v; want 200 and Connection: close", resp.StatusCode, resp.Close)
+	}
+
+	// Finish the body only after the listener has closed.
+	waitForLog(t, logs, "closing the listener")
+	if _, err := bodyWriter.Write(review[100:]); err != nil {
+		t.Fatal(err)
+	}
+	bodyWriter.Close()
+	if r := <-inFlight; r == nil || r.StatusCode != 200 {
+		t.Errorf("the review in flight did not complete with 200: %v", r)
+	} else {
+		r.Body.Close()
+	}
+	if err := <-stopped; err != nil {
+		t.Errorf("run returned %v, want nil", err)
+	}
+	if took := time.Since(shutdownAt); took < delay {
+		t.Errorf("run returned %s after shutdown began, before the %s delay", took, delay)
+	}
+	if _, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		t.Error("the listener still accepts connections after run returned")
+	}
+}
+
+func waitForLog(t *testing.T, logs *syncBuffer, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log never said %q:\n%s", want, logs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSlowHeadersCutOff opens a connection that sends headers too slowly
+// and checks the server drops it after readHeaderTimeout while serving
+// others.
+func TestSlowHeadersCutOff(t *testing.T) {
+	addr, _, stop := startRun(t)
+	defer stop()
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
+	pool.AppendCertsFromPEM(ca)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "POST /validate HTTP/1.1\r\nHost: localhost\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	closed := make(chan error, 1)
+	go func() {
+		_ = conn.SetReadDeadline(time.Now().Add(readHeaderTimeout + 5*time.Second))
+		_, err := bufio.NewReader(conn).ReadByte()
+		closed <- err
+	}()
+
+	// Meanwhile another client is served.
+	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+	resp, err := client.Get("https://" + addr + "/ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/ping while a slow client waits: got %d", resp.StatusCode)
+	}
+
+	err = <-closed
+	took := time.Since(start)
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		t.Fatalf("the slow client was still connected after %s; want it cut off after %s", took, readHeaderTimeout)
+	}
+	if took < readHeaderTimeout-time.Second {
+		t.Errorf("the slow client was cut off after %s, before readHeaderTimeout %s", took, readHeaderTimeout)
+	}
+}
