@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"flag"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,6 +81,11 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-annotate", "a=1", "-annotate", "a=2"}, []string{"-annotate", `"a" is given twice`}},
 		{[]string{"-annotate", "big=" + strings.Repeat("x", 300<<10)}, []string{"-annotate", "Too long"}},
 		{[]string{"-nope"}, []string{"-nope"}},
+		{[]string{"-tls-min-version", "1.1"}, []string{"-tls-min-version", "1.2 or 1.3"}},
+		{[]string{"-log-format", "xml"}, []string{"-log-format", "text or json"}},
+		{[]string{"-shutdown-delay", "-1s"}, []string{"-shutdown-delay"}},
+		{[]string{"-allowed-client-names", "kube-apiserver"}, []string{"-allowed-client-names needs -client-ca-file"}},
+		{[]string{"-client-ca-file", "/does/not/exist"}, []string{"-client-ca-file", "/does/not/exist"}},
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
 	for _, tc := range tests {
@@ -254,4 +261,56 @@ func TestRunConfiguredCertificateMissing(t *testing.T) {
 	if _, err := os.Stat("tls"); !errors.Is(err, os.ErrNotExist) {
 		t.Error("a development certificate was made although one was configured")
 	}
+}
+
+// TestJSONLogs checks -log-format json: every line, from start-up to
+// shutdown, is one JSON object an aggregator can parse.
+func TestJSONLogs(t *testing.T) {
+	review := fixtures(t)["v1-deployment-create"]
+	addr, logs, stop := startRunJSON(t)
+	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+	resp, err := client.Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []string
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var entry struct{ Msg string }
+		if err := json.Unmarshal([]byte(line), &entry); err != nil {
+			t.Fatalf("log line %q is not JSON: %v", line, err)
+		}
+		msgs = append(msgs, entry.Msg)
+	}
+	for _, want := range []string{"loaded the serving certificate", "serving", "review", "stopped"} {
+		if !slices.Contains(msgs, want) {
+			t.Errorf("no %q line among %q", want, msgs)
+		}
+	}
+}
+
+// startRunJSON is startRun with -log-format json, whose serving line is
+// found by its JSON form.
+func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
+	t.Helper()
+	t.Chdir(t.TempDir())
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, func(string) string { return "" }, logs)
+	}()
+	addrRE := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`)
+	for i := 0; i < 1000; i++ {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+			return m[1], logs, func() error { cancel(); return <-done }
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	t.Fatalf("no JSON serving line:\n%s", logs)
+	return "", nil, nil
 }
