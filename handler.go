@@ -254,7 +254,7 @@ func serve(logger *slog.Logger, admit admitFunc) http.Handler {
 		if err := writeReview(w, gvk, resp); err != nil {
 			logger.Warn("writing the review failed", "uid", req.UID, "err", err)
 		}
-		logReview(logger, req, resp, time.Since(start))
+		logReview(logger, r, req, resp, time.Since(start))
 	})
 }
 
@@ -442,12 +442,13 @@ func reasonForCode(code int32) metav1.StatusReason {
 
 // logReview writes the one line each review gets. It names the request and
 // the verdict, never the object or any of its values: it may be a Secret.
-func logReview(logger *slog.Logger, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, took time.Duration) {
+func logReview(logger *slog.Logger, r *http.Request, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, took time.Duration) {
 	name := req.Name
 	if req.Namespace != "" {
 		name = req.Namespace + "/" + name
 	}
 	attrs := []any{
+		"path", r.URL.Path,
 		"uid", req.UID,
 		"operation", req.Operation,
 		"kind", req.Kind.Kind,
@@ -456,6 +457,7 @@ func logReview(logger *slog.Logger, req *admissionv1.AdmissionRequest, resp *adm
 		"allowed", resp.Allowed,
 		"patch_ops", countPatchOps(resp.Patch),
 		"duration", took,
+		"proto", r.Proto,
 	}
 	if req.SubResource != "" {
 		attrs = append(attrs, "subresource", req.SubResource)

@@ -598,7 +598,7 @@ func TestLogsNoObjectValues(t *testing.T) {
 			if err := json.Unmarshal([]byte(lines[0]), &line); err != nil {
 				t.Fatal(err)
 			}
-			for _, key := range []string{"uid", "operation", "kind", "name", "user", "allowed", "patch_ops", "duration"} {
+			for _, key := range []string{"path", "uid", "operation", "kind", "name", "user", "allowed", "patch_ops", "duration", "proto"} {
 				if _, ok := line[key]; !ok {
 					t.Errorf("%s: log line %s has no %q", name, lines[0], key)
 				}

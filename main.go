@@ -259,8 +259,20 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		_, _ = io.WriteString(w, "pong")
 	})
 
+	// While draining, every answer closes its connection: the client has
+	// read the answer and will not reuse the connection, so nothing races.
+	// (Closing idle connections instead, as SetKeepAlivesEnabled(false)
+	// does, fails any review the apiserver is writing into one just then.
+	// For HTTP/2, net/http turns this header into a graceful GOAWAY.)
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !serving.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
+
 	srv := &http.Server{
-		Handler:           mux,
+		Handler:           handler,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -324,8 +336,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	// connection after its next response so clients move to other
 	// replicas, while still answering everything that arrives.
 	serving.Store(false)
-	srv.SetKeepAlivesEnabled(false)
-	logger.Info("shutting down: /ping fails and keep-alives are off while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
+	logger.Info("shutting down: /ping fails and every answer closes its connection while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
 	select {
 	case <-time.After(cfg.shutdownDelay):
 	case err := <-serveErr:

@@ -451,7 +451,7 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// During the delay /ping fails, reviews are still answered, and every
 	// answer closes its connection.
-	waitForLog(t, logs, "keep-alives are off")
+	waitForLog(t, logs, "closes its connection")
 	resp, err := clientTrusting(t, filepath.Join("tls", "ca.crt")).Get("https://" + addr + "/ping")
 	if err != nil {
 		t.Fatalf("/ping during the shutdown delay: %v", err)

@@ -52,6 +52,8 @@ var (
 	webhookBinary string // built from repoRoot for this run
 	apiserver     *apiServer
 	workDir       string // this run's scratch, removed at the end
+	etcdURL       string // for a second apiserver of a test's own
+	kubeAPIServer string // the binary
 )
 
 func TestMain(m *testing.M) {
@@ -89,6 +91,7 @@ func runSuite(m *testing.M) (code int) {
 		return 1
 	}
 	etcdBin, kubeBin, err := cachedBinaries()
+	kubeAPIServer = kubeBin
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
@@ -101,6 +104,7 @@ func runSuite(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	etcdURL = etcd.clientURL
 	apiserver, err = startAPIServer(kubeBin, etcd.clientURL, filepath.Join(workDir, "apiserver"), nil)
 	if apiserver != nil {
 		procs = append(procs, apiserver.process)
@@ -362,3 +366,9 @@ func waitFor(p *process, timeout time.Duration, ready func() bool) error {
 }
 
 func isAlreadyExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+// logMark returns a position in the process's log, for logSince.
+func (p *process) logMark() int { return len(p.log.String()) }
+
+// logSince returns what the process logged after mark.
+func (p *process) logSince(mark int) string { return p.log.String()[mark:] }

@@ -87,6 +87,19 @@ type hookOptions struct {
 	timeout       int32
 	namespace     string // the only namespace the webhook acts in
 	rules         []admissionregistrationv1.RuleWithOperations
+	// seen reports whether the webhook is in use, given a probe object's
+	// name and what its dry-run create returned; registration probes until
+	// it is. Nil waits a fixed 2 s instead.
+	seen func(probe string, err error) bool
+	// api is the apiserver to register with; nil is the suite's.
+	api *apiServer
+}
+
+func (o hookOptions) apiServer() *apiServer {
+	if o.api != nil {
+		return o.api
+	}
+	return apiserver
 }
 
 // deploymentRules matches apps/v1 deployments on CREATE and UPDATE, as the
@@ -137,12 +150,12 @@ func registerMutating(t *testing.T, o hookOptions) {
 		}},
 	}
 	ctx := context.Background()
-	api := apiserver.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	api := o.apiServer().client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering mutating webhook %s: %v", o.name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
-	waitForHookActive()
+	waitForHookActive(t, o)
 }
 
 // registerValidating is registerMutating for a ValidatingWebhookConfiguration.
@@ -157,23 +170,53 @@ func registerValidating(t *testing.T, o hookOptions) {
 		}},
 	}
 	ctx := context.Background()
-	api := apiserver.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	api := o.apiServer().client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering validating webhook %s: %v", o.name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
-	waitForHookActive()
+	waitForHookActive(t, o)
 }
 
-// waitForHookActive waits out the moment the apiserver's informer takes to
-// see a new webhook configuration (about a second).
-func waitForHookActive() { time.Sleep(2 * time.Second) }
+// waitForHookActive waits until the apiserver calls the new webhook: a new
+// configuration takes about a second to be used. It sends dry-run creates of
+// a probe Deployment until o.seen reports the webhook received one.
+func waitForHookActive(t *testing.T, o hookOptions) {
+	t.Helper()
+	if o.seen == nil {
+		time.Sleep(2 * time.Second)
+		return
+	}
+	deadline := time.Now().Add(startTimeout)
+	for i := 0; time.Now().Before(deadline); i++ {
+		name := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano()%100000, i)
+		_, err := o.apiServer().client.AppsV1().Deployments(o.namespace).Create(context.Background(), nginxDeployment(name, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if o.seen(name, err) {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("the apiserver did not call webhook %s within %s", o.name, startTimeout)
+}
+
+// saw reports whether the webhook logged a review of an object named name.
+func (w *webhookServer) saw(name string, _ error) bool {
+	return strings.Contains(w.log.String(), "/"+name+" ")
+}
+
+// refused is a seen for a webhook that is expected to fail every call.
+func refused(_ string, err error) bool { return err != nil }
 
 // createNamespace makes a namespace for one test, deleted when it ends.
 func createNamespace(t *testing.T, name string) string {
 	t.Helper()
+	return createNamespaceIn(t, apiserver, name)
+}
+
+func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
+	t.Helper()
 	name = strings.ToLower(name)
-	api := apiserver.client.CoreV1().Namespaces()
+	api := a.client.CoreV1().Namespaces()
 	if _, err := api.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}

@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Scenario 7: only the apiserver gets in. A second apiserver is started
+// with an AdmissionConfiguration whose kubeConfigFile presents a client
+// certificate to every webhook; the suite's apiserver presents none.
+func TestMutualTLS(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	clientCA := newTestCA(t, "webhook client CA") // never the cluster's CA
+	clientCert, clientKey := writePair(t, dir, "apiserver-client", newTestClientCert(t, clientCA, "kube-apiserver"))
+	caFile := filepath.Join(dir, "client-ca.crt")
+	if err := os.WriteFile(caFile, clientCA.certPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "webhook-kubeconfig.yaml")
+	writeText(t, kubeconfig, fmt.Sprintf(`apiVersion: v1
+kind: Config
+users:
+- name: "*"
+  user:
+    client-certificate: %s
+    client-key: %s
+`, clientCert, clientKey))
+	admissionConfig := filepath.Join(dir, "admission-config.yaml")
+	writeText(t, admissionConfig, fmt.Sprintf(`apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %[1]s
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    kubeConfigFile: %[1]s
+`, kubeconfig))
+	withCert, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, "apiserver-mtls"), []string{"--admission-control-config-file", admissionConfig})
+	if withCert != nil {
+		t.Cleanup(func() {
+			withCert.stop()
+			if t.Failed() {
+				withCert.dumpLog(os.Stderr)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	allowed := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver")
+	notAllowed := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "someone-else")
+
+	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
+		ns := createNamespaceIn(t, withCert, "mtls-admitted")
+		bothHooks(t, allowed, ns, hookOptions{api: withCert})
+		d, err := withCert.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Annotations[allowKey] != allowValue {
+			t.Errorf("got annotations %v, want the webhook's", d.Annotations)
+		}
+	})
+	t.Run("apiserver without a client certificate is refused", func(t *testing.T) {
+		ns := createNamespace(t, "mtls-no-cert")
+		registerValidating(t, hookOptions{name: "nocert.webhook.example.com", url: allowed.url("/validate"), caBundle: allowed.caPEM, namespace: ns, seen: refused})
+		_, err := apiserver.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", map[string]string{allowKey: allowValue}), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
+			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
+		}
+		if !strings.Contains(allowed.log.String(), "without a client certificate") {
+			t.Error("the webhook did not log the refusal")
+		}
+	})
+	t.Run("a name not in -allowed-client-names is refused", func(t *testing.T) {
+		ns := createNamespaceIn(t, withCert, "mtls-wrong-name")
+		registerValidating(t, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url("/validate"), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
+		_, err := withCert.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", map[string]string{allowKey: allowValue}), metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), `"kube-apiserver" is not in -allowed-client-names`) {
+			t.Errorf("got %v, want the webhook's 403 message passed through", err)
+		}
+	})
+}
+
+func writeText(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
