@@ -4,15 +4,21 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -165,4 +171,116 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+const (
+	// defaultServingValidity is the serving certificate's lifetime from
+	// `webhook certs`: a year, so rotation is a routine that gets practised.
+	defaultServingValidity = 365 * 24 * time.Hour
+
+	// defaultCAValidity is the CA's lifetime. It outlives many serving
+	// certificates, so rotating those never changes caBundle.
+	defaultCAValidity = 10 * 365 * 24 * time.Hour
+)
+
+// runCerts is `webhook certs`: it writes ca.crt, ca.key, tls.crt and tls.key
+// into -dir and prints the base64 caBundle on stdout. An existing CA in -dir
+// is kept, so issuing a new serving certificate leaves caBundle unchanged.
+func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("webhook certs", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	dir := flags.String("dir", "tls", "`directory` to write ca.crt, ca.key, tls.crt and tls.key into")
+	hosts := flags.String("hosts", "", "comma-separated DNS `names` and IP addresses the serving certificate is for")
+	service := flags.String("service", "", "with no -hosts: the Service `name`; the names are NAME, NAME.NS, NAME.NS.svc and NAME.NS.svc.cluster.local")
+	namespace := flags.String("namespace", "default", "the Service's `namespace`, with -service")
+	validity := flags.Duration("validity", defaultServingValidity, "serving certificate `lifetime`")
+	caValidity := flags.Duration("ca-validity", defaultCAValidity, "lifetime of a new CA")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("certs: unexpected argument %q", flags.Arg(0))
+	}
+	var names []string
+	for _, h := range strings.Split(*hosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			names = append(names, h)
+		}
+	}
+	switch {
+	case len(names) > 0 && *service != "":
+		return errors.New("certs: give -hosts or -service, not both")
+	case len(names) == 0 && *service == "":
+		return errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace")
+	case len(names) == 0:
+		svc, ns := *service, *namespace
+		names = []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+	}
+	if *validity <= 0 || *caValidity <= 0 {
+		return errors.New("certs: -validity and -ca-validity must be positive")
+	}
+
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	ca, err := loadCA(filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key"))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if ca, err = newCA("webhook CA", now, *caValidity); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(filepath.Join(*dir, "ca.key"), ca.keyPEM, 0o600); err != nil {
+			return err
+		}
+		if err := writeFileAtomic(filepath.Join(*dir, "ca.crt"), ca.certPEM, 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.cert.NotAfter.Format(time.DateOnly))
+	case err != nil:
+		return fmt.Errorf("certs: the CA in %s: %w", *dir, err)
+	default:
+		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s); caBundle is unchanged\n", *dir, ca.cert.NotAfter.Format(time.DateOnly))
+	}
+	if now.Add(*validity).After(ca.cert.NotAfter) {
+		return fmt.Errorf("certs: the CA expires on %s, before a serving certificate valid for %s would; rotate the CA first", ca.cert.NotAfter.Format(time.DateOnly), *validity)
+	}
+	serving, err := newServingCert(ca, names, now, *validity)
+	if err != nil {
+		return err
+	}
+	// The key first: a watcher that sees the new certificate finds its key.
+	if err := writeFileAtomic(filepath.Join(*dir, "tls.key"), serving.keyPEM, 0o600); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(*dir, "tls.crt"), serving.certPEM, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote a serving certificate for %s to %s (valid until %s); caBundle on stdout\n",
+		strings.Join(names, ", "), *dir, serving.cert.NotAfter.Format(time.DateOnly))
+	_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(ca.certPEM))
+	return err
+}
+
+// loadCA reads a CA made by runCerts. A missing file gives fs.ErrNotExist.
+func loadCA(certFile, keyFile string) (*keyPair, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := pair.PrivateKey.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("the CA key is a %T; webhook certs makes and signs with ECDSA keys", pair.PrivateKey)
+	}
+	if !pair.Leaf.IsCA {
+		return nil, errors.New("ca.crt is not a CA certificate")
+	}
+	return &keyPair{cert: pair.Leaf, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// certsRun runs `webhook certs args...` and returns what it printed.
+func certsRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err = run(t.Context(), append([]string{"certs"}, args...), func(string) string { return "" }, &out, &errOut)
+	return out.String(), errOut.String(), err
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM", path)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCertsForService(t *testing.T) {
+	dir := t.TempDir()
+	stdout, _, err := certsRun(t, "-dir", dir, "-service", "webhook", "-namespace", "webhook-system", "-validity", "720h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, _ := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if got := strings.TrimSpace(stdout); got != base64.StdEncoding.EncodeToString(caPEM) {
+		t.Errorf("stdout %q is not the base64 of ca.crt", got)
+	}
+	for name, perm := range map[string]os.FileMode{"ca.crt": 0o644, "ca.key": 0o600, "tls.crt": 0o644, "tls.key": 0o600} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != perm {
+			t.Errorf("%s has mode %v, want %v", name, fi.Mode().Perm(), perm)
+		}
+	}
+	ca, serving := readCert(t, filepath.Join(dir, "ca.crt")), readCert(t, filepath.Join(dir, "tls.crt"))
+	if !ca.IsCA || serving.IsCA {
+		t.Errorf("got ca.IsCA=%v tls.IsCA=%v, want true and false", ca.IsCA, serving.IsCA)
+	}
+	if len(serving.ExtKeyUsage) != 1 || serving.ExtKeyUsage[0] != x509.ExtKeyUsageServerAuth {
+		t.Errorf("got extended key usage %v, want serverAuth only", serving.ExtKeyUsage)
+	}
+	if pub, ok := serving.PublicKey.(*ecdsa.PublicKey); !ok || pub.Curve != elliptic.P256() {
+		t.Errorf("got a %T key, want ECDSA P-256", serving.PublicKey)
+	}
+	if life := serving.NotAfter.Sub(serving.NotBefore); life > 721*time.Hour {
+		t.Errorf("serving certificate lives %s, want the -validity of 720h", life)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	for _, name := range []string{"webhook", "webhook.webhook-system", "webhook.webhook-system.svc", "webhook.webhook-system.svc.cluster.local"} {
+		if _, err := serving.Verify(x509.VerifyOptions{Roots: pool, DNSName: name}); err != nil {
+			t.Errorf("tls.crt does not verify for %s: %v", name, err)
+		}
+	}
+	if _, err := serving.Verify(x509.VerifyOptions{Roots: pool, DNSName: "webhook.other.svc"}); err == nil {
+		t.Error("tls.crt verifies for a name it was not made for")
+	}
+}
+
+// TestCertsKeepTheCA checks that a second run issues a new serving
+// certificate under the same CA, so caBundle does not change.
+func TestCertsKeepTheCA(t *testing.T) {
+	dir := t.TempDir()
+	first, _, err := certsRun(t, "-dir", dir, "-hosts", "127.0.0.1,webhook.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial1 := readCert(t, filepath.Join(dir, "tls.crt")).SerialNumber
+	second, stderr, err := certsRun(t, "-dir", dir, "-hosts", "127.0.0.1,webhook.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second {
+		t.Error("caBundle changed when only the serving certificate was renewed")
+	}
+	if !strings.Contains(stderr, "kept the CA") {
+		t.Errorf("stderr %q does not say the CA was kept", stderr)
+	}
+	serving := readCert(t, filepath.Join(dir, "tls.crt"))
+	if serving.SerialNumber.Cmp(serial1) == 0 {
+		t.Error("the serving certificate was not renewed")
+	}
+	if len(serving.IPAddresses) != 1 || !serving.IPAddresses[0].Equal([]byte{127, 0, 0, 1}) || len(serving.DNSNames) != 1 || serving.DNSNames[0] != "webhook.example.com" {
+		t.Errorf("got IPs %v and DNS names %v", serving.IPAddresses, serving.DNSNames)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(readCert(t, filepath.Join(dir, "ca.crt")))
+	if _, err := serving.Verify(x509.VerifyOptions{Roots: pool, DNSName: "webhook.example.com"}); err != nil {
+		t.Errorf("the renewed certificate does not chain to the kept CA: %v", err)
+	}
+}
+
+func TestCertsErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dir", dir}, "give -hosts"},
+		{[]string{"-dir", dir, "-hosts", "a", "-service", "b"}, "not both"},
+		{[]string{"-dir", dir, "-hosts", "a", "-validity", "-1h"}, "must be positive"},
+		{[]string{"-dir", dir, "-hosts", "a", "-ca-validity", "24h", "-validity", "48h"}, "rotate the CA first"},
+		{[]string{"-dir", dir, "stray"}, "unexpected argument"},
+	}
+	for _, tc := range tests {
+		_, _, err := certsRun(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("certs %q: got %v, want an error about %q", tc.args, err, tc.want)
+		}
+	}
+	// A CA file that is not a CA is refused rather than used.
+	bad := t.TempDir()
+	if _, _, err := certsRun(t, "-dir", bad, "-hosts", "a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"crt", "key"} {
+		b, _ := os.ReadFile(filepath.Join(bad, "tls."+f))
+		if err := os.WriteFile(filepath.Join(bad, "ca."+f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := certsRun(t, "-dir", bad, "-hosts", "a"); err == nil || !strings.Contains(err.Error(), "not a CA") {
+		t.Errorf("got %v, want a refusal of a ca.crt that is not a CA", err)
+	}
+}
+
