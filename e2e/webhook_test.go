@@ -31,14 +31,19 @@ type webhookServer struct {
 // whose CA becomes the caBundle.
 func startWebhook(t *testing.T, dir string, args ...string) *webhookServer {
 	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	return startWebhookOn(t, dir, fmt.Sprintf("127.0.0.1:%d", port), args...)
+}
+
+// startWebhookOn is startWebhook on a given address.
+func startWebhookOn(t *testing.T, dir, addr string, args ...string) *webhookServer {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	p, err := startProcess("webhook "+addr, dir, webhookBinary, append([]string{"-listen", addr}, args...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -223,3 +228,5 @@ func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 	return name
 }
+
+func itoa(i int) string { return fmt.Sprint(i) }

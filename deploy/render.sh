@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Renders the manifests in deploy/ with certificates from `webhook certs`.
+#
+#   deploy/render.sh in-cluster OUT        # Service mode: Namespace, Deployment, Service,
+#                                          # PDB, TLS Secret and both webhook configurations
+#   deploy/render.sh url HOST:PORT OUT     # URL mode: both configurations for https://HOST:PORT
+#
+# then `kubectl apply -f OUT`. Certificates go to OUT/certs (override with
+# CERTS=dir). Run it again to renew the serving certificate: the CA in the
+# certificate directory is kept, so caBundle does not change.
+#
+# Environment: WEBHOOK, the command that runs the webhook binary (default:
+# `go run` of this repository); IMAGE, the Deployment's image (default
+# webhook:latest).
+set -euo pipefail
+
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+root=$(cd "$(dirname "$0")/.." && pwd)
+mode=${1:-}
+case $mode in
+  in-cluster) [ $# -eq 2 ] || usage; out=$2 ;;
+  url) [ $# -eq 3 ] || usage; hostport=$2; out=$3 ;;
+  *) usage ;;
+esac
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+certs=${CERTS:-$out/certs}
+mkdir -p "$certs"
+certs=$(cd "$certs" && pwd)
+image=${IMAGE:-webhook:latest}
+if [ -n "${WEBHOOK:-}" ]; then
+  webhook=($WEBHOOK)
+else
+  webhook=(go -C "$root" run .)
+fi
+
+# render FILE: copy FILE into OUT with the placeholders filled in.
+render() {
+  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" \
+      -e "s|__IMAGE__|$image|g" \
+      -e "s|__WEBHOOK_HOST__|${hostport:-}|g" "$1" > "$out/$(basename "$1")"
+}
+
+case $mode in
+  in-cluster)
+    # The name the apiserver checks is <service>.<namespace>.svc.
+    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service webhook -namespace webhook-system)
+    for f in "$root"/deploy/in-cluster/*.yaml; do render "$f"; done
+    cat > "$out/secret.yaml" <<YAML
+# The serving certificate and key from \`webhook certs\`; the CA's key stays
+# in $certs and never enters the cluster.
+apiVersion: v1
+kind: Secret
+metadata:
+  name: webhook-tls
+  namespace: webhook-system
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 < "$certs/tls.crt")
+  tls.key: $(base64 -w0 < "$certs/tls.key")
+YAML
+    ;;
+  url)
+    host=${hostport%:*}
+    host=${host#[}; host=${host%]}   # [::1]:8443 -> ::1
+    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
+    render "$root/deploy/url-mode/webhooks.yaml"
+    echo "run the webhook where https://$hostport reaches it:" >&2
+    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
+    ;;
+esac
+echo "rendered into $out; apply with: kubectl apply -f $out" >&2

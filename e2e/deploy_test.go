@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// render runs the documented command, deploy/render.sh, with the webhook
+// binary built for this run.
+func render(t *testing.T, args ...string) string {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "render.sh"), append(args, out)...)
+	cmd.Env = append(os.Environ(), "WEBHOOK="+webhookBinary)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/render.sh %v: %v\n%s", args, err, output)
+	}
+	return out
+}
+
+// objectsIn reads every YAML document of every .yaml file in dir, as
+// `kubectl apply -f dir` does.
+func objectsIn(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	var objs []*unstructured.Unstructured
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			if len(obj.Object) > 0 {
+				objs = append(objs, obj)
+			}
+		}
+		r.Close()
+	}
+	return objs
+}
+
+// apply server-side applies objs; with dryRun the apiserver validates,
+// admits and defaults each one but stores nothing. Namespaces are always
+// applied for real (and removed at the end), since namespaced objects
+// cannot even be dry-run into a namespace that does not exist.
+func apply(t *testing.T, a *apiServer, objs []*unstructured.Unstructured, dryRun bool) {
+	t.Helper()
+	ctx := context.Background()
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(a.client.Discovery()))
+	// Warnings are kept: PodSecurity admission warns about a Deployment
+	// whose pods its namespace's level would refuse.
+	warnings := &warningCollector{}
+	cfg := rest.CopyConfig(a.config)
+	cfg.WarningHandler = warnings
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	// Namespaces first, as kubectl orders them.
+	sort.SliceStable(objs, func(i, j int) bool { return objs[i].GetKind() == "Namespace" && objs[j].GetKind() != "Namespace" })
+	for _, obj := range objs {
+		gvk := obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatalf("%s %s: %v", gvk, obj.GetName(), err)
+		}
+		var res dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		if obj.GetNamespace() != "" {
+			res = dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		}
+		opts := metav1.PatchOptions{FieldManager: "e2e"}
+		realApply := !dryRun || gvk.Kind == "Namespace"
+		if !realApply {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		body, err := obj.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, opts); err != nil {
+			t.Fatalf("applying %s %s: %v", gvk.Kind, obj.GetName(), err)
+		}
+		if realApply {
+			name := obj.GetName()
+			t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		}
+	}
+	for _, w := range warnings.all() {
+		t.Errorf("the apiserver warned: %s", w)
+	}
+}
+
+// warningCollector keeps the warnings the apiserver sends.
+type warningCollector struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (c *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.warnings = append(c.warnings, text)
+}
+
+func (c *warningCollector) all() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.warnings
+}
+
+// TestDeployManifests applies every in-cluster manifest, rendered by the
+// documented command, with server-side dry-run: the apiserver's own
+// validation of the Deployment, Service, PDB, Secret and both webhook
+// configurations.
+func TestDeployManifests(t *testing.T) {
+	out := render(t, "in-cluster")
+	objs := objectsIn(t, out)
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	for _, want := range []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+		if !kinds[want] {
+			t.Errorf("the rendered manifests have no %s", want)
+		}
+	}
+	// Every source manifest is among those rendered.
+	sources, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "in-cluster", "*.yaml"))
+	for _, s := range sources {
+		if _, err := os.Stat(filepath.Join(out, filepath.Base(s))); err != nil {
+			t.Errorf("%s was not rendered", s)
+		}
+	}
+	rendered, _ := os.ReadFile(filepath.Join(out, "webhooks.yaml"))
+	if strings.Contains(string(rendered), "__") {
+		t.Errorf("a placeholder is left in the rendered webhooks.yaml:\n%s", rendered)
+	}
+	apply(t, apiserver, objs, true)
+}
+
+// TestURLMode registers the URL-mode configurations the documented command
+// renders, pointing at a webhook started from the certificates it made, and
+// creates a Deployment through them.
+func TestURLMode(t *testing.T) {
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostport := "127.0.0.1:" + itoa(port)
+	out := render(t, "url", hostport)
+
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := os.ReadFile(filepath.Join(out, "certs", "ca.crt"))
+	if err := os.WriteFile(filepath.Join(dir, "tls", "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w := startWebhookOn(t, dir, hostport, "-tls-cert-file", filepath.Join(out, "certs", "tls.crt"), "-tls-private-key-file", filepath.Join(out, "certs", "tls.key"))
+	// These configurations act on every namespace but webhook-system and
+	// kube-system, as a user's would; the suite runs tests one at a time.
+	apply(t, apiserver, objectsIn(t, out), false)
+	ns := createNamespace(t, "url-mode")
+	waitForHookActive(t, hookOptions{name: "url-mode", namespace: ns, seen: w.saw})
+
+	ctx := context.Background()
+	if _, err := apiserver.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stored, err := apiserver.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stored.Annotations[allowKey] != allowValue {
+		t.Errorf("stored annotations %v, want %s=%s", stored.Annotations, allowKey, allowValue)
+	}
+	for _, path := range []string{"path=/mutate", "path=/validate"} {
+		if !strings.Contains(w.log.String(), path+" ") {
+			t.Errorf("the webhook answered no review on %s", path)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"debug/elf"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// distrolessUser is the uid and gid of distroless's nonroot user, which the
+// Dockerfile and the Deployment run as.
+const distrolessUser = 65532
+
+// TestImagePremise proves what the distroless image relies on, without a
+// Docker engine: the binary built as the Dockerfile builds it runs from an
+// empty, read-only root filesystem (no /etc, no shell, no CA store, no
+// libc) as uid 65532, with only its certificates beside it, and serves.
+func TestImagePremise(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chroot needs root; CI runs as root")
+	}
+	chroot, err := exec.LookPath("chroot")
+	if err != nil {
+		t.Skip("no chroot command")
+	}
+	root := filepath.Join(t.TempDir(), "rootfs")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "webhook")
+	// The Dockerfile's build line.
+	if err := goBuild(repoRoot, bin, ".", "-trimpath", "-ldflags", "-s -w"); err != nil {
+		t.Fatal(err)
+	}
+	checkStatic(t, bin)
+	if fi, err := os.Stat(bin); err == nil {
+		t.Logf("stripped static binary: %.1f MB", float64(fi.Size())/1e6)
+	}
+
+	// The certificates, as a Secret volume would mount them: readable by
+	// the nonroot user, writable by no one it is.
+	tlsDir := filepath.Join(root, "tls")
+	if _, err := exec.Command(bin, "certs", "-dir", tlsDir, "-hosts", "127.0.0.1,localhost").Output(); err != nil {
+		t.Fatalf("webhook certs: %v", err)
+	}
+	if err := os.Remove(filepath.Join(tlsDir, "ca.key")); err != nil { // never mounted into a pod
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(tlsDir, "tls.key"), distrolessUser, distrolessUser); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(tlsDir, "tls.key"), 0o400); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{tlsDir, root} {
+		if err := os.Chmod(d, 0o555); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { _ = os.Chmod(root, 0o755); _ = os.Chmod(tlsDir, 0o755) })
+	if got := listTree(t, root); got != "tls/ tls/ca.crt tls/tls.crt tls/tls.key webhook" {
+		t.Fatalf("the root filesystem holds %q, want only the binary and its certificates", got)
+	}
+
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	p, err := startProcess("webhook in an empty root", "/", chroot,
+		fmt.Sprintf("--userspec=%d:%d", distrolessUser, distrolessUser), root,
+		"/webhook", "-listen", addr, "-tls-cert-file", "/tls/tls.crt", "-tls-private-key-file", "/tls/tls.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			p.dumpLog(os.Stderr)
+		}
+	})
+	ca, err := os.ReadFile(filepath.Join(tlsDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if err := waitFor(p, startTimeout, func() bool {
+		resp, err := client.Get("https://" + addr + "/ping")
+		if err != nil {
+			return false
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode == 200 && string(body) == "pong"
+	}); err != nil {
+		t.Fatal(err)
+	}
+	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-update-mutated.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Post("https://"+addr+"/validate?timeout=5s", "application/json", bytes.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
+		t.Errorf("got %d %s, want an admitted review", resp.StatusCode, body)
+	}
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Errorf("exited with %v after SIGTERM, want 0", p.err)
+		}
+	case <-time.After(startTimeout):
+		t.Error("did not exit after SIGTERM")
+	}
+}
+
+// checkStatic fails unless bin is an ELF executable with no interpreter and
+// no shared libraries: it must run where there is no libc.
+func checkStatic(t *testing.T, bin string) {
+	t.Helper()
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Fatal("the binary names a dynamic loader; build with CGO_ENABLED=0")
+		}
+	}
+	if libs, _ := f.ImportedLibraries(); len(libs) > 0 {
+		t.Fatalf("the binary needs shared libraries %v", libs)
+	}
+}
+
+// listTree lists every path under root, directories with a trailing slash.
+func listTree(t *testing.T, root string) string {
+	t.Helper()
+	var paths []string
+	err := filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		if err != nil || path == root {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if info.IsDir() {
+			rel += "/"
+		}
+		paths = append(paths, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(paths)
+	return strings.Join(paths, " ")
+}
