@@ -1,10 +1,6 @@
 package main
 
-import (
-	"strings"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
+import "strings"
 
 // patchOp is one JSON Patch (RFC 6902) operation. The kube-apiserver applies
 // the list with gopkg.in/evanphx/json-patch.v4, so only what that library
@@ -60,7 +56,7 @@ func (a annotation) String() string { return a.Key + "=" + a.Value }
 //
 // Nothing to change gives no operations, so a second pass over the patched
 // object is a no-op.
-func annotationPatch(meta *metav1.ObjectMeta, want []annotation) []patchOp {
+func annotationPatch(meta *objectMetadata, want []annotation) []patchOp {
 	if len(want) == 0 {
 		return nil
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestJSONPointer(t *testing.T) {
@@ -37,18 +35,18 @@ func TestAnnotationPatch(t *testing.T) {
 	want := []annotation{{"webhook.example.com/allow", "true"}, {"empty.example.com/value", ""}}
 	tests := []struct {
 		name string
-		meta *metav1.ObjectMeta
+		meta *objectMetadata
 		want string // the patch as JSON
 	}{
 		{"no metadata", nil,
 			`[{"op":"add","path":"/metadata","value":{"annotations":{"empty.example.com/value":"","webhook.example.com/allow":"true"}}}]`},
-		{"no annotations", &metav1.ObjectMeta{Name: "x"},
+		{"no annotations", &objectMetadata{Name: "x"},
 			`[{"op":"add","path":"/metadata/annotations","value":{"empty.example.com/value":"","webhook.example.com/allow":"true"}}]`},
-		{"empty annotations", &metav1.ObjectMeta{Annotations: map[string]string{}},
+		{"empty annotations", &objectMetadata{Annotations: map[string]string{}},
 			`[{"op":"add","path":"/metadata/annotations/webhook.example.com~1allow","value":"true"},{"op":"add","path":"/metadata/annotations/empty.example.com~1value","value":""}]`},
-		{"one different, one right", &metav1.ObjectMeta{Annotations: map[string]string{"webhook.example.com/allow": "false", "empty.example.com/value": "", "other": "kept"}},
+		{"one different, one right", &objectMetadata{Annotations: map[string]string{"webhook.example.com/allow": "false", "empty.example.com/value": "", "other": "kept"}},
 			`[{"op":"add","path":"/metadata/annotations/webhook.example.com~1allow","value":"true"}]`},
-		{"all there", &metav1.ObjectMeta{Annotations: map[string]string{"webhook.example.com/allow": "true", "empty.example.com/value": ""}},
+		{"all there", &objectMetadata{Annotations: map[string]string{"webhook.example.com/allow": "true", "empty.example.com/value": ""}},
 			`null`},
 	}
 	for _, tc := range tests {
@@ -64,5 +62,29 @@ func TestAnnotationPatch(t *testing.T) {
 	}
 	if ops := annotationPatch(nil, nil); ops != nil {
 		t.Errorf("with nothing to annotate got %v, want no operations", ops)
+	}
+}
+
+func TestCountPatchOps(t *testing.T) {
+	tests := []struct {
+		patch string
+		want  int
+	}{
+		{``, 0},
+		{`[]`, 0},
+		{`[{"op":"add","path":"/metadata/annotations","value":{"a":"{[","b":"]}"}}]`, 1},
+		{`[{"op":"add","path":"/a","value":"x\\"}, {"op":"add","path":"/b","value":["{"]}]`, 2},
+		{`[{"op":"add","path":"/a~1b","value":"\\\"{"},{"op":"add","path":"/c","value":{}},{"op":"add","path":"/d","value":[]}]`, 3},
+	}
+	for _, tc := range tests {
+		if got := countPatchOps([]byte(tc.patch)); got != tc.want {
+			t.Errorf("countPatchOps(%s) = %d, want %d", tc.patch, got, tc.want)
+		}
+		if tc.patch != "" {
+			var ops []json.RawMessage
+			if err := json.Unmarshal([]byte(tc.patch), &ops); err != nil || len(ops) != tc.want {
+				t.Errorf("the test's patch %s is wrong: %d ops, %v", tc.patch, len(ops), err)
+			}
+		}
 	}
 }
