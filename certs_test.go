@@ -149,4 +149,3 @@ func TestCertsErrors(t *testing.T) {
 		t.Errorf("got %v, want a refusal of a ca.crt that is not a CA", err)
 	}
 }
-
