@@ -1,7 +1,7 @@
 # The README's commands, kept short. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: test unit fuzz e2e capture check run
+.PHONY: test unit fuzz e2e capture check run bench bench-smoke bench-tools
 
 # Everything: static checks, unit tests with the race detector, a short fuzz
 # run, and the end-to-end suite against a real kube-apiserver.
@@ -15,6 +15,7 @@ check:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
+	cd bench && $(GO) vet ./...
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 15s .
@@ -29,3 +30,18 @@ capture:
 
 run:
 	$(GO) run .
+
+# The load generator, from Debian's packages: the next machine starts bare.
+bench-tools:
+	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
+
+# The webhook against the limit of a bare net/http server, written to
+# bench/results/ (about 7 minutes), and the in-process benchmarks.
+bench: bench-tools
+	cd bench && $(GO) run .
+	$(GO) test -run '^$$' -bench . -benchmem -count 5 .
+
+# CI: that the benchmark works, not how fast (about 30 seconds).
+bench-smoke: bench-tools
+	cd bench && $(GO) run . -smoke > /dev/null
+	$(GO) test -run '^$$' -bench . -benchtime 1x .

@@ -1,0 +1,395 @@
+// Command bench measures the webhook against the physical limit of a
+// net/http webhook on this machine: it builds both, gives them the same
+// ECDSA P-256 certificate, drives each with wrk over HTTP/1.1 keep-alive
+// TLS (as the apiserver calls) round by round, alternating the two, and
+// reports medians as a table and a chart.
+//
+//	cd bench && go run .          # the full run, written to bench/results/
+//	cd bench && go run . -smoke   # half a minute: that it works, not how fast
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// server is one of the two servers under load.
+type server struct {
+	name string
+	cmd  *exec.Cmd
+	addr string
+}
+
+// result is one wrk run against one server.
+type result struct {
+	requests              int
+	seconds               float64
+	p50, p99              time.Duration
+	errors                int
+	cpuSeconds, peakRSSMB float64
+}
+
+func (r result) rps() float64            { return float64(r.requests) / r.seconds }
+func (r result) cpuPer1000() float64     { return r.cpuSeconds / float64(r.requests) * 1000 }
+func median(xs []float64) float64        { s := slices.Clone(xs); sort.Float64s(s); return s[len(s)/2] }
+func ms(d time.Duration) float64         { return float64(d) / float64(time.Millisecond) }
+func durMS(f float64) time.Duration      { return time.Duration(f * float64(time.Millisecond)) }
+func (s *server) pid() int               { return s.cmd.Process.Pid }
+func (s *server) url(path string) string { return "https://" + s.addr + path }
+
+// scenario is one load shape.
+type scenario struct {
+	body        string // a file name from the root module's benchmark bodies
+	connections int
+	handshake   bool // a new TLS connection per request
+}
+
+func (s scenario) String() string {
+	mode := "keep-alive"
+	if s.handshake {
+		mode = "new TLS handshake per request"
+	}
+	return fmt.Sprintf("%s, %d connections, %s", s.body, s.connections, mode)
+}
+
+func run() error {
+	smoke := flag.Bool("smoke", false, "a few seconds in all: check that everything works")
+	out := flag.String("out", "results", "`directory` for results.md and latency.png")
+	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
+	duration := flag.Duration("duration", 3*time.Second, "length of one wrk run, in whole seconds (wrk's unit)")
+	flag.Parse()
+	if *smoke {
+		*rounds, *duration = 1, time.Second
+		*out = filepath.Join(os.TempDir(), "webhook-bench-smoke")
+	}
+	wrk, err := exec.LookPath("wrk")
+	if err != nil {
+		return errors.New("wrk is not installed: apt-get install wrk (make bench does)")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "webhook-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+
+	// The two servers, built as the Dockerfile builds the webhook.
+	webhookBin, limitBin := filepath.Join(work, "webhook"), filepath.Join(work, "limit")
+	if err := command(root, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", webhookBin, "."); err != nil {
+		return err
+	}
+	if err := command(".", "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", limitBin, "./limit"); err != nil {
+		return err
+	}
+	binInfo, err := os.Stat(webhookBin)
+	if err != nil {
+		return err
+	}
+	certs := filepath.Join(work, "certs")
+	if err := command(root, webhookBin, "certs", "-dir", certs, "-hosts", "127.0.0.1"); err != nil {
+		return err
+	}
+	bodies := filepath.Join(work, "bodies")
+	if err := os.Mkdir(bodies, 0o755); err != nil {
+		return err
+	}
+	if err := command(root, "go", "test", "-count=1", "-run", "^TestWriteBenchBodies$", ".", "-args", "-write-bench-bodies", bodies); err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+
+	starts := 7
+	if *smoke {
+		starts = 1
+	}
+	startup, err := startupTime(webhookBin, certs, client, starts)
+	if err != nil {
+		return err
+	}
+	certArgs := []string{"-tls-cert-file", filepath.Join(certs, "tls.crt"), "-tls-private-key-file", filepath.Join(certs, "tls.key")}
+	webhook, err := start("webhook", webhookBin, certArgs, client, "-log-format", "json")
+	if err != nil {
+		return err
+	}
+	defer stop(webhook)
+	limit, err := start("limit", limitBin, certArgs, client)
+	if err != nil {
+		return err
+	}
+	defer stop(limit)
+	// The webhook logs a line per review; that is part of its cost, as in
+	// production, but the lines themselves go nowhere.
+	servers := []*server{limit, webhook}
+
+	var scenarios []scenario
+	concurrencies := []int{1, 8, 32, 128}
+	if *smoke {
+		concurrencies = []int{1, 8}
+	}
+	for _, body := range []string{"deployment-2k", "pod-100k", "update-1m"} {
+		for _, c := range concurrencies {
+			scenarios = append(scenarios, scenario{body: body, connections: c})
+		}
+	}
+	scenarios = append(scenarios, scenario{body: "deployment-2k", connections: 8, handshake: true})
+
+	results := map[string]map[scenario][]result{"webhook": {}, "limit": {}}
+	for _, sc := range scenarios {
+		for round := 0; round < *rounds; round++ {
+			order := servers
+			if round%2 == 1 { // alternate who goes first: the machine is shared and noisy
+				order = []*server{servers[1], servers[0]}
+			}
+			for _, s := range order {
+				r, err := load(wrk, s, sc, filepath.Join(bodies, sc.body+".json"), *duration)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", s.name, sc, err)
+				}
+				if r.errors > 0 {
+					return fmt.Errorf("%s, %s: %d requests failed", s.name, sc, r.errors)
+				}
+				results[s.name][sc] = append(results[s.name][sc], r)
+			}
+		}
+		fmt.Fprintf(os.Stderr, "bench: %s done\n", sc)
+	}
+
+	report := renderReport(scenarios, results, binInfo.Size(), startup, starts, *rounds, *duration)
+	fmt.Print(report)
+	if err := os.WriteFile(filepath.Join(*out, "results.md"), []byte(report), 0o644); err != nil {
+		return err
+	}
+	return writeChart(filepath.Join(*out, "latency.png"), scenarios, results)
+}
+
+// command runs name with args in dir, failing with its output.
+func command(dir, name string, args ...string) error {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// start runs a server and waits until /ping (or any answer) comes back.
+func start(name, bin string, certArgs []string, client *http.Client, extra ...string) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, append(append([]string{"-listen", addr}, certArgs...), extra...)...)
+	cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	s := &server{name: name, cmd: cmd, addr: addr}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if resp, err := client.Get(s.url("/ping")); err == nil {
+			resp.Body.Close()
+			return s, nil
+		}
+	}
+	stop(s)
+	return nil, fmt.Errorf("%s did not start", name)
+}
+
+func stop(s *server) {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(35 * time.Second):
+		_ = s.cmd.Process.Kill()
+	}
+}
+
+// startupTime is the median time from exec to the first answered /ping, the
+// time a new replica takes to be ready.
+func startupTime(bin, certs string, client *http.Client, n int) (time.Duration, error) {
+	var times []float64
+	for i := 0; i < n; i++ {
+		addr, err := freeAddr()
+		if err != nil {
+			return 0, err
+		}
+		begin := time.Now()
+		cmd := exec.Command(bin, "-listen", addr, "-tls-cert-file", filepath.Join(certs, "tls.crt"), "-tls-private-key-file", filepath.Join(certs, "tls.key"))
+		cmd.Stdout, cmd.Stderr = io.Discard, io.Discard
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		for {
+			if resp, err := client.Get("https://" + addr + "/ping"); err == nil && resp.StatusCode == 200 {
+				resp.Body.Close()
+				break
+			}
+			if time.Since(begin) > 10*time.Second {
+				_ = cmd.Process.Kill()
+				return 0, errors.New("the webhook did not answer /ping within 10s of starting")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		times = append(times, ms(time.Since(begin)))
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	return durMS(median(times)), nil
+}
+
+var resultLine = regexp.MustCompile(`RESULT requests=(\d+) duration_us=(\d+) p50_us=(\d+) p99_us=(\d+) errors=(\d+)`)
+
+// load runs wrk against s and reads the server's CPU time and peak RSS
+// around it from /proc.
+func load(wrk string, s *server, sc scenario, body string, d time.Duration) (result, error) {
+	// Writing 5 to clear_refs resets the peak RSS the kernel keeps, so each
+	// run's peak is its own.
+	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", s.pid()), []byte("5"), 0)
+	cpuBefore, err := cpuSeconds(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	// One wrk thread: the generator shares this 2-core machine with the
+	// server and should take as little of it as it can.
+	cmd := exec.CommandContext(context.Background(), wrk, "-t1", "-c", strconv.Itoa(sc.connections),
+		"-d", fmt.Sprintf("%ds", max(int(d.Seconds()), 1)), "--timeout", "10s", "-s", "wrk.lua", s.url("/mutate?timeout=10s"))
+	cmd.Env = append(os.Environ(), "BODY="+body)
+	if sc.handshake {
+		cmd.Env = append(cmd.Env, "CLOSE=1")
+	}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return result{}, fmt.Errorf("wrk: %w\n%s", err, out)
+	}
+	cpuAfter, err := cpuSeconds(s.pid())
+	if err != nil {
+		return result{}, err
+	}
+	m := resultLine.FindStringSubmatch(string(out))
+	if m == nil {
+		return result{}, fmt.Errorf("no RESULT line in wrk's output:\n%s", out)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	r := result{
+		requests: n(1), seconds: float64(n(2)) / 1e6,
+		p50: time.Duration(n(3)) * time.Microsecond, p99: time.Duration(n(4)) * time.Microsecond,
+		errors: n(5), cpuSeconds: cpuAfter - cpuBefore,
+	}
+	if r.requests == 0 {
+		return result{}, fmt.Errorf("wrk completed no request:\n%s", out)
+	}
+	r.peakRSSMB, err = peakRSS(s.pid())
+	return r, err
+}
+
+// cpuSeconds is the process's user plus system CPU time.
+func cpuSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	const clockTicks = 100 // USER_HZ on Linux
+	return (utime + stime) / clockTicks, nil
+}
+
+// peakRSS is VmHWM, the peak resident set size, in MiB.
+func peakRSS(pid int) (float64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			return kb / 1024, err
+		}
+	}
+	return 0, errors.New("no VmHWM in /proc status")
+}
+
+// summary is the median of each figure over the rounds.
+type summary struct {
+	rps, p50, p99, cpu, rss float64
+}
+
+func summarize(rs []result) summary {
+	var rps, p50, p99, cpu, rss []float64
+	for _, r := range rs {
+		rps = append(rps, r.rps())
+		p50 = append(p50, ms(r.p50))
+		p99 = append(p99, ms(r.p99))
+		cpu = append(cpu, r.cpuPer1000())
+		rss = append(rss, r.peakRSSMB)
+	}
+	return summary{median(rps), median(p50), median(p99), median(cpu), slices.Max(rss)}
+}
+
+func renderReport(scenarios []scenario, results map[string]map[scenario][]result, binSize int64, startup time.Duration, starts, rounds int, d time.Duration) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "Measured %s on %s (%d CPUs, %s/%s, %s), load from wrk 1 thread on the same machine, %d rounds of %s per server, medians; ratio = webhook / limit.\n\n",
+		time.Now().UTC().Format("2006-01-02"), host, runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, runtime.Version(), rounds, d)
+	fmt.Fprintf(&b, "| load | webhook req/s | ratio | p50 ms | ratio | p99 ms | ratio | CPU s / 1000 reviews | ratio | peak RSS MiB | ratio |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, sc := range scenarios {
+		w, l := summarize(results["webhook"][sc]), summarize(results["limit"][sc])
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %.3f | %.2f | %.1f | %.2f |\n", sc,
+			w.rps, w.rps/l.rps, w.p50, w.p50/l.p50, w.p99, w.p99/l.p99, w.cpu, w.cpu/l.cpu, w.rss, w.rss/l.rss)
+	}
+	fmt.Fprintf(&b, "\nThe limit itself:\n\n| load | limit req/s | p50 ms | p99 ms | CPU s / 1000 | peak RSS MiB |\n|---|---|---|---|---|---|\n")
+	for _, sc := range scenarios {
+		l := summarize(results["limit"][sc])
+		fmt.Fprintf(&b, "| %s | %.0f | %.2f | %.2f | %.3f | %.1f |\n", sc, l.rps, l.p50, l.p99, l.cpu, l.rss)
+	}
+	fmt.Fprintf(&b, "\nStripped static binary: %.1f MB. Ready (exec to first answered /ping), median of %d starts: %.1f ms.\n",
+		float64(binSize)/1e6, starts, ms(startup))
+	return b.String()
+}
