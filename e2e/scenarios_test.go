@@ -404,6 +404,27 @@ func createLoop(ns string, stop <-chan struct{}, limit int, progress *atomic.Int
 	return failed, ok
 }
 
+// createResults is what a create loop did.
+type createResults struct {
+	failed []failedCreate
+	ok     int
+}
+
+// startCreates runs createLoop in the background; the function it returns
+// stops the loop and gives its results.
+func startCreates(ns string, limit int, progress *atomic.Int64) (stop func() createResults) {
+	quit := make(chan struct{})
+	done := make(chan createResults, 1)
+	go func() {
+		failed, ok := createLoop(ns, quit, limit, progress)
+		done <- createResults{failed, ok}
+	}()
+	return func() createResults {
+		close(quit)
+		return <-done
+	}
+}
+
 // Scenario 6c: the serving certificate is rotated on disk while creates
 // run; not one fails.
 func TestRotationUnderLoad(t *testing.T) {
@@ -422,14 +443,8 @@ func TestRotationUnderLoad(t *testing.T) {
 	mark := apiserver.logMark()
 	bothHooks(t, w, ns, hookOptions{})
 
-	stop := make(chan struct{})
-	type result struct {
-		failed []failedCreate
-		ok     int
-	}
-	done := make(chan result, 1)
 	var progress atomic.Int64
-	go func() { failed, ok := createLoop(ns, stop, 5000, &progress); done <- result{failed, ok} }()
+	stopCreates := startCreates(ns, 5000, &progress)
 	time.Sleep(2 * time.Second)
 	beforeSwap := progress.Load()
 	// Two renames, so for a moment the pair does not match: the webhook must
@@ -437,8 +452,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	atomicWrite(t, certFile, second.certPEM)
 	atomicWrite(t, keyFile, second.keyPEM)
 	time.Sleep(6 * time.Second)
-	close(stop)
-	r := <-done
+	r := stopCreates()
 	for _, f := range r.failed {
 		t.Errorf("create of %s failed during rotation: %v", f.name, f.err)
 	}
@@ -471,13 +485,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	w := startWebhook(t, "", "-shutdown-delay", "2s")
 	bothHooks(t, w, ns, hookOptions{})
 
-	stop := make(chan struct{})
-	type result struct {
-		failed []failedCreate
-		ok     int
-	}
-	done := make(chan result, 1)
-	go func() { failed, ok := createLoop(ns, stop, 5000, nil); done <- result{failed, ok} }()
+	stopCreates := startCreates(ns, 5000, nil)
 	time.Sleep(1500 * time.Millisecond)
 	w.signal(syscall.SIGTERM)
 	select {
@@ -486,8 +494,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		t.Fatal("the webhook did not exit within 40s of SIGTERM")
 	}
 	time.Sleep(time.Second) // creates after exit fail with connection refused
-	close(stop)
-	r := <-done
+	r := stopCreates()
 	if w.err != nil {
 		t.Errorf("the webhook exited with %v, want status 0", w.err)
 	}
