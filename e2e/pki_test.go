@@ -8,7 +8,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,16 +31,6 @@ func newTestCA(t *testing.T, name string) *cert {
 		Subject: pkix.Name{CommonName: name}, IsCA: true, BasicConstraintsValid: true,
 		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}, nil)
-}
-
-// newTestServingCert makes a serving certificate for 127.0.0.1.
-func newTestServingCert(t *testing.T, ca *cert) *cert {
-	t.Helper()
-	return signCert(t, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "127.0.0.1"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}, ca)
 }
 
 // newTestClientCert makes a client certificate named cn.
@@ -89,17 +78,4 @@ func writePair(t *testing.T, dir, name string, c *cert) (certFile, keyFile strin
 		t.Fatal(err)
 	}
 	return certFile, keyFile
-}
-
-// atomicWrite replaces path with data the way a careful updater does: a
-// new file renamed over the old, so the webhook never reads half of one.
-func atomicWrite(t *testing.T, path string, data []byte) {
-	t.Helper()
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
 }

@@ -6,11 +6,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -425,20 +427,15 @@ func startCreates(ns string, limit int, progress *atomic.Int64) (stop func() cre
 	}
 }
 
-// Scenario 6c: the serving certificate is rotated on disk while creates
-// run; not one fails.
+// Scenario 6c: the serving certificate is renewed on disk, by the README's
+// own procedure (`webhook certs` run again), while creates run; not one
+// fails.
 func TestRotationUnderLoad(t *testing.T) {
 	ns := createNamespace(t, "rotation")
 	dir := t.TempDir()
-	ca := newTestCA(t, "rotation serving CA")
-	first, second := newTestServingCert(t, ca), newTestServingCert(t, ca)
-	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := writePair(t, filepath.Join(dir, "tls"), "serving", first)
-	if err := os.WriteFile(filepath.Join(dir, "tls", "ca.crt"), ca.certPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tlsDir := filepath.Join(dir, "tls")
+	certFile, keyFile := filepath.Join(tlsDir, "tls.crt"), filepath.Join(tlsDir, "tls.key")
+	webhookCerts(t, tlsDir)
 	w := startWebhook(t, dir, "-tls-cert-file", certFile, "-tls-private-key-file", keyFile)
 	mark := apiserver.logMark()
 	bothHooks(t, w, ns, hookOptions{})
@@ -447,10 +444,11 @@ func TestRotationUnderLoad(t *testing.T) {
 	stopCreates := startCreates(ns, 5000, &progress)
 	time.Sleep(2 * time.Second)
 	beforeSwap := progress.Load()
-	// Two renames, so for a moment the pair does not match: the webhook must
-	// keep serving the old one through that.
-	atomicWrite(t, certFile, second.certPEM)
-	atomicWrite(t, keyFile, second.keyPEM)
+	// The renewal writes the key, then the certificate, each renamed into
+	// place: for a moment the pair does not match, and the webhook must keep
+	// serving the old one through that.
+	webhookCerts(t, tlsDir)
+	renewed := readCertFile(t, certFile)
 	time.Sleep(6 * time.Second)
 	r := stopCreates()
 	for _, f := range r.failed {
@@ -460,14 +458,14 @@ func TestRotationUnderLoad(t *testing.T) {
 		t.Errorf("%d creates before the swap and %d after; the loop must run across it", beforeSwap, after)
 	}
 	pool := x509.NewCertPool()
-	pool.AddCert(ca.x509)
+	pool.AppendCertsFromPEM(w.caPEM)
 	conn, err := tls.Dial("tcp", w.addr, &tls.Config{RootCAs: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(second.x509.SerialNumber) != 0 {
-		t.Errorf("after rotation the webhook serves serial %x, want the new %x", got, second.x509.SerialNumber)
+	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber; got.Cmp(renewed.SerialNumber) != 0 {
+		t.Errorf("after rotation the webhook serves serial %x, want the new %x", got, renewed.SerialNumber)
 	}
 	t.Logf("%d creates before the swap and %d after, none failed", beforeSwap, int64(r.ok)-beforeSwap)
 	noFailedCalls(t, mark)
@@ -542,6 +540,32 @@ func answered(log string, f failedCreate) bool {
 		}
 	}
 	return false
+}
+
+// webhookCerts runs `webhook certs` for 127.0.0.1 into dir: a new CA the
+// first time, a new serving certificate under the same CA after that.
+func webhookCerts(t *testing.T, dir string) {
+	t.Helper()
+	if out, err := exec.Command(webhookBinary, "certs", "-dir", dir, "-hosts", "127.0.0.1").CombinedOutput(); err != nil {
+		t.Fatalf("webhook certs: %v\n%s", err, out)
+	}
+}
+
+func readCertFile(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM certificate", path)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // logTime returns the time of the first log line containing msg.
