@@ -68,7 +68,7 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -213,8 +213,9 @@ func (f *annotationsFlag) Set(s string) error {
 
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully. It returns instead of exiting, so tests drive it directly.
+// stdin is for subcommands that read a file named "-".
 // `webhook certs ...` makes certificates instead (see runCerts).
-func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return runCerts(args[1:], time.Now(), stdout, stderr)
 	}

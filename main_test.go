@@ -91,7 +91,7 @@ func TestBadFlags(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
 			var stderr bytes.Buffer
-			err := run(context.Background(), tc.args, func(string) string { return "" }, io.Discard, &stderr)
+			err := run(context.Background(), tc.args, func(string) string { return "" }, nil, io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}
@@ -103,7 +103,7 @@ func TestBadFlags(t *testing.T) {
 			}
 		})
 	}
-	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: got %v, want flag.ErrHelp (exit 0)", err)
 	}
 }
@@ -137,7 +137,7 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), func(string) string { return "" }, io.Discard, logs)
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), func(string) string { return "" }, nil, io.Discard, logs)
 	}()
 	stop = func() error {
 		cancel()
@@ -239,7 +239,7 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, func(string) string { return "" }, io.Discard, logs)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, func(string) string { return "" }, nil, io.Discard, logs)
 	}()
 	for !strings.Contains(logs.String(), "msg=serving") {
 		time.Sleep(10 * time.Millisecond)
@@ -256,7 +256,7 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 
 func TestRunConfiguredCertificateMissing(t *testing.T) {
 	t.Chdir(t.TempDir())
-	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, func(string) string { return "" }, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, func(string) string { return "" }, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("got %v, want an error naming missing.crt", err)
 	}
@@ -303,7 +303,7 @@ func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, func(string) string { return "" }, io.Discard, logs)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, func(string) string { return "" }, nil, io.Discard, logs)
 	}()
 	addrRE := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`)
 	for i := 0; i < 1000; i++ {
