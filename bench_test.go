@@ -97,14 +97,16 @@ func TestWriteBenchBodies(t *testing.T) {
 	}
 }
 
-// BenchmarkHandler is the whole of /mutate and /validate for one review:
-// read, decode, admit, encode, log (to a discarding handler).
+// BenchmarkHandler is the whole of /mutate and /validate for one review,
+// with policy.go's policy as the binary runs it: read, decode, admit,
+// encode, log (to a discarding handler).
 func BenchmarkHandler(b *testing.B) {
+	p := policyWithDefaults(b)
 	for _, body := range benchBodies(b) {
 		for _, route := range []struct {
 			name  string
 			admit admitFunc
-		}{{"mutate", mutate(defaultPolicy)}, {"validate", validate(defaultPolicy)}} {
+		}{{"mutate", mutate(p)}, {"validate", validate(p)}} {
 			h := serve(discardLogger, route.admit)
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))

@@ -22,82 +22,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 )
 
-// ---------------------------------------------------------------------------
-// The policy. This part is what you change to make the webhook your own:
-// admit functions decide; everything below them is plumbing that turns HTTP
-// into an AdmissionRequest and an AdmissionResponse back into HTTP.
-// ---------------------------------------------------------------------------
-
-// policy is the webhook's whole configuration of what to admit and what to
-// change. It reaches the admit functions through their makers, never as a
-// global.
-type policy struct {
-	// annotate lists the annotations /mutate sets.
-	annotate []annotation
-	// require lists the annotations /validate insists on.
-	require []annotation
-}
-
 // admitFunc decides on one admission request. It sees neither HTTP nor
 // globals, never returns nil, and leaves the response's UID to serve. ctx
-// ends at the apiserver's deadline for this call.
+// ends at the apiserver's deadline for this call. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
-
-// mutate returns the admit function of /mutate: it adds p.annotate to every
-// object it acts on and keeps every other annotation.
-func mutate(p policy) admitFunc {
-	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		if !actsOn(req) {
-			return allowed()
-		}
-		meta, err := objectMeta(req.Object)
-		if err != nil {
-			return errored(http.StatusBadRequest, err)
-		}
-		return patched(annotationPatch(meta, p.annotate))
-	}
-}
-
-// validate returns the admit function of /validate: it denies an object that
-// lacks any of p.require, naming each missing key=value.
-func validate(p policy) admitFunc {
-	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		if !actsOn(req) {
-			return allowed()
-		}
-		meta, err := objectMeta(req.Object)
-		if err != nil {
-			return errored(http.StatusBadRequest, err)
-		}
-		var have map[string]string
-		if meta != nil {
-			have = meta.Annotations
-		}
-		var missing []string
-		for _, a := range p.require {
-			if v, ok := have[a.Key]; !ok || v != a.Value {
-				missing = append(missing, a.String())
-			}
-		}
-		if len(missing) == 0 {
-			return allowed()
-		}
-		noun := "annotation"
-		if len(missing) > 1 {
-			noun = "annotations"
-		}
-		return denied(fmt.Sprintf("%s %s must have the %s %s in metadata.annotations; add it, or create the object through the mutating webhook that sets it",
-			req.Kind.Kind, objectName(req, meta), noun, strings.Join(missing, ", ")))
-	}
-}
-
-// actsOn reports whether the policy applies to req. Only writes of a whole
-// object are acted on: DELETE and CONNECT carry no object to annotate, and a
-// subresource such as deployments/scale or /status carries another kind
-// (autoscaling/v1 Scale) whose metadata is not the object's.
-func actsOn(req *admissionv1.AdmissionRequest) bool {
-	return (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) && req.SubResource == ""
-}
 
 // ---------------------------------------------------------------------------
 // Responses. Each admit function ends in one of these.
@@ -145,31 +73,68 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// objectMetadata is the part of an object's metadata the policy reads. Add
-// the fields your policy needs (Labels, OwnerReferences, …) with their
-// metav1.ObjectMeta JSON names. Decoding only these skips the rest,
-// managedFields above all, which is most of the work of decoding metadata.
+// ---------------------------------------------------------------------------
+// Reading the object under review. Admit functions decode only the fields
+// they read: decoding a whole object costs as much again as the review.
+// ---------------------------------------------------------------------------
+
+// objectMetadata is the part of an object's metadata that most policies
+// read. A policy that reads more of the object decodes it with decodeObject
+// into a struct of its own.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`
+	Namespace    string            `json:"namespace,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 	Annotations  map[string]string `json:"annotations,omitempty"`
+
+	// Missing is true when the object has no metadata at all, which the
+	// apiserver never sends but a hand-made request can.
+	Missing bool `json:"-"`
 }
 
-// objectMeta decodes only the metadata of an admitted object, so any kind
-// works, custom resources included. It returns nil metadata, and no error,
-// for an object that has none. Decoding is case-sensitive, as in the
-// apiserver.
+// objectMeta decodes the metadata of the object under review, obj being
+// req.Object or req.OldObject. It works for any kind, custom resources
+// included, and skips the rest of metadata, managedFields above all, which
+// is most of the work of decoding it.
 func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
-	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
-		return nil, errors.New("request.object is missing")
-	}
 	var partial struct {
 		Metadata *objectMetadata `json:"metadata"`
 	}
-	if err := json.Unmarshal(obj.Raw, &partial); err != nil {
-		return nil, fmt.Errorf("request.object does not decode as a Kubernetes object: %w", err)
+	if err := decodeObject(obj, &partial); err != nil {
+		return nil, err
+	}
+	if partial.Metadata == nil {
+		return &objectMetadata{Missing: true}, nil
 	}
 	return partial.Metadata, nil
+}
+
+// decodeObject decodes the object under review, obj being req.Object or
+// req.OldObject, into into: a pointer to a struct holding just the fields
+// the policy reads, each tagged with its JSON name, such as
+//
+//	type container struct {
+//		Name  string `json:"name"`
+//		Image string `json:"image"`
+//	}
+//	var pod struct {
+//		Spec struct {
+//			Containers []container `json:"containers"`
+//		} `json:"spec"`
+//	}
+//
+// Decoding is case-sensitive, as in the apiserver: a field without its tag
+// (Image for "image") stays empty. Unknown fields are skipped. An absent
+// object (req.Object on DELETE) is an error.
+func decodeObject(obj runtime.RawExtension, into any) error {
+	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
+		return errors.New("the request carries no object to admit")
+	}
+	if err := json.Unmarshal(obj.Raw, into); err != nil {
+		return fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
+	}
+	return nil
 }
 
 // objectName names the object for a message: "namespace/name", or "name"
@@ -468,8 +433,7 @@ func logReview(logger *slog.Logger, r *http.Request, req *admissionv1.AdmissionR
 		slog.String("kind", req.Kind.Kind),
 		slog.String("name", name),
 		slog.String("user", req.UserInfo.Username),
-		slog.Bool("allowed", resp.Allowed),
-		slog.Int("patch_ops", countPatchOps(resp.Patch)),
+		slog.String("verdict", verdict(resp)),
 		slog.Duration("duration", took),
 		slog.String("proto", r.Proto),
 	}
@@ -485,33 +449,21 @@ func logReview(logger *slog.Logger, r *http.Request, req *admissionv1.AdmissionR
 	logger.LogAttrs(r.Context(), slog.LevelInfo, "review", attrs...)
 }
 
-// countPatchOps counts the operations of a JSON Patch, the elements of its
-// top-level array, by scanning its bytes: decoding it only to count would
-// cost four allocations on every mutated review.
-func countPatchOps(patch []byte) int {
-	ops, depth, inString, escaped := 0, 0, false, false
-	for _, c := range patch {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '{' || c == '[':
-			if depth++; depth == 2 {
-				ops++
-			}
-		case c == '}' || c == ']':
-			depth--
-		}
+// verdict names what an answer does: "patched", "allowed", "denied", or
+// "errored" when the webhook could not judge the request (errored answers
+// with 400 for an object that does not decode, and a webhook's own failure
+// is a 5xx); any other refusal is "denied".
+func verdict(resp *admissionv1.AdmissionResponse) string {
+	switch {
+	case resp.Allowed && len(resp.Patch) > 0:
+		return "patched"
+	case resp.Allowed:
+		return "allowed"
+	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
+		return "errored"
+	default:
+		return "denied"
 	}
-	return ops
 }
 
 // ---------------------------------------------------------------------------

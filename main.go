@@ -1,6 +1,7 @@
-// Command webhook is a Kubernetes admission webhook: POST /mutate adds the
-// configured annotations with a JSON Patch, POST /validate denies objects that
-// lack the required ones, and GET /ping answers probes.
+// Command webhook is a Kubernetes admission webhook: POST /mutate answers
+// with a JSON Patch, POST /validate allows or denies, and GET /ping answers
+// probes. What it admits and changes is the policy, all of it in policy.go;
+// this file holds the server's own flags and its lifecycle.
 package main
 
 import (
@@ -21,16 +22,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-
-	apivalidation "k8s.io/apimachinery/pkg/api/validation"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 const (
-	// defaultAnnotation is what /mutate adds and /validate requires unless
-	// told otherwise: the demonstration this project started from.
-	defaultAnnotation = "webhook.example.com/allow=true"
-
 	// defaultCertFile and defaultKeyFile are where a development
 	// certificate is made when none is configured.
 	defaultCertFile = "tls/tls.crt"
@@ -87,7 +81,8 @@ type config struct {
 	// certConfigured is true when the certificate came from a flag or the
 	// environment, and so must not be replaced by a development one.
 	certConfigured bool
-	policy         policy
+	// policy is what policy.go's flags configured.
+	policy policy
 
 	clientCAFile       string   // when set, /mutate and /validate need a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
@@ -103,19 +98,16 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	var cfg config
-	annotate := newAnnotationsFlag(defaultAnnotation)
-	require := newAnnotationsFlag(defaultAnnotation)
 	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
 	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
-	flags.Var(annotate, "annotate", "annotation `key=value` that /mutate sets (repeatable)")
-	flags.Var(require, "require", "annotation `key=value` that /validate requires (repeatable)")
 	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate and /validate require a client certificate it signed")
 	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
 	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
+	cfg.policy.addFlags(flags)
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -140,8 +132,6 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if len(cfg.allowedClientNames) > 0 && cfg.clientCAFile == "" {
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
 	}
-	cfg.policy = policy{annotate: annotate.list, require: require.list}
-
 	for _, f := range []struct {
 		path      *string
 		env, def  string
@@ -160,55 +150,6 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		}
 	}
 	return cfg, nil
-}
-
-// annotationsFlag is a repeatable -flag key=value. The first use replaces the
-// default; each key is checked as the apiserver checks annotation keys, so a
-// typo fails at start-up rather than on the first review.
-type annotationsFlag struct {
-	list    []annotation
-	changed bool
-}
-
-func newAnnotationsFlag(def string) *annotationsFlag {
-	f := &annotationsFlag{}
-	// The default is a constant known to be valid.
-	_ = f.Set(def)
-	f.changed = false
-	return f
-}
-
-func (f *annotationsFlag) String() string {
-	if f == nil {
-		return ""
-	}
-	s := make([]string, len(f.list))
-	for i, a := range f.list {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ",")
-}
-
-func (f *annotationsFlag) Set(s string) error {
-	key, value, ok := strings.Cut(s, "=")
-	if !ok {
-		return fmt.Errorf("want key=value, such as %s", defaultAnnotation)
-	}
-	if !f.changed {
-		f.list, f.changed = nil, true
-	}
-	all := map[string]string{key: value}
-	for _, a := range f.list {
-		if a.Key == key {
-			return fmt.Errorf("annotation key %q is given twice", key)
-		}
-		all[a.Key] = a.Value
-	}
-	if errs := apivalidation.ValidateAnnotations(all, field.NewPath("metadata", "annotations")); len(errs) > 0 {
-		return errs.ToAggregate()
-	}
-	f.list = append(f.list, annotation{Key: key, Value: value})
-	return nil
 }
 
 // run is the whole program: it serves until ctx is done, then shuts down
@@ -303,8 +244,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	serveErr := make(chan error, 1)
 	serving.Store(true)
 	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("serving", "addr", ln.Addr().String(), "annotate", cfg.policy.annotate, "require", cfg.policy.require,
-		"mtls", clientCAs != nil, "http2", cfg.http2)
+	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := make(chan struct{})

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,34 +23,20 @@ import (
 func TestParseFlags(t *testing.T) {
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	tests := []struct {
-		name         string
-		args         []string
-		env          map[string]string
-		wantAnnotate []annotation
-		wantRequire  []annotation
-		wantCert     string
-		wantKey      string
-		configured   bool
+		name       string
+		args       []string
+		env        map[string]string
+		wantCert   string
+		wantKey    string
+		configured bool
 	}{
-		{name: "defaults",
-			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
-			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
-		{name: "repeated flags replace the default",
-			args:         []string{"-annotate", "a.example.com/x=1", "-annotate", "b.example.com/y=", "-require", "a.example.com/x=1"},
-			wantAnnotate: []annotation{{"a.example.com/x", "1"}, {"b.example.com/y", ""}}, wantRequire: []annotation{{"a.example.com/x", "1"}},
-			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
-		{name: "value with an equals sign",
-			args:         []string{"-annotate", "a=b=c"},
-			wantAnnotate: []annotation{{"a", "b=c"}}, wantRequire: defaultPolicy.require,
-			wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		{name: "defaults", wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
 		{name: "certificate from the environment",
-			env:          map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
+			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
 			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true},
 		{name: "flags win over the environment",
-			args:         []string{"-tls-cert-file", "a.crt", "-tls-private-key-file", "a.key"},
-			env:          map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantAnnotate: defaultPolicy.annotate, wantRequire: defaultPolicy.require,
+			args:     []string{"-tls-cert-file", "a.crt", "-tls-private-key-file", "a.key"},
+			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
 			wantCert: "a.crt", wantKey: "a.key", configured: true},
 	}
 	for _, tc := range tests {
@@ -59,9 +44,6 @@ func TestParseFlags(t *testing.T) {
 			cfg, err := parseFlags(tc.args, env(tc.env), io.Discard)
 			if err != nil {
 				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(cfg.policy.annotate, tc.wantAnnotate) || !reflect.DeepEqual(cfg.policy.require, tc.wantRequire) {
-				t.Errorf("got annotate %v require %v, want %v and %v", cfg.policy.annotate, cfg.policy.require, tc.wantAnnotate, tc.wantRequire)
 			}
 			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured {
 				t.Errorf("got cert %q key %q configured %v, want %q %q %v", cfg.certFile, cfg.keyFile, cfg.certConfigured, tc.wantCert, tc.wantKey, tc.configured)
@@ -75,11 +57,6 @@ func TestBadFlags(t *testing.T) {
 		args []string
 		want []string // parts of what is printed and returned
 	}{
-		{[]string{"-annotate", "no-equals-sign"}, []string{"-annotate", "key=value"}},
-		{[]string{"-require", "Bad Key=1"}, []string{"-require", "Bad Key", "name part must consist of"}},
-		{[]string{"-annotate", "a/b/c=1"}, []string{"-annotate", "a/b/c"}},
-		{[]string{"-annotate", "a=1", "-annotate", "a=2"}, []string{"-annotate", `"a" is given twice`}},
-		{[]string{"-annotate", "big=" + strings.Repeat("x", 300<<10)}, []string{"-annotate", "Too long"}},
 		{[]string{"-nope"}, []string{"-nope"}},
 		{[]string{"-tls-min-version", "1.1"}, []string{"-tls-min-version", "1.2 or 1.3"}},
 		{[]string{"-log-format", "xml"}, []string{"-log-format", "text or json"}},
@@ -197,14 +174,12 @@ func TestRunFirstCommand(t *testing.T) {
 			t.Errorf("GET /ping on %s: got %d %q, want 200 pong", host, resp.StatusCode, body)
 		}
 	}
-	resp, err := client.Post("https://localhost"+port+"/mutate?timeout=10s", "application/json", bytes.NewReader(review))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !bytes.Contains(out, []byte(`"patchType":"JSONPatch"`)) {
-		t.Errorf("POST /mutate: got %d %s, want 200 with a JSON Patch", resp.StatusCode, out)
+	for _, route := range []string{"/mutate", "/validate"} {
+		resp, err := client.Post("https://localhost"+port+route+"?timeout=10s", "application/json", bytes.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkReview(t, "POST "+route, decodeReviewIn(t, review), recorded(t, resp))
 	}
 
 	for name, wantPerm := range map[string]os.FileMode{"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600} {

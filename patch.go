@@ -6,8 +6,8 @@ import "strings"
 // the list with gopkg.in/evanphx/json-patch.v4, so only what that library
 // accepts is built here.
 //
-// Value has no omitempty: an annotation may be the empty string, and an
-// "add" without a value is an invalid operation.
+// Value has no omitempty: a label or annotation may be the empty string,
+// and an "add" without a value is an invalid operation.
 type patchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
@@ -21,8 +21,8 @@ type patchOp struct {
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // jsonPointer joins reference tokens into a JSON Pointer, escaping each one.
-// Annotation keys such as "webhook.example.com/allow" contain "/", so a path
-// must never be built by concatenating a raw key.
+// Keys such as "app.kubernetes.io/name" contain "/", so a path must never be
+// built by concatenating a raw key.
 func jsonPointer(tokens ...string) string {
 	var b strings.Builder
 	for _, t := range tokens {
@@ -32,54 +32,67 @@ func jsonPointer(tokens ...string) string {
 	return b.String()
 }
 
-// annotation is one key=value pair of the policy, in the order it was
-// configured so that patches and messages are deterministic.
-type annotation struct {
+// keyValue is one entry of a string map such as metadata.labels or
+// metadata.annotations. Policies keep them in lists, in the order they were
+// configured, so that patches and messages are deterministic.
+type keyValue struct {
 	Key, Value string
 }
 
-func (a annotation) String() string { return a.Key + "=" + a.Value }
+func (kv keyValue) String() string { return kv.Key + "=" + kv.Value }
 
-// annotationPatch returns the operations that make meta carry every wanted
-// annotation while keeping all others. meta is nil when the object has no
-// metadata at all.
+// setLabels returns the operations that make the object whose metadata is
+// meta carry every label in want, keeping all its other labels.
+func setLabels(meta *objectMetadata, want []keyValue) []patchOp {
+	return setMetadataEntries(meta.Missing, "labels", meta.Labels, want)
+}
+
+// setAnnotations is setLabels for metadata.annotations.
+func setAnnotations(meta *objectMetadata, want []keyValue) []patchOp {
+	return setMetadataEntries(meta.Missing, "annotations", meta.Annotations, want)
+}
+
+// setMetadataEntries returns the operations that make the string map
+// metadata.<field> hold every entry of want while keeping all its others.
+// noMetadata says the object has no metadata at all; have is the map as the
+// object has it, nil when it has none.
 //
 // The shape of the patch depends on what the object already has, because
 // RFC 6902 "add" needs the parent to exist and replaces the target when it
 // does:
-//   - no metadata: one add of /metadata holding the annotations;
-//   - no metadata.annotations: one add of the whole map (an add of
-//     /metadata/annotations/<key> would fail with "missing path");
+//   - no metadata: one add of /metadata holding the map;
+//   - no metadata.<field>: one add of the whole map (an add of
+//     /metadata/<field>/<key> would fail with "doc is missing path");
 //   - otherwise: one add per key that is missing or different, which leaves
-//     every other annotation alone. (An add of the whole map here would
-//     replace, and so delete, the annotations the object already has.)
+//     every other entry alone. (An add of the whole map here would replace,
+//     and so delete, the entries the object already has.)
 //
 // Nothing to change gives no operations, so a second pass over the patched
 // object is a no-op.
-func annotationPatch(meta *objectMetadata, want []annotation) []patchOp {
+func setMetadataEntries(noMetadata bool, field string, have map[string]string, want []keyValue) []patchOp {
 	if len(want) == 0 {
 		return nil
 	}
-	if meta == nil {
-		return []patchOp{{Op: "add", Path: "/metadata", Value: map[string]any{"annotations": annotationMap(want)}}}
+	if noMetadata {
+		return []patchOp{{Op: "add", Path: "/metadata", Value: map[string]any{field: entriesMap(want)}}}
 	}
-	if meta.Annotations == nil {
-		return []patchOp{{Op: "add", Path: "/metadata/annotations", Value: annotationMap(want)}}
+	if have == nil {
+		return []patchOp{{Op: "add", Path: jsonPointer("metadata", field), Value: entriesMap(want)}}
 	}
 	var ops []patchOp
-	for _, a := range want {
-		if v, ok := meta.Annotations[a.Key]; ok && v == a.Value {
+	for _, kv := range want {
+		if v, ok := have[kv.Key]; ok && v == kv.Value {
 			continue
 		}
-		ops = append(ops, patchOp{Op: "add", Path: jsonPointer("metadata", "annotations", a.Key), Value: a.Value})
+		ops = append(ops, patchOp{Op: "add", Path: jsonPointer("metadata", field, kv.Key), Value: kv.Value})
 	}
 	return ops
 }
 
-func annotationMap(as []annotation) map[string]string {
-	m := make(map[string]string, len(as))
-	for _, a := range as {
-		m[a.Key] = a.Value
+func entriesMap(kvs []keyValue) map[string]string {
+	m := make(map[string]string, len(kvs))
+	for _, kv := range kvs {
+		m[kv.Key] = kv.Value
 	}
 	return m
 }

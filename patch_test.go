@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -31,60 +32,49 @@ func TestJSONPointer(t *testing.T) {
 	}
 }
 
-func TestAnnotationPatch(t *testing.T) {
-	want := []annotation{{"webhook.example.com/allow", "true"}, {"empty.example.com/value", ""}}
+func TestSetMetadataEntries(t *testing.T) {
+	want := []keyValue{{"example.com/set", "true"}, {"empty.example.com/value", ""}}
 	tests := []struct {
 		name string
 		meta *objectMetadata
-		want string // the patch as JSON
+		// The patch as JSON, with FIELD standing for labels or annotations.
+		want string
 	}{
-		{"no metadata", nil,
-			`[{"op":"add","path":"/metadata","value":{"annotations":{"empty.example.com/value":"","webhook.example.com/allow":"true"}}}]`},
-		{"no annotations", &objectMetadata{Name: "x"},
-			`[{"op":"add","path":"/metadata/annotations","value":{"empty.example.com/value":"","webhook.example.com/allow":"true"}}]`},
-		{"empty annotations", &objectMetadata{Annotations: map[string]string{}},
-			`[{"op":"add","path":"/metadata/annotations/webhook.example.com~1allow","value":"true"},{"op":"add","path":"/metadata/annotations/empty.example.com~1value","value":""}]`},
-		{"one different, one right", &objectMetadata{Annotations: map[string]string{"webhook.example.com/allow": "false", "empty.example.com/value": "", "other": "kept"}},
-			`[{"op":"add","path":"/metadata/annotations/webhook.example.com~1allow","value":"true"}]`},
-		{"all there", &objectMetadata{Annotations: map[string]string{"webhook.example.com/allow": "true", "empty.example.com/value": ""}},
+		{"no metadata", &objectMetadata{Missing: true},
+			`[{"op":"add","path":"/metadata","value":{"FIELD":{"empty.example.com/value":"","example.com/set":"true"}}}]`},
+		{"no map", &objectMetadata{Name: "x"},
+			`[{"op":"add","path":"/metadata/FIELD","value":{"empty.example.com/value":"","example.com/set":"true"}}]`},
+		{"empty map", &objectMetadata{Labels: map[string]string{}, Annotations: map[string]string{}},
+			`[{"op":"add","path":"/metadata/FIELD/example.com~1set","value":"true"},{"op":"add","path":"/metadata/FIELD/empty.example.com~1value","value":""}]`},
+		{"one different, one right", &objectMetadata{
+			Labels:      map[string]string{"example.com/set": "false", "empty.example.com/value": "", "other": "kept"},
+			Annotations: map[string]string{"example.com/set": "false", "empty.example.com/value": "", "other": "kept"}},
+			`[{"op":"add","path":"/metadata/FIELD/example.com~1set","value":"true"}]`},
+		{"all there", &objectMetadata{
+			Labels:      map[string]string{"example.com/set": "true", "empty.example.com/value": ""},
+			Annotations: map[string]string{"example.com/set": "true", "empty.example.com/value": ""}},
 			`null`},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := json.Marshal(annotationPatch(tc.meta, want))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != tc.want {
-				t.Errorf("got %s\nwant %s", got, tc.want)
-			}
-		})
-	}
-	if ops := annotationPatch(nil, nil); ops != nil {
-		t.Errorf("with nothing to annotate got %v, want no operations", ops)
-	}
-}
-
-func TestCountPatchOps(t *testing.T) {
-	tests := []struct {
-		patch string
-		want  int
-	}{
-		{``, 0},
-		{`[]`, 0},
-		{`[{"op":"add","path":"/metadata/annotations","value":{"a":"{[","b":"]}"}}]`, 1},
-		{`[{"op":"add","path":"/a","value":"x\\"}, {"op":"add","path":"/b","value":["{"]}]`, 2},
-		{`[{"op":"add","path":"/a~1b","value":"\\\"{"},{"op":"add","path":"/c","value":{}},{"op":"add","path":"/d","value":[]}]`, 3},
-	}
-	for _, tc := range tests {
-		if got := countPatchOps([]byte(tc.patch)); got != tc.want {
-			t.Errorf("countPatchOps(%s) = %d, want %d", tc.patch, got, tc.want)
+		for field, set := range map[string]func(*objectMetadata, []keyValue) []patchOp{"labels": setLabels, "annotations": setAnnotations} {
+			t.Run(tc.name+"/"+field, func(t *testing.T) {
+				got, err := json.Marshal(set(tc.meta, want))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if w := strings.ReplaceAll(tc.want, "FIELD", field); string(got) != w {
+					t.Errorf("got %s\nwant %s", got, w)
+				}
+			})
 		}
-		if tc.patch != "" {
-			var ops []json.RawMessage
-			if err := json.Unmarshal([]byte(tc.patch), &ops); err != nil || len(ops) != tc.want {
-				t.Errorf("the test's patch %s is wrong: %d ops, %v", tc.patch, len(ops), err)
-			}
-		}
+	}
+	// Labels and annotations are set apart: a label does not count as an
+	// annotation.
+	meta := &objectMetadata{Labels: map[string]string{"k": "v"}, Annotations: map[string]string{}}
+	if ops := setAnnotations(meta, []keyValue{{"k", "v"}}); len(ops) != 1 || ops[0].Path != "/metadata/annotations/k" {
+		t.Errorf("got %+v, want one add of the annotation", ops)
+	}
+	if ops := setLabels(&objectMetadata{}, nil); ops != nil {
+		t.Errorf("with nothing to set got %v, want no operations", ops)
 	}
 }

@@ -1,0 +1,408 @@
+package main
+
+// Test helpers that the plumbing's tests and the policy's tests share:
+// reviews as the apiserver sends them (captured in testdata/, or made by
+// hand with newReview), posting them, and reading the answers.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/ with the answers the policy gives now")
+
+// fixtures returns every review in testdata/, by name: bodies recorded from
+// a real kube-apiserver by e2e's TestCapture (make capture), and any made by
+// hand with newReview.
+func fixtures(t testing.TB) map[string][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string][]byte, len(paths))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
+	}
+	if len(out) == 0 {
+		t.Fatal("no fixtures in testdata/")
+	}
+	return out
+}
+
+// newReview returns an admission.k8s.io/v1 AdmissionReview as the
+// apiserver sends it, for a kind or a case no fixture in testdata/ has
+// captured. object and oldObject are whole Kubernetes objects in YAML or
+// JSON, as `kubectl get -o yaml` prints them; give "" for the one the
+// operation lacks: CREATE sends object, UPDATE both, DELETE only oldObject.
+//
+// request.kind comes from the object's apiVersion and kind, name and
+// namespace from its metadata. request.resource is the lowercased kind
+// plus "s", which is right for most kinds; write the body to a file and
+// correct it where a policy reads it. The uid is derived from the content,
+// so a review made twice is the same.
+func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject string) []byte {
+	t.Helper()
+	var req admissionv1.AdmissionRequest
+	req.Operation = operation
+	var typeMeta struct {
+		APIVersion string            `json:"apiVersion"`
+		Kind       string            `json:"kind"`
+		Metadata   metav1.ObjectMeta `json:"metadata"`
+	}
+	for _, o := range []struct {
+		text string
+		into *runtime.RawExtension
+	}{{oldObject, &req.OldObject}, {object, &req.Object}} {
+		if o.text == "" {
+			continue
+		}
+		raw, err := yaml.ToJSON([]byte(o.text))
+		if err != nil {
+			t.Fatalf("newReview: the object is neither YAML nor JSON: %v", err)
+		}
+		if err := json.Unmarshal(raw, &typeMeta); err != nil {
+			t.Fatalf("newReview: the object is not a Kubernetes object: %v", err)
+		}
+		o.into.Raw = raw
+	}
+	if typeMeta.Kind == "" {
+		t.Fatal("newReview: give an object with apiVersion and kind")
+	}
+	gv, err := schema.ParseGroupVersion(typeMeta.APIVersion)
+	if err != nil {
+		t.Fatalf("newReview: apiVersion %q: %v", typeMeta.APIVersion, err)
+	}
+	req.Kind = metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: typeMeta.Kind}
+	req.Resource = metav1.GroupVersionResource{Group: gv.Group, Version: gv.Version, Resource: strings.ToLower(typeMeta.Kind) + "s"}
+	req.RequestKind, req.RequestResource = &req.Kind, &req.Resource
+	req.Name, req.Namespace = typeMeta.Metadata.Name, typeMeta.Metadata.Namespace
+	req.UserInfo = authenticationv1.UserInfo{Username: "admin", Groups: []string{"system:masters", "system:authenticated"}}
+	dryRun := false
+	req.DryRun = &dryRun
+	optionsKind := map[admissionv1.Operation]string{admissionv1.Create: "CreateOptions", admissionv1.Update: "UpdateOptions", admissionv1.Delete: "DeleteOptions"}[operation]
+	if optionsKind != "" {
+		req.Options.Raw = []byte(`{"kind":"` + optionsKind + `","apiVersion":"meta.k8s.io/v1"}`)
+	}
+	sum := sha256.Sum256(append(append([]byte(operation), req.Object.Raw...), req.OldObject.Raw...))
+	req.UID = types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]))
+	body, err := json.MarshalIndent(&admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  &req,
+	}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(body, '\n')
+}
+
+var (
+	newFixture       = flag.String("new-fixture", "", "with TestNewFixture: write a review made by newReview to testdata/`NAME`.json")
+	newFixtureOp     = flag.String("operation", "CREATE", "with -new-fixture: the `operation`, CREATE, UPDATE or DELETE")
+	newFixtureObject = flag.String("object", "", "with -new-fixture: the object's YAML or JSON `file`")
+	newFixtureOld    = flag.String("old-object", "", "with -new-fixture: the old object's YAML or JSON `file`, for UPDATE and DELETE")
+)
+
+// TestNewFixture writes a fixture made by hand, when asked:
+//
+//	go test -run TestNewFixture . -args -new-fixture v1-mykind-create -object mykind.yaml
+func TestNewFixture(t *testing.T) {
+	if *newFixture == "" {
+		t.Skip("only with -new-fixture NAME")
+	}
+	read := func(path string) string {
+		if path == "" {
+			return ""
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	body := newReview(t, admissionv1.Operation(*newFixtureOp), read(*newFixtureObject), read(*newFixtureOld))
+	path := filepath.Join("testdata", *newFixture+".json")
+	if err := os.WriteFile(path, body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s; add its expectations to policy_test.go and run go test -run TestFixtures -update .", path)
+}
+
+// post sends body to h as the apiserver does and returns the recorded answer.
+func post(h http.Handler, target string, body []byte) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(http.MethodPost, target, bytes.NewReader(body))
+	r.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// recorded reads a response that came over the network into a recorder,
+// so that it is checked as a handler's answer is.
+func recorded(t testing.TB, resp *http.Response) *httptest.ResponseRecorder {
+	t.Helper()
+	defer resp.Body.Close()
+	w := httptest.NewRecorder()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	return w
+}
+
+// reviewIn is the part of any review, request or response, that tests read.
+// It is decoded with encoding/json, independently of the handler's decoder.
+type reviewIn struct {
+	APIVersion string      `json:"apiVersion"`
+	Kind       string      `json:"kind"`
+	Request    *requestIn  `json:"request"`
+	Response   *responseIn `json:"response"`
+}
+
+type requestIn struct {
+	UID         string          `json:"uid"`
+	Operation   string          `json:"operation"`
+	SubResource string          `json:"subResource"`
+	Object      json.RawMessage `json:"object"`
+}
+
+type responseIn struct {
+	UID       string         `json:"uid"`
+	Allowed   bool           `json:"allowed"`
+	Status    *metav1.Status `json:"status"`
+	Patch     []byte         `json:"patch"`
+	PatchType *string        `json:"patchType"`
+}
+
+func decodeReviewIn(t testing.TB, b []byte) reviewIn {
+	t.Helper()
+	var r reviewIn
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("decoding %s: %v", b, err)
+	}
+	return r
+}
+
+// withObject returns the review body with request.object replaced.
+func withObject(t testing.TB, body []byte, object json.RawMessage) []byte {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	var obj any
+	if err := json.Unmarshal(object, &obj); err != nil {
+		t.Fatal(err)
+	}
+	m["request"].(map[string]any)["object"] = obj
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkReview checks what every answer to a review must be: HTTP 200, an
+// AdmissionReview in the request's version holding only a response, with
+// the request's uid; a patch only with its patchType, and from a mutating
+// route only.
+func checkReview(t testing.TB, route string, in reviewIn, w *httptest.ResponseRecorder) reviewIn {
+	t.Helper()
+	if w.Code != http.StatusOK {
+		t.Fatalf("%s: got HTTP %d %s, want 200", route, w.Code, w.Body)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: got Content-Type %q, want application/json", route, ct)
+	}
+	out := decodeReviewIn(t, w.Body.Bytes())
+	if out.APIVersion != in.APIVersion || out.Kind != "AdmissionReview" {
+		t.Errorf("%s: got %s %s, want %s AdmissionReview", route, out.APIVersion, out.Kind, in.APIVersion)
+	}
+	if out.Request != nil {
+		t.Errorf("%s: the answer echoes the request; it should hold only the response", route)
+	}
+	if out.Response == nil {
+		t.Fatalf("%s: got no response in %s", route, w.Body)
+	}
+	if out.Response.UID != in.Request.UID {
+		t.Errorf("%s: got uid %q, want %q", route, out.Response.UID, in.Request.UID)
+	}
+	if (out.Response.Patch == nil) != (out.Response.PatchType == nil) {
+		t.Errorf("%s: got patch %s with patchType %v; the apiserver wants both or neither", route, out.Response.Patch, out.Response.PatchType)
+	}
+	if out.Response.PatchType != nil && *out.Response.PatchType != "JSONPatch" {
+		t.Errorf("%s: got patchType %q, want JSONPatch", route, *out.Response.PatchType)
+	}
+	if strings.HasPrefix(route, "/validate") && out.Response.Patch != nil {
+		t.Errorf("%s: a validating answer carries a patch", route)
+	}
+	return out
+}
+
+func decodePatch(t testing.TB, patch []byte) []patchOp {
+	t.Helper()
+	if patch == nil {
+		return nil
+	}
+	var ops []patchOp
+	if err := json.Unmarshal(patch, &ops); err != nil {
+		t.Fatalf("patch %s is not a JSON Patch: %v", patch, err)
+	}
+	return ops
+}
+
+// applyPatch applies "add" operations as RFC 6902 and the apiserver's
+// json-patch library do: the parent must exist, and an existing member is
+// replaced. It fails the test on anything else.
+func applyPatch(t testing.TB, doc json.RawMessage, ops []patchOp) json.RawMessage {
+	t.Helper()
+	var root any
+	if err := json.Unmarshal(doc, &root); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range ops {
+		if op.Op != "add" {
+			t.Fatalf("unexpected operation %q", op.Op)
+		}
+		if !strings.HasPrefix(op.Path, "/") {
+			t.Fatalf("path %q is not a JSON Pointer", op.Path)
+		}
+		tokens := strings.Split(op.Path[1:], "/")
+		parent := root
+		for _, tok := range tokens[:len(tokens)-1] {
+			m, ok := parent.(map[string]any)
+			if !ok {
+				t.Fatalf("patch %s: parent of %q is not an object", op.Path, tok)
+			}
+			if parent, ok = m[unescapePointer(tok)]; !ok || parent == nil {
+				t.Fatalf("patch %s: missing path at %q (the apiserver would fail this patch)", op.Path, tok)
+			}
+		}
+		m, ok := parent.(map[string]any)
+		if !ok {
+			t.Fatalf("patch %s: target's parent is not an object", op.Path)
+		}
+		// Round-trip the value so it is the same kind of tree as the doc.
+		raw, _ := json.Marshal(op.Value)
+		var v any
+		_ = json.Unmarshal(raw, &v)
+		m[unescapePointer(tokens[len(tokens)-1])] = v
+	}
+	out, err := json.Marshal(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// unescapePointer reverses RFC 6901 escaping, "~1" before "~0" as the RFC
+// says, so "~01" reads back as "~1".
+func unescapePointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+}
+
+// metadataMap returns metadata.<field> of object, such as its labels.
+func metadataMap(t testing.TB, object json.RawMessage, field string) map[string]string {
+	t.Helper()
+	var o struct {
+		Metadata map[string]json.RawMessage `json:"metadata"`
+	}
+	if err := json.Unmarshal(object, &o); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]string
+	if raw, ok := o.Metadata[field]; ok {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("metadata.%s: %v", field, err)
+		}
+	}
+	return m
+}
+
+// statusIn is a metav1.Status as a client reads it off the wire.
+type statusIn struct {
+	Kind, APIVersion, Status, Message string
+	Reason                            metav1.StatusReason
+	Code                              int
+}
+
+// checkStatusBody checks an error answer: the HTTP code and a metav1.Status
+// body the apiserver can pass on.
+func checkStatusBody(t testing.TB, w *httptest.ResponseRecorder, code int, reason metav1.StatusReason) statusIn {
+	t.Helper()
+	if w.Code != code {
+		t.Fatalf("got HTTP %d %s, want %d", w.Code, w.Body, code)
+	}
+	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("got Content-Type %q, want application/json", ct)
+	}
+	var s statusIn
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatalf("body %s is not a Status: %v", w.Body, err)
+	}
+	if s.Kind != "Status" || s.APIVersion != "v1" || s.Status != metav1.StatusFailure || s.Code != code || s.Reason != reason || s.Message == "" {
+		t.Errorf("got Status %+v, want kind Status, apiVersion v1, status Failure, code %d, reason %s and a message", s, code, reason)
+	}
+	return s
+}
+
+// checkAnyAnswer checks the answer to an arbitrary body, for the fuzzers:
+// a 200 is a well-formed review answer; anything else is a Status; the
+// webhook never fails with 500, which is how a panic is answered.
+func checkAnyAnswer(t *testing.T, route string, body []byte, w *httptest.ResponseRecorder) {
+	t.Helper()
+	if w.Code == http.StatusInternalServerError {
+		t.Fatalf("%s: HTTP 500 (a panic?) for body %q: %s", route, body, w.Body)
+	}
+	if w.Code != http.StatusOK {
+		var s statusIn
+		if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil || s.Kind != "Status" || s.Code != w.Code || s.Message == "" {
+			t.Fatalf("%s: HTTP %d with body %q, want a Status", route, w.Code, w.Body)
+		}
+		return
+	}
+	// The request decoded, so it names its version and uid.
+	gvk, req, err := decodeReview(body)
+	if err != nil {
+		t.Fatalf("%s: HTTP 200 for a body that does not decode: %v", route, err)
+	}
+	checkReview(t, route, reviewIn{APIVersion: gvk.GroupVersion().String(), Request: &requestIn{UID: string(req.UID)}}, w)
+}
+
+// policyWithDefaults is the policy the binary runs with when given no
+// flags, made as main.go makes it.
+func policyWithDefaults(tb testing.TB) policy {
+	tb.Helper()
+	var p policy
+	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	p.addFlags(flags)
+	if err := flags.Parse(nil); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
