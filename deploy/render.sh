@@ -36,16 +36,14 @@ fi
 
 # render FILE: copy FILE into OUT with the placeholders filled in.
 render() {
-  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" \
-      -e "s|__IMAGE__|$image|g" \
-      -e "s|__WEBHOOK_HOST__|${hostport:-}|g" "$1" > "$out/$(basename "$1")"
+  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" "$1" > "$out/$(basename "$1")"
 }
 
 case $mode in
   in-cluster)
     # The name the apiserver checks is <service>.<namespace>.svc.
     ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service webhook -namespace webhook-system)
-    for f in "$root"/deploy/in-cluster/*.yaml; do render "$f"; done
+    for f in "$root"/deploy/in-cluster/*.yaml "$root"/deploy/webhooks.yaml; do render "$f"; done
     cat > "$out/secret.yaml" <<YAML
 # The serving certificate and key from \`webhook certs\`; the CA's key stays
 # in $certs and never enters the cluster.
@@ -64,7 +62,14 @@ YAML
     host=${hostport%:*}
     host=${host#[}; host=${host%]}   # [::1]:8443 -> ::1
     ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
-    render "$root/deploy/url-mode/webhooks.yaml"
+    render "$root/deploy/webhooks.yaml"
+    # Each `service: {…, path: P, port: 443}` becomes `url: https://HOST:PORT/P`.
+    sed -i -E "s#service: \{name: webhook, namespace: webhook-system, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$out/webhooks.yaml"
+    sed -i -e '/# Service mode:/,/# checks its certificate/d' "$out/webhooks.yaml"
+    if grep -qE '^ *service:' "$out/webhooks.yaml"; then
+      echo "render.sh: a clientConfig in deploy/webhooks.yaml is not of the form service: {name: webhook, namespace: webhook-system, path: /P, port: 443}" >&2
+      exit 1
+    fi
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
     ;;

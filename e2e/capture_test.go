@@ -97,7 +97,7 @@ func TestCapture(t *testing.T) {
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	rules := []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}
 	ns := createNamespace(t, "fixtures")
@@ -169,6 +169,19 @@ func TestCapture(t *testing.T) {
 			_, err := dyn.Resource(widgetGVR).Namespace(ns).Create(ctx, w, metav1.CreateOptions{})
 			return err
 		}},
+		{name: "v1-pod-create", action: func() error {
+			_, err := core.Pods(ns).Create(ctx, webPod("web"), metav1.CreateOptions{})
+			return err
+		}},
+		{name: "v1-pod-update", action: func() error {
+			pod, err := core.Pods(ns).Get(ctx, "web", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			pod.Labels["version"] = "2"
+			_, err = core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
+			return err
+		}},
 		{name: "v1-secret-create", action: func() error {
 			_, err := core.Secrets(ns).Create(ctx, &corev1.Secret{
 				ObjectMeta: metav1.ObjectMeta{Name: "db-credentials"},
@@ -208,12 +221,13 @@ func TestCapture(t *testing.T) {
 }
 
 // nginxDeployment is the Deployment of the original demonstration
-// (nginx.yaml), with the given annotations.
+// (nginx.yaml), with the given annotations, labelled with its team as
+// teams label theirs.
 func nginxDeployment(name string, annotations map[string]string) *appsv1.Deployment {
 	replicas := int32(1)
 	labels := map[string]string{"app": "nginx"}
 	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "nginx", "team": "web"}, Annotations: annotations},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: &replicas,
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
@@ -223,6 +237,23 @@ func nginxDeployment(name string, annotations map[string]string) *appsv1.Deploym
 					Name: "nginx", Image: "nginx:1.14.2",
 					Ports: []corev1.ContainerPort{{ContainerPort: 80}},
 				}}},
+			},
+		},
+	}
+}
+
+// webPod is a Pod with an init container and two containers, for policies
+// that read containers.
+func webPod(name string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web", "team": "web"}},
+		Spec: corev1.PodSpec{
+			InitContainers: []corev1.Container{{
+				Name: "migrate", Image: "registry.example.com/web/migrate:1.4.0", Command: []string{"/migrate", "--up"},
+			}},
+			Containers: []corev1.Container{
+				{Name: "web", Image: "nginx:1.14.2", Ports: []corev1.ContainerPort{{ContainerPort: 80}}},
+				{Name: "log-shipper", Image: "registry.example.com/logging/shipper:3.0.2"},
 			},
 		},
 	}

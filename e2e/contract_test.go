@@ -24,24 +24,21 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission/plugin/webhook/request"
-	"k8s.io/client-go/dynamic"
 )
 
-const (
-	allowKey   = "webhook.example.com/allow"
-	allowValue = "true"
-)
+// The contract scenarios: what the apiserver does with the webhook's
+// answers, its protocols, its failures, certificate rotation and shutdown.
+// They create objects only through createAdmitted (demonstration_test.go)
+// and register the rules of deploy/webhooks.yaml, so they do not depend on
+// what the policy decides.
 
-// bothHooks registers /mutate and /validate of w for deployments in ns,
-// named as a user would name them.
+// bothHooks registers /mutate and /validate of w in ns, with the rules of
+// deploy/webhooks.yaml unless o says otherwise, named as a user would name
+// them.
 func bothHooks(t *testing.T, w *webhookServer, ns string, o hookOptions) {
 	t.Helper()
 	o.namespace, o.caBundle, o.seen = ns, w.caPEM, w.saw
@@ -69,154 +66,6 @@ func grepLines(log, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
-}
-
-// Scenarios 1 and 2: the demonstration this project started from, with
-// AdmissionReview v1 and v1beta1.
-func TestDemonstration(t *testing.T) {
-	for _, version := range []string{"v1", "v1beta1"} {
-		t.Run(version, func(t *testing.T) {
-			ctx := context.Background()
-			ns := createNamespace(t, "demo-"+version)
-			w := startWebhook(t, "")
-			mark := apiserver.logMark()
-			deployments := apiserver.client.AppsV1().Deployments(ns)
-
-			// Only the validating webhook: the Deployment is denied, and the
-			// user is told which webhook and which annotation.
-			validateName := "validate-" + ns + ".webhook.example.com"
-			registerValidating(t, hookOptions{name: validateName, url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
-			_, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{})
-			if err == nil {
-				t.Fatal("the Deployment was created without the required annotation")
-			}
-			for _, want := range []string{
-				fmt.Sprintf("admission webhook %q denied the request:", validateName),
-				fmt.Sprintf("Deployment %s/nginx-deployment", ns),
-				allowKey + "=" + allowValue,
-			} {
-				if !strings.Contains(err.Error(), want) {
-					t.Errorf("denial %q does not contain %q", err, want)
-				}
-			}
-			if !apierrors.IsForbidden(err) {
-				t.Errorf("got %v, want a Forbidden error", err)
-			}
-
-			// With the mutating webhook too, it is stored annotated.
-			registerMutating(t, hookOptions{name: "mutate-" + ns + ".webhook.example.com", url: w.url("/mutate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
-			if _, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{}); err != nil {
-				t.Fatalf("with both webhooks: %v", err)
-			}
-			stored, err := deployments.Get(ctx, "nginx-deployment", metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := stored.Annotations[allowKey]; got != allowValue {
-				t.Errorf("stored Deployment has %s=%q, want %q", allowKey, got, allowValue)
-			}
-			noFailedCalls(t, mark)
-			if !strings.Contains(w.log.String(), "proto=HTTP/1.1") {
-				t.Error("the webhook log shows no review over HTTP/1.1")
-			}
-		})
-	}
-}
-
-// Scenario 3: updates, deletes, subresources, custom resources, dry-run.
-func TestOperations(t *testing.T) {
-	ctx := context.Background()
-	ns := createNamespace(t, "operations")
-	w := startWebhook(t, "")
-	mark := apiserver.logMark()
-	// Every operation is sent, so the webhook's own scoping is what's tested.
-	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
-	createWidgetCRD(t)
-	bothHooks(t, w, ns, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
-	}})
-	deployments := apiserver.client.AppsV1().Deployments(ns)
-
-	t.Run("update keeps other annotations", func(t *testing.T) {
-		d, err := deployments.Create(ctx, nginxDeployment("web", map[string]string{"team.example.com/owner": "payments"}), metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The user drops the webhook's annotation and adds another.
-		delete(d.Annotations, allowKey)
-		d.Annotations["note"] = "resized"
-		replicas := int32(3)
-		d.Spec.Replicas = &replicas
-		if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		stored, err := deployments.Get(ctx, "web", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]string{"team.example.com/owner": "payments", "note": "resized", allowKey: allowValue}
-		for k, v := range want {
-			if stored.Annotations[k] != v {
-				t.Errorf("stored annotations %v: %s=%q, want %q", stored.Annotations, k, stored.Annotations[k], v)
-			}
-		}
-	})
-	t.Run("scale subresource passes", func(t *testing.T) {
-		if _, err := deployments.UpdateScale(ctx, "web", &autoscalingv1.Scale{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 5},
-		}, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(w.log.String(), "subresource=scale") {
-			t.Error("the webhook was not sent the scale request")
-		}
-	})
-	t.Run("delete passes", func(t *testing.T) {
-		if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if !strings.Contains(w.log.String(), "operation=DELETE") {
-			t.Error("the webhook was not sent the DELETE")
-		}
-	})
-	t.Run("custom resource with / in annotation keys", func(t *testing.T) {
-		widgets := dynamic.NewForConfigOrDie(apiserver.config).Resource(widgetGVR).Namespace(ns)
-		obj := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "example.com/v1", "kind": "Widget",
-			"metadata": map[string]any{"name": "gizmo", "annotations": map[string]any{"widgets.example.com/size": "large", "a/b": "c"}},
-			"spec":     map[string]any{"size": "large"},
-		}}
-		if _, err := widgets.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		stored, err := widgets.Get(ctx, "gizmo", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := stored.GetAnnotations()
-		for k, v := range map[string]string{"widgets.example.com/size": "large", "a/b": "c", allowKey: allowValue} {
-			if got[k] != v {
-				t.Errorf("stored Widget annotations %v: %s=%q, want %q", got, k, got[k], v)
-			}
-		}
-	})
-	t.Run("server-side dry-run stores nothing", func(t *testing.T) {
-		d, err := deployments.Create(ctx, nginxDeployment("dry", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d.Annotations[allowKey] != allowValue {
-			t.Errorf("dry-run answer has annotations %v, want the webhook's", d.Annotations)
-		}
-		if _, err := deployments.Get(ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("after a dry-run create, Get gave %v, want NotFound", err)
-		}
-		if !strings.Contains(w.log.String(), "dry_run=true") {
-			t.Error("the webhook log does not mark the dry-run review")
-		}
-	})
-	noFailedCalls(t, mark)
 }
 
 // Scenario 4: every answer the webhook gives to the captured fixtures
@@ -271,24 +120,31 @@ func TestContractVerifyAdmissionResponse(t *testing.T) {
 	}
 }
 
-// Scenario 5: with HTTP/2 on, the apiserver calls a loopback URL with h2.
+// The apiserver calls a loopback URL with HTTP/2 when the webhook offers
+// it (-http2), and with HTTP/1.1 by default.
 func TestHTTP2(t *testing.T) {
-	ctx := context.Background()
-	ns := createNamespace(t, "http2")
-	w := startWebhook(t, "", "-http2")
-	mark := apiserver.logMark()
-	bothHooks(t, w, ns, hookOptions{})
-	d, err := apiserver.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name      string
+		flags     []string
+		wantProto string
+	}{
+		{"default", nil, "proto=HTTP/1.1"},
+		{"-http2", []string{"-http2"}, "proto=HTTP/2.0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := createNamespace(t, "http2-"+strings.TrimPrefix(tc.name, "-"))
+			w := startWebhook(t, "", tc.flags...)
+			mark := apiserver.logMark()
+			bothHooks(t, w, ns, hookOptions{})
+			if err := createAdmitted(context.Background(), apiserver, ns, "web", false); err != nil {
+				t.Fatal(err)
+			}
+			if reviews := grepLines(w.log.String(), "msg=review"); !strings.Contains(reviews, tc.wantProto) {
+				t.Errorf("the webhook logged no review with %s:\n%s", tc.wantProto, reviews)
+			}
+			noFailedCalls(t, mark)
+		})
 	}
-	if d.Annotations[allowKey] != allowValue {
-		t.Errorf("got annotations %v", d.Annotations)
-	}
-	if !strings.Contains(w.log.String(), "proto=HTTP/2.0") {
-		t.Errorf("the apiserver did not use HTTP/2 with -http2:\n%s", grepLines(w.log.String(), "msg=review"))
-	}
-	noFailedCalls(t, mark)
 }
 
 // Scenario 6a: a webhook that is down is treated per failurePolicy.
@@ -300,11 +156,11 @@ func TestWebhookDown(t *testing.T) {
 	registerValidating(t, hookOptions{name: "ignore.webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ignoreNS, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
 	w.stop()
 
-	_, err := apiserver.client.AppsV1().Deployments(failNS).Create(ctx, nginxDeployment("web", map[string]string{allowKey: allowValue}), metav1.CreateOptions{})
+	err := createAdmitted(ctx, apiserver, failNS, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with the webhook down: got %v, want a clear failed-call error", err)
 	}
-	if _, err := apiserver.client.AppsV1().Deployments(ignoreNS).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{}); err != nil {
+	if err := createAdmitted(ctx, apiserver, ignoreNS, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with the webhook down: %v", err)
 	}
 }
@@ -346,14 +202,14 @@ func TestWebhookTooSlow(t *testing.T) {
 	registerValidating(t, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + "/validate", caBundle: w.caPEM, namespace: ignoreNS, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
 
 	start := time.Now()
-	_, err = apiserver.client.AppsV1().Deployments(failNS).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{})
+	err = createAdmitted(ctx, apiserver, failNS, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "slow-fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with a slow webhook: got %v, want a failed-call error", err)
 	}
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Errorf("the apiserver waited %s for a webhook with timeoutSeconds 1", took)
 	}
-	if _, err := apiserver.client.AppsV1().Deployments(ignoreNS).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{}); err != nil {
+	if err := createAdmitted(ctx, apiserver, ignoreNS, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with a slow webhook: %v", err)
 	}
 }
@@ -365,7 +221,7 @@ type failedCreate struct {
 	err  error
 }
 
-// createLoop creates Deployments in ns until stop is closed or limit is
+// createLoop creates admitted objects in ns until stop is closed or limit is
 // reached, on two goroutines as a busy cluster would, and returns every
 // failure and how many creates succeeded. progress, when not nil, counts
 // successes as they happen.
@@ -388,7 +244,7 @@ func createLoop(ns string, stop <-chan struct{}, limit int, progress *atomic.Int
 				default:
 				}
 				name := fmt.Sprintf("load-%d", i)
-				_, err := apiserver.client.AppsV1().Deployments(ns).Create(context.Background(), nginxDeployment(name, nil), metav1.CreateOptions{})
+				err := createAdmitted(context.Background(), apiserver, ns, name, false)
 				mu.Lock()
 				if err != nil {
 					failed = append(failed, failedCreate{name, time.Now(), err})

@@ -147,6 +147,7 @@ func TestDeployManifests(t *testing.T) {
 	}
 	// Every source manifest is among those rendered.
 	sources, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "in-cluster", "*.yaml"))
+	sources = append(sources, filepath.Join(repoRoot, "deploy", "webhooks.yaml"))
 	for _, s := range sources {
 		if _, err := os.Stat(filepath.Join(out, filepath.Base(s))); err != nil {
 			t.Errorf("%s was not rendered", s)
@@ -161,7 +162,7 @@ func TestDeployManifests(t *testing.T) {
 
 // TestURLMode registers the URL-mode configurations the documented command
 // renders, pointing at a webhook started from the certificates it made, and
-// creates a Deployment through them.
+// creates an object through them.
 func TestURLMode(t *testing.T) {
 	port, err := freePort()
 	if err != nil {
@@ -185,16 +186,8 @@ func TestURLMode(t *testing.T) {
 	ns := createNamespace(t, "url-mode")
 	waitForHookActive(t, hookOptions{name: "url-mode", namespace: ns, seen: w.saw})
 
-	ctx := context.Background()
-	if _, err := apiserver.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{}); err != nil {
+	if err := createAdmitted(context.Background(), apiserver, ns, "web", false); err != nil {
 		t.Fatal(err)
-	}
-	stored, err := apiserver.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if stored.Annotations[allowKey] != allowValue {
-		t.Errorf("stored annotations %v, want %s=%s", stored.Annotations, allowKey, allowValue)
 	}
 	for _, path := range []string{"path=/mutate", "path=/validate"} {
 		if !strings.Contains(w.log.String(), path+" ") {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -108,18 +109,30 @@ func TestImagePremise(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-update-mutated.json"))
+	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := client.Post("https://"+addr+"/validate?timeout=5s", "application/json", bytes.NewReader(review))
-	if err != nil {
+	var in struct {
+		Request struct{ UID string } `json:"request"`
+	}
+	if err := json.Unmarshal(review, &in); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !bytes.Contains(body, []byte(`"allowed":true`)) {
-		t.Errorf("got %d %s, want an admitted review", resp.StatusCode, body)
+	for _, route := range []string{"/mutate", "/validate"} {
+		resp, err := client.Post("https://"+addr+route+"?timeout=5s", "application/json", bytes.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var out struct {
+			Kind     string
+			Response struct{ UID string }
+		}
+		if err := json.Unmarshal(body, &out); resp.StatusCode != 200 || err != nil || out.Kind != "AdmissionReview" || out.Response.UID != in.Request.UID {
+			t.Errorf("%s: got %d %s, want 200 and an AdmissionReview answering uid %s", route, resp.StatusCode, body, in.Request.UID)
+		}
 	}
 	p.signal(syscall.SIGTERM)
 	select {

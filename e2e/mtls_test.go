@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Scenario 7: only the apiserver gets in. A second apiserver is started
@@ -66,18 +64,19 @@ plugins:
 	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
 		ns := createNamespaceIn(t, withCert, "mtls-admitted")
 		bothHooks(t, allowed, ns, hookOptions{api: withCert})
-		d, err := withCert.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", nil), metav1.CreateOptions{})
-		if err != nil {
+		if err := createAdmitted(ctx, withCert, ns, "web", false); err != nil {
 			t.Fatal(err)
 		}
-		if d.Annotations[allowKey] != allowValue {
-			t.Errorf("got annotations %v, want the webhook's", d.Annotations)
+		for _, path := range []string{"path=/mutate", "path=/validate"} {
+			if !strings.Contains(allowed.log.String(), path+" ") {
+				t.Errorf("the webhook answered no review on %s", path)
+			}
 		}
 	})
 	t.Run("apiserver without a client certificate is refused", func(t *testing.T) {
 		ns := createNamespace(t, "mtls-no-cert")
 		registerValidating(t, hookOptions{name: "nocert.webhook.example.com", url: allowed.url("/validate"), caBundle: allowed.caPEM, namespace: ns, seen: refused})
-		_, err := apiserver.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", map[string]string{allowKey: allowValue}), metav1.CreateOptions{})
+		err := createAdmitted(ctx, apiserver, ns, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
 			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
 		}
@@ -88,7 +87,7 @@ plugins:
 	t.Run("a name not in -allowed-client-names is refused", func(t *testing.T) {
 		ns := createNamespaceIn(t, withCert, "mtls-wrong-name")
 		registerValidating(t, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url("/validate"), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
-		_, err := withCert.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment("web", map[string]string{allowKey: allowValue}), metav1.CreateOptions{})
+		err := createAdmitted(ctx, withCert, ns, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `"kube-apiserver" is not in -allowed-client-names`) {
 			t.Errorf("got %v, want the webhook's 403 message passed through", err)
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
 // webhookServer is the webhook binary running on a loopback port.
@@ -107,21 +110,53 @@ func (o hookOptions) apiServer() *apiServer {
 	return apiserver
 }
 
-// deploymentRules matches apps/v1 deployments on CREATE and UPDATE, as the
-// configurations in deploy/ and the original demonstration do.
-var deploymentRules = []admissionregistrationv1.RuleWithOperations{{
-	Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
-	Rule: admissionregistrationv1.Rule{
-		APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"},
-	},
-}}
+// deployedRules returns the rules deploy/webhooks.yaml gives the mutating
+// and the validating webhook: the tests register what users deploy, so a
+// policy's change of rules reaches them from that one file.
+func deployedRules(t *testing.T) (mutating, validating []admissionregistrationv1.RuleWithOperations) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(repoRoot, "deploy", "webhooks.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		// Only kind and rules: caBundle is still a placeholder here.
+		var cfg struct {
+			Kind     string `json:"kind"`
+			Webhooks []struct {
+				Rules []admissionregistrationv1.RuleWithOperations `json:"rules"`
+			} `json:"webhooks"`
+		}
+		if err := dec.Decode(&cfg); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("deploy/webhooks.yaml: %v", err)
+		}
+		for _, w := range cfg.Webhooks {
+			switch cfg.Kind {
+			case "MutatingWebhookConfiguration":
+				mutating = append(mutating, w.Rules...)
+			case "ValidatingWebhookConfiguration":
+				validating = append(validating, w.Rules...)
+			}
+		}
+	}
+	if len(mutating) == 0 || len(validating) == 0 {
+		t.Fatal("deploy/webhooks.yaml has no rules for a mutating and a validating webhook")
+	}
+	return mutating, validating
+}
 
 func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig {
 	url := o.url
 	return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: o.caBundle}
 }
 
-func (o hookOptions) common() (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
+// common returns what both kinds of configuration share; rules are o.rules
+// or, when none are given, deployed (from deploy/webhooks.yaml).
+func (o hookOptions) common(deployed []admissionregistrationv1.RuleWithOperations) (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
 	versions = o.versions
 	if versions == nil {
 		versions = []string{"v1"}
@@ -136,7 +171,7 @@ func (o hookOptions) common() (sideEffects admissionregistrationv1.SideEffectCla
 	}
 	rules = o.rules
 	if rules == nil {
-		rules = deploymentRules
+		rules = deployed
 	}
 	selector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": o.namespace}}
 	return admissionregistrationv1.SideEffectClassNone, versions, &fp, &to, selector, rules
@@ -146,7 +181,8 @@ func (o hookOptions) common() (sideEffects admissionregistrationv1.SideEffectCla
 // test ends, and waits until the apiserver uses it.
 func registerMutating(t *testing.T, o hookOptions) {
 	t.Helper()
-	se, versions, fp, to, sel, rules := o.common()
+	deployed, _ := deployedRules(t)
+	se, versions, fp, to, sel, rules := o.common(deployed)
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
@@ -166,7 +202,8 @@ func registerMutating(t *testing.T, o hookOptions) {
 // registerValidating is registerMutating for a ValidatingWebhookConfiguration.
 func registerValidating(t *testing.T, o hookOptions) {
 	t.Helper()
-	se, versions, fp, to, sel, rules := o.common()
+	_, deployed := deployedRules(t)
+	se, versions, fp, to, sel, rules := o.common(deployed)
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
@@ -185,7 +222,8 @@ func registerValidating(t *testing.T, o hookOptions) {
 
 // waitForHookActive waits until the apiserver calls the new webhook: a new
 // configuration takes about a second to be used. It sends dry-run creates of
-// a probe Deployment until o.seen reports the webhook received one.
+// a probe object (createAdmitted) until o.seen reports the webhook received
+// one.
 func waitForHookActive(t *testing.T, o hookOptions) {
 	t.Helper()
 	if o.seen == nil {
@@ -195,7 +233,7 @@ func waitForHookActive(t *testing.T, o hookOptions) {
 	deadline := time.Now().Add(startTimeout)
 	for i := 0; time.Now().Before(deadline); i++ {
 		name := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano()%100000, i)
-		_, err := o.apiServer().client.AppsV1().Deployments(o.namespace).Create(context.Background(), nginxDeployment(name, nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		err := createAdmitted(context.Background(), o.apiServer(), o.namespace, name, true)
 		if o.seen(name, err) {
 			return
 		}
@@ -212,7 +250,9 @@ func (w *webhookServer) saw(name string, _ error) bool {
 // refused is a seen for a webhook that is expected to fail every call.
 func refused(_ string, err error) bool { return err != nil }
 
-// createNamespace makes a namespace for one test, deleted when it ends.
+// createNamespace makes a namespace for one test, deleted when it ends,
+// with the "default" ServiceAccount that Pods need: no controller-manager
+// runs to make it.
 func createNamespace(t *testing.T, name string) string {
 	t.Helper()
 	return createNamespaceIn(t, apiserver, name)
@@ -226,6 +266,10 @@ func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := a.client.CoreV1().ServiceAccounts(name).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("creating the default ServiceAccount of %s: %v", name, err)
+	}
 	return name
 }
 

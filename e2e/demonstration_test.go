@@ -1,0 +1,191 @@
+package e2e
+
+// The demonstration policy's end-to-end tests, and createAdmitted, the one
+// helper through which every other e2e test creates objects. This is the
+// e2e file to change with policy.go: the contract tests in the other files
+// register the rules of deploy/webhooks.yaml and create objects only
+// through createAdmitted, so they pass unchanged whatever the policy says
+// once this file agrees with it.
+//
+//	cd e2e && go test -run TestDemonstration .   # these tests alone
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+)
+
+// The demonstration's annotation: /mutate sets it, /validate requires it.
+const (
+	allowKey   = "webhook.example.com/allow"
+	allowValue = "true"
+)
+
+// createAdmitted creates, in namespace ns of api, an object named name that
+// the rules in deploy/webhooks.yaml send to the webhook and that the policy
+// admits once /mutate has run. With dryRun the apiserver admits it (calling
+// the webhooks) but stores nothing.
+func createAdmitted(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := api.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment(name, nil), opts)
+	return err
+}
+
+// TestDemonstration is the demonstration this project started from, with
+// AdmissionReview v1 and v1beta1: /validate alone denies a Deployment
+// without the annotation, naming it; with /mutate as well, the Deployment
+// is stored annotated.
+func TestDemonstration(t *testing.T) {
+	for _, version := range []string{"v1", "v1beta1"} {
+		t.Run(version, func(t *testing.T) {
+			ctx := context.Background()
+			ns := createNamespace(t, "demo-"+version)
+			w := startWebhook(t, "")
+			mark := apiserver.logMark()
+			deployments := apiserver.client.AppsV1().Deployments(ns)
+
+			// Only the validating webhook: the Deployment is denied, and the
+			// user is told which webhook and which annotation.
+			validateName := "validate-" + ns + ".webhook.example.com"
+			registerValidating(t, hookOptions{name: validateName, url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
+			_, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{})
+			if err == nil {
+				t.Fatal("the Deployment was created without the required annotation")
+			}
+			for _, want := range []string{
+				fmt.Sprintf("admission webhook %q denied the request:", validateName),
+				fmt.Sprintf("Deployment %s/nginx-deployment", ns),
+				allowKey + "=" + allowValue,
+			} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("denial %q does not contain %q", err, want)
+				}
+			}
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("got %v, want a Forbidden error", err)
+			}
+
+			// With the mutating webhook too, it is stored annotated.
+			registerMutating(t, hookOptions{name: "mutate-" + ns + ".webhook.example.com", url: w.url("/mutate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
+			if _, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{}); err != nil {
+				t.Fatalf("with both webhooks: %v", err)
+			}
+			stored, err := deployments.Get(ctx, "nginx-deployment", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := stored.Annotations[allowKey]; got != allowValue {
+				t.Errorf("stored Deployment has %s=%q, want %q", allowKey, got, allowValue)
+			}
+			noFailedCalls(t, mark)
+		})
+	}
+}
+
+// TestDemonstrationOperations covers what the policy does with updates,
+// deletes, subresources, custom resources and dry-run.
+func TestDemonstrationOperations(t *testing.T) {
+	ctx := context.Background()
+	ns := createNamespace(t, "operations")
+	w := startWebhook(t, "")
+	mark := apiserver.logMark()
+	// Every operation is sent, so the webhook's own scoping is what's tested.
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
+	createWidgetCRD(t)
+	bothHooks(t, w, ns, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
+	}})
+	deployments := apiserver.client.AppsV1().Deployments(ns)
+
+	t.Run("update keeps other annotations", func(t *testing.T) {
+		d, err := deployments.Create(ctx, nginxDeployment("web", map[string]string{"team.example.com/owner": "payments"}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The user drops the webhook's annotation and adds another.
+		delete(d.Annotations, allowKey)
+		d.Annotations["note"] = "resized"
+		replicas := int32(3)
+		d.Spec.Replicas = &replicas
+		if _, err := deployments.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := deployments.Get(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"team.example.com/owner": "payments", "note": "resized", allowKey: allowValue}
+		for k, v := range want {
+			if stored.Annotations[k] != v {
+				t.Errorf("stored annotations %v: %s=%q, want %q", stored.Annotations, k, stored.Annotations[k], v)
+			}
+		}
+	})
+	t.Run("scale subresource passes", func(t *testing.T) {
+		if _, err := deployments.UpdateScale(ctx, "web", &autoscalingv1.Scale{
+			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns}, Spec: autoscalingv1.ScaleSpec{Replicas: 5},
+		}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.log.String(), "subresource=scale") {
+			t.Error("the webhook was not sent the scale request")
+		}
+	})
+	t.Run("delete passes", func(t *testing.T) {
+		if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(w.log.String(), "operation=DELETE") {
+			t.Error("the webhook was not sent the DELETE")
+		}
+	})
+	t.Run("custom resource with / in annotation keys", func(t *testing.T) {
+		widgets := dynamic.NewForConfigOrDie(apiserver.config).Resource(widgetGVR).Namespace(ns)
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "example.com/v1", "kind": "Widget",
+			"metadata": map[string]any{"name": "gizmo", "annotations": map[string]any{"widgets.example.com/size": "large", "a/b": "c"}},
+			"spec":     map[string]any{"size": "large"},
+		}}
+		if _, err := widgets.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := widgets.Get(ctx, "gizmo", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := stored.GetAnnotations()
+		for k, v := range map[string]string{"widgets.example.com/size": "large", "a/b": "c", allowKey: allowValue} {
+			if got[k] != v {
+				t.Errorf("stored Widget annotations %v: %s=%q, want %q", got, k, got[k], v)
+			}
+		}
+	})
+	t.Run("server-side dry-run stores nothing", func(t *testing.T) {
+		d, err := deployments.Create(ctx, nginxDeployment("dry", nil), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Annotations[allowKey] != allowValue {
+			t.Errorf("dry-run answer has annotations %v, want the webhook's", d.Annotations)
+		}
+		if _, err := deployments.Get(ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after a dry-run create, Get gave %v, want NotFound", err)
+		}
+		if !strings.Contains(w.log.String(), "dry_run=true") {
+			t.Error("the webhook log does not mark the dry-run review")
+		}
+	})
+	noFailedCalls(t, mark)
+}
