@@ -7,7 +7,7 @@ GO ?= go
 # run, and the end-to-end suite against a real kube-apiserver.
 test: check unit fuzz e2e
 
-# The fast loop: seconds, no apiserver.
+# The fast loop: about 25 s, no apiserver.
 unit:
 	$(GO) test -race -count=1 ./...
 
@@ -17,8 +17,10 @@ check:
 	cd e2e && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
+# The generic path, then the policy: go test fuzzes one target at a time.
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzServe -fuzztime 15s .
+	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 15s .
+	$(GO) test -run '^$$' -fuzz '^FuzzPolicy$$' -fuzztime 15s .
 
 e2e:
 	cd e2e && $(GO) test -count=1 -timeout 30m ./...
