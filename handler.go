@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	goruntime "runtime"
 	"runtime/debug"
 	"strings"
@@ -79,12 +81,11 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 // ---------------------------------------------------------------------------
 
 // objectMetadata is the part of an object's metadata that most policies
-// read. A policy that reads more of the object decodes it with decodeObject
-// into a struct of its own.
+// read; the namespace is the request's (req.Namespace). A policy that reads
+// more of the object decodes it with decodeObject into a struct of its own.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`
-	Namespace    string            `json:"namespace,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Annotations  map[string]string `json:"annotations,omitempty"`
 
@@ -236,14 +237,16 @@ func serve(logger *slog.Logger, admit admitFunc) http.Handler {
 // readBody reads the whole body, at most maxBodyBytes of it.
 func readBody(w http.ResponseWriter, r *http.Request) (body []byte, err error) {
 	// A declared length over the cap is refused before reading a byte.
-	if r.ContentLength > maxBodyBytes {
+	switch {
+	case r.ContentLength > maxBodyBytes:
 		err = &http.MaxBytesError{Limit: maxBodyBytes}
-	} else {
-		// The apiserver declares the length, so the buffer is allocated
-		// once at its final size rather than grown by doubling.
-		buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
-		_, err = buf.ReadFrom(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-		body = buf.Bytes()
+	case r.ContentLength >= 0:
+		// The apiserver declares the length, and net/http reads no more
+		// than declared: one buffer of the final size, filled once.
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	default:
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	}
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
@@ -261,7 +264,7 @@ func readBody(w http.ResponseWriter, r *http.Request) (body []byte, err error) {
 // largest webhook timeout applies.
 func requestContext(r *http.Request) (context.Context, context.CancelFunc, error) {
 	timeout := maxWebhookTimeout
-	if q := r.URL.Query().Get("timeout"); q != "" {
+	if q, ok := timeoutParameter(r.URL.RawQuery); ok {
 		d, err := time.ParseDuration(q)
 		if err != nil || d <= 0 {
 			return nil, nil, fmt.Errorf("query parameter timeout=%q is not a positive duration such as 10s", q)
@@ -270,6 +273,23 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc, error
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	return ctx, cancel, nil
+}
+
+// timeoutParameter returns the first timeout=VALUE of a raw query string.
+// It reads the one parameter it needs instead of building the map of all of
+// them, as r.URL.Query() does on every review (two allocations).
+func timeoutParameter(rawQuery string) (string, bool) {
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, "&")
+		if v, ok := strings.CutPrefix(pair, "timeout="); ok {
+			if unescaped, err := url.QueryUnescape(v); err == nil {
+				return unescaped, true
+			}
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // decodeReview decodes an AdmissionReview of either version and returns the

@@ -404,7 +404,7 @@ func TestObjectMeta(t *testing.T) {
 		wantErr string
 	}{
 		{`{"metadata":{"name":"a","namespace":"n","generateName":"g","labels":{"l":"1"},"annotations":{"a":"2"},"managedFields":[{}]}}`,
-			objectMetadata{Name: "a", Namespace: "n", GenerateName: "g", Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "2"}}, ""},
+			objectMetadata{Name: "a", GenerateName: "g", Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "2"}}, ""},
 		{`{"metadata":{}}`, objectMetadata{}, ""},
 		{`{"metadata":null}`, objectMetadata{Missing: true}, ""},
 		{`{"kind":"Widget"}`, objectMetadata{Missing: true}, ""},
