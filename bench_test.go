@@ -98,16 +98,18 @@ func TestWriteBenchBodies(t *testing.T) {
 }
 
 // BenchmarkHandler is the whole of /mutate and /validate for one review,
-// with policy.go's policy as the binary runs it: read, decode, admit,
-// encode, log (to a discarding handler).
+// with policy.go's policy as the binary runs it: take bytes of the budget,
+// read, decode, admit, encode, count in the metrics, log (to a discarding
+// handler).
 func BenchmarkHandler(b *testing.B) {
 	p := policyWithDefaults(b)
+	reviews := &reviewServer{logger: discardLogger, metrics: newMetrics(), budget: newByteBudget(defaultMaxInflightBytes)}
 	for _, body := range benchBodies(b) {
 		for _, route := range []struct {
 			name  string
 			admit admitFunc
 		}{{"mutate", mutate(p)}, {"validate", validate(p)}} {
-			h := serve(discardLogger, route.admit)
+			h := reviews.handle("/"+route.name, admissionReviews(route.admit))
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))
 				b.ReportAllocs()
@@ -139,7 +141,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(body.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := reviewCodecs.UniversalDeserializer().Decode(body.body, nil, nil); err != nil {
+				if _, _, err := admissionCodecs.UniversalDeserializer().Decode(body.body, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

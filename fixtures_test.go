@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -148,6 +149,12 @@ func TestNewFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s; add its expectations to policy_test.go and run go test -run TestFixtures -update .", path)
+}
+
+// serve is the generic path for one admit function, with neither a budget
+// nor metrics: what most tests drive.
+func serve(logger *slog.Logger, admit admitFunc) http.Handler {
+	return (&reviewServer{logger: logger}).handle("/test", admissionReviews(admit))
 }
 
 // post sends body to h as the apiserver does and returns the recorded answer.

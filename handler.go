@@ -156,7 +156,7 @@ func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string 
 }
 
 // ---------------------------------------------------------------------------
-// HTTP ⇄ AdmissionReview: one generic path for every admit function.
+// HTTP ⇄ review: one generic path for every kind of review and route.
 // ---------------------------------------------------------------------------
 
 const (
@@ -170,91 +170,166 @@ const (
 	maxWebhookTimeout = 30 * time.Second
 )
 
-// reviewCodecs decodes AdmissionReview in the two versions the apiserver
-// sends. Nothing else is registered, so any other kind fails to decode.
-var reviewCodecs = func() serializer.CodecFactory {
-	scheme := runtime.NewScheme()
-	// AddToScheme only fails on conflicting registrations, which two
-	// distinct group versions cannot have.
-	_ = admissionv1.AddToScheme(scheme)
-	_ = admissionv1beta1.AddToScheme(scheme)
-	return serializer.NewCodecFactory(scheme)
-}()
+// overloadStatus answers a review that cannot be served before its
+// deadline. OVERLOAD_WHY
+const overloadStatus = http.StatusTooManyRequests
 
-// serve returns the handler for one admit function. It checks the request
-// in a fixed order (method, content type, size, body, timeout, envelope),
-// answering each failure with the HTTP status that names it and a
-// metav1.Status body, whose message the apiserver passes to the user. Once
-// there is a review to answer, the answer is HTTP 200 with the verdict in
-// response.status, in the version and with the uid it was asked with.
-func serve(logger *slog.Logger, admit admitFunc) http.Handler {
+// overloadMargin is how long before a request's deadline it stops waiting
+// for the byte budget, so that its answer still reaches the apiserver in
+// time.
+const overloadMargin = 250 * time.Millisecond
+
+// reviewServer is what every review route shares: the log, the metrics and
+// the byte budget. With only a logger it serves with neither of the others.
+type reviewServer struct {
+	logger  *slog.Logger
+	metrics *metrics    // nil: nothing is counted
+	budget  *byteBudget // nil: no bound on the bytes in flight
+}
+
+// A reviewKind is one kind of review the generic path serves: admission
+// reviews (admissionReviews) and SubjectAccessReviews (authorization.go).
+type reviewKind struct {
+	// name is what a body must be, for error messages: "an AdmissionReview
+	// of admission.k8s.io/v1 or admission.k8s.io/v1beta1".
+	name string
+	// review decodes body, decides, and encodes the answer.
+	review func(ctx context.Context, body []byte) outcome
+}
+
+// outcome is what one request came to.
+type outcome struct {
+	code int    // the HTTP status
+	body []byte // the encoded review for code 200; otherwise a Status is written with message
+	// message is the Status's message when code is not 200.
+	message string
+	// verdict is the review's, for the log line and the metrics; "" when
+	// no review was answered.
+	verdict string
+	// attrs say what the review was, for its log line: its uid, kind,
+	// name, user. Never the object or any value of it: it may be a Secret.
+	attrs []slog.Attr
+	// panicked, when not nil, is what to log of a panic of the policy.
+	panicked []any
+}
+
+// failed is the outcome of a request that has no review to answer.
+func failed(code int, message string) outcome {
+	return outcome{code: code, message: message}
+}
+
+// handle returns the handler of one route. It checks the request in a
+// fixed order (method, content type, declared size, timeout, room in the
+// budget, body), answering each failure with the HTTP status that names it
+// and a metav1.Status body, whose message the apiserver passes to the
+// user. Then kind decodes the body, decides and encodes its answer: HTTP
+// 200, in the version it was asked in. One line is logged per review.
+func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			writeStatus(w, http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: admission reviews are sent with POST", r.Method))
-			return
-		}
-		if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
-			writeStatus(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: admission reviews are sent as application/json", r.Header.Get("Content-Type")))
-			return
-		}
-		body, err := readBody(w, r)
-		if err != nil {
-			code := http.StatusBadRequest
-			if errors.As(err, new(*http.MaxBytesError)) {
-				code = http.StatusRequestEntityTooLarge
+		defer s.metrics.begin(route)()
+		o := s.serve(w, r, kind)
+		if o.code == http.StatusOK {
+			w.Header().Set("Content-Type", "application/json")
+			if _, err := w.Write(o.body); err != nil {
+				s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(o.attrs, slog.Any("err", err))...)
 			}
-			writeStatus(w, code, err.Error())
-			return
+		} else {
+			writeStatus(w, o.code, o.message)
 		}
-		ctx, cancel, err := requestContext(r)
-		if err != nil {
-			writeStatus(w, http.StatusBadRequest, err.Error())
-			return
+		took := time.Since(start)
+		s.metrics.request(route, o.code, o.verdict, took)
+		if o.panicked != nil {
+			s.metrics.panicked(route)
+			s.logger.LogAttrs(r.Context(), slog.LevelError, "the policy panicked", append(o.attrs, slog.Group("panic", o.panicked...))...)
 		}
-		defer cancel()
-		gvk, req, err := decodeReview(body)
-		if err != nil {
-			writeStatus(w, http.StatusBadRequest, err.Error())
-			return
+		if o.verdict != "" {
+			attrs := append([]slog.Attr{slog.String("path", r.URL.Path)}, o.attrs...)
+			attrs = append(attrs, slog.String("verdict", o.verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
+			s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", attrs...)
 		}
-
-		resp, panicked := admitSafely(ctx, admit, req)
-		if panicked != nil {
-			logger.Error("admit function panicked", append(panicked, "uid", req.UID)...)
-			writeStatus(w, http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID))
-			return
-		}
-		resp.UID = req.UID
-		if err := writeReview(w, gvk, resp); err != nil {
-			logger.Warn("writing the review failed", "uid", req.UID, "err", err)
-		}
-		logReview(logger, r, req, resp, time.Since(start))
 	})
 }
 
-// readBody reads the whole body, at most maxBodyBytes of it.
-func readBody(w http.ResponseWriter, r *http.Request) (body []byte, err error) {
+func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind reviewKind) outcome {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return failed(http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, kind.name))
+	}
+	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+		return failed(http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), kind.name))
+	}
 	// A declared length over the cap is refused before reading a byte.
-	switch {
-	case r.ContentLength > maxBodyBytes:
-		err = &http.MaxBytesError{Limit: maxBodyBytes}
-	case r.ContentLength >= 0:
+	if r.ContentLength > maxBodyBytes {
+		return failed(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most %s can be", maxBodyBytes, kind.name))
+	}
+	ctx, cancel, err := requestContext(r)
+	if err != nil {
+		return failed(http.StatusBadRequest, err.Error())
+	}
+	defer cancel()
+	if s.budget != nil {
+		// A body of unknown length may be as long as any.
+		n := r.ContentLength
+		if n < 0 {
+			n = maxBodyBytes
+		}
+		if err := s.waitForBudget(ctx, n); err != nil {
+			s.metrics.budgetRejection()
+			return overloaded(w, r, n, s.budget.capacity)
+		}
+		defer s.budget.release(n)
+	}
+	body, err := readBody(w, r, kind.name)
+	if err != nil {
+		if errors.As(err, new(*http.MaxBytesError)) {
+			return failed(http.StatusRequestEntityTooLarge, err.Error())
+		}
+		return failed(http.StatusBadRequest, err.Error())
+	}
+	return kind.review(ctx, body)
+}
+
+// waitForBudget takes n bytes of the budget, waiting for room until a
+// little before the request's deadline.
+func (s *reviewServer) waitForBudget(ctx context.Context, n int64) error {
+	waitCtx := ctx
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithDeadline(ctx, deadline.Add(-overloadMargin))
+		defer cancel()
+	}
+	return s.budget.acquire(waitCtx, n)
+}
+
+// overloaded answers a request that found no room in the budget before
+// its deadline, without reading it into memory: OVERLOAD_POLICY
+func overloaded(w http.ResponseWriter, r *http.Request, n, capacity int64) outcome {
+	// Read the body to its end, a little at a time, so that the client is
+	// done sending before it reads the answer; closing on unread data
+	// could reset the connection under the answer.
+	_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	return failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review found no room among the reviews in flight (at most %d bytes at once, -max-inflight-bytes) before its deadline; retry the request", n, capacity))
+}
+
+// readBody reads the whole body, at most maxBodyBytes of it. want says
+// what the body must be, for the message when it is empty.
+func readBody(w http.ResponseWriter, r *http.Request, want string) (body []byte, err error) {
+	if r.ContentLength >= 0 {
 		// The apiserver declares the length, and net/http reads no more
 		// than declared: one buffer of the final size, filled once.
 		body = make([]byte, r.ContentLength)
 		_, err = io.ReadFull(r.Body, body)
-	default:
+	} else {
 		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	}
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
-		return nil, fmt.Errorf("request body is larger than %d bytes, the most an admission review can be: %w", maxBodyBytes, err)
+		return nil, fmt.Errorf("request body is larger than %d bytes, the most %s can be: %w", maxBodyBytes, want, err)
 	case err != nil:
 		return nil, fmt.Errorf("reading the request body: %w", err)
 	case len(body) == 0:
-		return nil, errors.New("request body is empty: expected an AdmissionReview")
+		return nil, fmt.Errorf("request body is empty: expected %s", want)
 	}
 	return body, nil
 }
@@ -292,107 +367,47 @@ func timeoutParameter(rawQuery string) (string, bool) {
 	return "", false
 }
 
-// decodeReview decodes an AdmissionReview of either version and returns the
-// version it came in with its request as admission.k8s.io/v1, the one type
-// the admit functions see.
-func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
-	obj, gvk, err := reviewCodecs.UniversalDeserializer().Decode(body, nil, nil)
-	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err)
-	}
-	var req *admissionv1.AdmissionRequest
-	switch review := obj.(type) {
-	case *admissionv1.AdmissionReview:
-		req = review.Request
-	case *admissionv1beta1.AdmissionReview:
-		if review.Request != nil {
-			req = requestFromV1beta1(review.Request)
-		}
-	default:
-		// Registering any API group also registers a few unversioned meta
-		// kinds, such as v1 Status, so the decoder accepts those too.
-		return schema.GroupVersionKind{}, nil, notAReview(*gvk)
-	}
-	if req == nil {
-		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
-	}
-	return *gvk, req, nil
-}
-
 // maxErrorDetail bounds how much of a decoder's error reaches a message, so
 // a huge or hostile body cannot make a huge answer.
 const maxErrorDetail = 256
 
-// describeDecodeError says why a body is not a review without quoting the
-// body: apimachinery's "Kind is missing" error carries all of it, and it may
-// hold a Secret.
-func describeDecodeError(gvk *schema.GroupVersionKind, err error) error {
+// describeDecodeError says why a body is not the review wanted without
+// quoting the body: apimachinery's "Kind is missing" error carries all of
+// it, and it may hold a Secret.
+func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
 	switch {
 	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: %s", wantReview)
+		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
 	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return notAReview(*gvk)
+		return notA(*gvk, want)
 	}
 	detail := err.Error()
 	if len(detail) > maxErrorDetail {
 		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
 	}
-	return fmt.Errorf("request body does not decode (%s): %s", wantReview, detail)
+	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
 }
 
-const wantReview = "expected an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
-
-func notAReview(gvk schema.GroupVersionKind) error {
-	return fmt.Errorf("request body is apiVersion %q, kind %q: %s", gvk.GroupVersion(), gvk.Kind, wantReview)
+func notA(gvk schema.GroupVersionKind, want string) error {
+	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
 }
 
-// admitSafely calls admit and turns a panic into log attributes instead of
+// callSafely calls decide and turns a panic into log attributes instead of
 // a dropped connection. The panic's value is logged only when the runtime
-// made it: a value the policy code made may hold the object's contents,
-// which may be a Secret's.
-func admitSafely(ctx context.Context, admit admitFunc, req *admissionv1.AdmissionRequest) (resp *admissionv1.AdmissionResponse, panicked []any) {
+// made it: a value the policy made may hold the object's contents, which
+// may be a Secret's.
+func callSafely[T any](decide func() T) (result T, panicked []any) {
 	defer func() {
 		if p := recover(); p != nil {
 			panicked = []any{"stack", string(debug.Stack())}
 			if rerr, ok := p.(goruntime.Error); ok {
-				panicked = append(panicked, "panic", rerr.Error())
+				panicked = append(panicked, "value", rerr.Error())
 			} else {
-				panicked = append(panicked, "panic_type", fmt.Sprintf("%T", p))
+				panicked = append(panicked, "type", fmt.Sprintf("%T", p))
 			}
 		}
 	}()
-	resp = admit(ctx, req)
-	if resp == nil {
-		// A nil response would be encoded as a review without one, which
-		// the apiserver rejects with a less helpful message.
-		resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
-	}
-	return resp, nil
-}
-
-// writeReview answers with an AdmissionReview holding only resp, in the
-// version the request came in.
-func writeReview(w http.ResponseWriter, gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) error {
-	var review any
-	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
-		review = &admissionv1beta1.AdmissionReview{
-			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-			Response: responseToV1beta1(resp),
-		}
-	} else {
-		review = &admissionv1.AdmissionReview{
-			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-			Response: resp,
-		}
-	}
-	out, err := json.Marshal(review)
-	if err != nil {
-		writeStatus(w, http.StatusInternalServerError, "encoding the review failed")
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_, err = w.Write(out)
-	return err
+	return decide(), nil
 }
 
 // writeStatus answers a request that has no review to answer with a
@@ -432,6 +447,8 @@ func reasonForCode(code int32) metav1.StatusReason {
 		return metav1.StatusReasonRequestEntityTooLarge
 	case http.StatusUnsupportedMediaType:
 		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusTooManyRequests:
+		return metav1.StatusReasonTooManyRequests
 	case http.StatusServiceUnavailable:
 		return metav1.StatusReasonServiceUnavailable
 	default:
@@ -439,34 +456,124 @@ func reasonForCode(code int32) metav1.StatusReason {
 	}
 }
 
-// logReview writes the one line each review gets. It names the request and
-// the verdict, never the object or any of its values: it may be a Secret.
-func logReview(logger *slog.Logger, r *http.Request, req *admissionv1.AdmissionRequest, resp *admissionv1.AdmissionResponse, took time.Duration) {
+// ---------------------------------------------------------------------------
+// Admission reviews: AdmissionReview in, AdmissionReview out.
+// ---------------------------------------------------------------------------
+
+const wantAdmissionReview = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+
+// admissionCodecs decodes AdmissionReview in the two versions the apiserver
+// sends. Nothing else is registered, so any other kind fails to decode.
+var admissionCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	// AddToScheme only fails on conflicting registrations, which two
+	// distinct group versions cannot have.
+	_ = admissionv1.AddToScheme(scheme)
+	_ = admissionv1beta1.AddToScheme(scheme)
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// admissionReviews is the kind of review of an admit function: an
+// AdmissionReview of admission.k8s.io/v1 or v1beta1, answered in the same
+// version with the request's uid. A review whose object the admit function
+// cannot judge is still answered with 200: "respond 200 whenever an
+// AdmissionResponse can be sent; the true status is in response.status".
+func admissionReviews(admit admitFunc) reviewKind {
+	return reviewKind{name: wantAdmissionReview, review: func(ctx context.Context, body []byte) outcome {
+		gvk, req, err := decodeReview(body)
+		if err != nil {
+			return failed(http.StatusBadRequest, err.Error())
+		}
+		attrs := admissionAttrs(req)
+		resp, panicked := callSafely(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
+		if panicked != nil {
+			o := failed(http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID))
+			o.attrs, o.panicked = attrs, panicked
+			return o
+		}
+		if resp == nil {
+			// A nil response would be encoded as a review without one,
+			// which the apiserver rejects with a less helpful message.
+			resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
+		}
+		resp.UID = req.UID
+		out, err := encodeReview(gvk, resp)
+		if err != nil {
+			o := failed(http.StatusInternalServerError, "encoding the review failed")
+			o.attrs = append(attrs, slog.Any("err", err))
+			return o
+		}
+		if resp.Result != nil && resp.Result.Code != 0 {
+			attrs = append(attrs, slog.Int("code", int(resp.Result.Code)))
+		}
+		return outcome{code: http.StatusOK, body: out, verdict: verdict(resp), attrs: attrs}
+	}}
+}
+
+// decodeReview decodes an AdmissionReview of either version and returns the
+// version it came in with its request as admission.k8s.io/v1, the one type
+// the admit functions see.
+func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
+	obj, gvk, err := admissionCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
+	}
+	var req *admissionv1.AdmissionRequest
+	switch review := obj.(type) {
+	case *admissionv1.AdmissionReview:
+		req = review.Request
+	case *admissionv1beta1.AdmissionReview:
+		if review.Request != nil {
+			req = requestFromV1beta1(review.Request)
+		}
+	default:
+		// Registering any API group also registers a few unversioned meta
+		// kinds, such as v1 Status, so the decoder accepts those too.
+		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
+	}
+	if req == nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
+	}
+	return *gvk, req, nil
+}
+
+// encodeReview encodes an AdmissionReview holding only resp, in the version
+// the request came in.
+func encodeReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
+		return json.Marshal(&admissionv1beta1.AdmissionReview{
+			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+			Response: responseToV1beta1(resp),
+		})
+	}
+	return json.Marshal(&admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
+		Response: resp,
+	})
+}
+
+// admissionAttrs names an admission request for its log line: never the
+// object or any of its values, which may be a Secret's.
+func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	name := req.Name
 	if req.Namespace != "" {
 		name = req.Namespace + "/" + name
 	}
-	attrs := []slog.Attr{
-		slog.String("path", r.URL.Path),
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
 		slog.String("uid", string(req.UID)),
 		slog.String("operation", string(req.Operation)),
 		slog.String("kind", req.Kind.Kind),
 		slog.String("name", name),
 		slog.String("user", req.UserInfo.Username),
-		slog.String("verdict", verdict(resp)),
-		slog.Duration("duration", took),
-		slog.String("proto", r.Proto),
-	}
+	)
 	if req.SubResource != "" {
 		attrs = append(attrs, slog.String("subresource", req.SubResource))
 	}
 	if req.DryRun != nil && *req.DryRun {
 		attrs = append(attrs, slog.Bool("dry_run", true))
 	}
-	if resp.Result != nil && resp.Result.Code != 0 {
-		attrs = append(attrs, slog.Int("code", int(resp.Result.Code)))
-	}
-	logger.LogAttrs(r.Context(), slog.LevelInfo, "review", attrs...)
+	return attrs
 }
 
 // verdict names what an answer does: "patched", "allowed", "denied", or

@@ -235,7 +235,7 @@ func TestPanicIsAnswered(t *testing.T) {
 	}{
 		{"panic with a value of the policy's", func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			panic("password=hunter2")
-		}, "panic_type=string", "hunter2"},
+		}, "panic.type=string", "hunter2"},
 		{"runtime error", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 			var m map[string]int
 			m[req.Name]++ // assignment to a nil map

@@ -58,6 +58,15 @@ const (
 	// what clients open, and 256 KiB frames hold 99% of objects.
 	http2MaxConcurrentStreams = 100
 	http2MaxReadFrameSize     = 256 << 10
+
+	// defaultMaxInflightBytes is the budget of review bytes read and
+	// decoded at once. Decoding a review takes about three times its size
+	// while it is answered, and the Go runtime lets the heap grow to twice
+	// what is live before it collects, so this keeps the shipped
+	// Deployment (limits.memory 64Mi) well under its limit under any load
+	// (bench/README.md measures it), while one review of the largest size,
+	// maxBodyBytes, always fits.
+	defaultMaxInflightBytes = 8 << 20
 )
 
 func main() {
@@ -90,6 +99,8 @@ type config struct {
 	http2              bool
 	shutdownDelay      time.Duration
 	logFormat          string
+	maxInflightBytes   int64
+	metricsListen      string // plain HTTP address for /metrics; empty: off
 }
 
 // parseFlags reads the command line, falling back to the environment for the
@@ -107,6 +118,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
+	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of reviews read and decoded at once; a review over the budget waits for room until its deadline")
+	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
 	cfg.policy.addFlags(flags)
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
@@ -123,6 +136,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	}
 	if cfg.shutdownDelay < 0 {
 		return config{}, fmt.Errorf("-shutdown-delay %s: want zero or more", cfg.shutdownDelay)
+	}
+	if cfg.maxInflightBytes < maxBodyBytes {
+		return config{}, fmt.Errorf("-max-inflight-bytes %d: want at least %d, the largest review, or such a review could never be served", cfg.maxInflightBytes, maxBodyBytes)
 	}
 	for _, n := range strings.Split(*allowedNames, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -169,15 +185,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logHandler = slog.NewJSONHandler(stderr, nil)
 	}
 	logger := slog.New(logHandler)
+	m := newMetrics()
 
-	keyPair, err := loadOrCreateKeyPair(cfg, logger)
+	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
 	if err != nil {
 		return err
 	}
 	reloadables := []interface{ reloadIfChanged() }{keyPair}
 	var clientCAs *reloadable[x509.CertPool]
 	if cfg.clientCAFile != "" {
-		clientCAs = newCAReloader("client CA", cfg.clientCAFile, logger)
+		clientCAs = newCAReloader("client CA", "client-ca", cfg.clientCAFile, logger, m)
 		if _, err := clientCAs.load(); err != nil {
 			return fmt.Errorf("-client-ca-file: %w", err)
 		}
@@ -187,9 +204,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// serving is true from the moment the listener serves with a loaded
 	// certificate until shutdown begins; /ping reports it.
 	var serving atomic.Bool
+	m.budget = newByteBudget(cfg.maxInflightBytes)
+	reviews := &reviewServer{logger: logger, metrics: m, budget: m.budget}
 	mux := http.NewServeMux()
-	for path, admit := range map[string]admitFunc{"/mutate": mutate(cfg.policy), "/validate": validate(cfg.policy)} {
-		h := serve(logger, admit)
+	for path, kind := range map[string]reviewKind{
+		"/mutate":   admissionReviews(mutate(cfg.policy)),
+		"/validate": admissionReviews(validate(cfg.policy)),
+	} {
+		h := reviews.handle(path, kind)
 		if clientCAs != nil {
 			h = requireClient(logger, cfg.allowedClientNames, h)
 		}
@@ -241,10 +263,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
+	var metricsSrv *http.Server
+	if cfg.metricsListen != "" {
+		metricsLn, err := net.Listen("tcp", cfg.metricsListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
+		}
+		metricsMux := http.NewServeMux()
+		metricsMux.Handle("/metrics", m)
+		metricsSrv = &http.Server{
+			Handler:           metricsMux,
+			ReadHeaderTimeout: readHeaderTimeout,
+			IdleTimeout:       idleTimeout,
+			MaxHeaderBytes:    maxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		go func() { serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn)) }()
+		logger.Info("serving metrics", "addr", metricsLn.Addr().String(), "path", "/metrics")
+	}
 	serving.Store(true)
-	go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2, "policy", cfg.policy)
+	go func() { serveErr <- fmt.Errorf("serving on %s: %w", ln.Addr(), srv.ServeTLS(ln, "", "")) }()
+	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2,
+		"max_inflight_bytes", cfg.maxInflightBytes, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := make(chan struct{})
@@ -273,7 +315,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 	select {
 	case err := <-serveErr:
-		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+		return err
 	case <-ctx.Done():
 	}
 
@@ -285,13 +327,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	select {
 	case <-time.After(cfg.shutdownDelay):
 	case err := <-serveErr:
-		return fmt.Errorf("serving on %s: %w", ln.Addr(), err)
+		return err
 	}
 	logger.Info("shutting down: closing the listener and waiting for requests in flight", "timeout", shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
+	}
+	// Metrics are served to the end, so the last scrape sees the drain.
+	if metricsSrv != nil {
+		if err := metricsSrv.Shutdown(shutdownCtx); err != nil {
+			return fmt.Errorf("shutting down the metrics server: %w", err)
+		}
 	}
 	logger.Info("stopped")
 	return nil
@@ -300,7 +348,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 // loadOrCreateKeyPair loads the serving certificate. When none is
 // configured and the default one does not exist, it first makes a
 // development one, so that a new user's `go run .` serves at once.
-func loadOrCreateKeyPair(cfg config, logger *slog.Logger) (*reloadable[tls.Certificate], error) {
+func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
 		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
 			if err := writeDevCertificates("tls", time.Now()); err != nil {
@@ -309,7 +357,7 @@ func loadOrCreateKeyPair(cfg config, logger *slog.Logger) (*reloadable[tls.Certi
 			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", devHosts, "valid_for", devCertValidity)
 		}
 	}
-	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger)
+	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger, m)
 	if _, err := pair.load(); err != nil {
 		return nil, fmt.Errorf("-tls-cert-file %s, -tls-private-key-file %s: %w", cfg.certFile, cfg.keyFile, err)
 	}

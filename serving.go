@@ -37,13 +37,24 @@ const (
 type reloadable[T any] struct {
 	what   string // names it in logs: "serving certificate", "client CA"
 	files  []string
-	parse  func(contents [][]byte) (*T, []any, error) // the value and what to log about it
+	parse  func(contents [][]byte) (*T, loaded, error)
 	logger *slog.Logger
+	// metrics gets the expiry of each load and each failed reload, under
+	// the name metricName ("serving", "client-ca").
+	metrics    *metrics
+	metricName string
 
 	current atomic.Pointer[T]
 
 	mu      sync.Mutex
 	lastSum [sha256.Size]byte // of the content last tried, good or bad
+}
+
+// loaded is what a parse found besides the value: what to log about it,
+// and when it expires.
+type loaded struct {
+	attrs    []any
+	notAfter time.Time
 }
 
 // get returns the current value.
@@ -76,12 +87,13 @@ func (r *reloadable[T]) load() (changed bool, err error) {
 	if readErr != nil {
 		return true, fmt.Errorf("reading the %s: %w", r.what, readErr)
 	}
-	v, attrs, err := r.parse(contents)
+	v, info, err := r.parse(contents)
 	if err != nil {
 		return true, fmt.Errorf("the %s in %v does not load: %w", r.what, r.files, err)
 	}
 	r.current.Store(v)
-	r.logger.Info("loaded the "+r.what, attrs...)
+	r.metrics.certificate(r.metricName, info.notAfter)
+	r.logger.Info("loaded the "+r.what, info.attrs...)
 	return true, nil
 }
 
@@ -89,44 +101,51 @@ func (r *reloadable[T]) load() (changed bool, err error) {
 // load keeps the last good value serving, and says why.
 func (r *reloadable[T]) reloadIfChanged() {
 	if _, err := r.load(); err != nil {
+		r.metrics.reloadFailed(r.metricName)
 		r.logger.Error("keeping the last good "+r.what, "err", err)
 	}
 }
 
 // newKeyPairReloader loads the serving certificate and key. The log line
 // names the certificate so an operator can tell which one is served.
-func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger) *reloadable[tls.Certificate] {
+func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger, m *metrics) *reloadable[tls.Certificate] {
 	return &reloadable[tls.Certificate]{
-		what:   "serving certificate",
-		files:  []string{certFile, keyFile},
-		logger: logger,
-		parse: func(c [][]byte) (*tls.Certificate, []any, error) {
+		what:       "serving certificate",
+		files:      []string{certFile, keyFile},
+		logger:     logger,
+		metrics:    m,
+		metricName: "serving",
+		parse: func(c [][]byte) (*tls.Certificate, loaded, error) {
 			pair, err := tls.X509KeyPair(c[0], c[1])
 			if err != nil {
-				return nil, nil, err
+				return nil, loaded{}, err
 			}
 			leaf := pair.Leaf // parsed by X509KeyPair
 			attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
 			warnIfExpiring(logger, "serving certificate", leaf)
-			return &pair, attrs, nil
+			return &pair, loaded{attrs, leaf.NotAfter}, nil
 		},
 	}
 }
 
-// newCAReloader loads a PEM bundle of CA certificates, such as the client CA.
-func newCAReloader(what, file string, logger *slog.Logger) *reloadable[x509.CertPool] {
+// newCAReloader loads a PEM bundle of CA certificates, such as the client
+// CA; metricName names it in the metrics.
+func newCAReloader(what, metricName, file string, logger *slog.Logger, m *metrics) *reloadable[x509.CertPool] {
 	return &reloadable[x509.CertPool]{
-		what:   what,
-		files:  []string{file},
-		logger: logger,
-		parse: func(c [][]byte) (*x509.CertPool, []any, error) {
+		what:       what,
+		files:      []string{file},
+		logger:     logger,
+		metrics:    m,
+		metricName: metricName,
+		parse: func(c [][]byte) (*x509.CertPool, loaded, error) {
 			pool := x509.NewCertPool()
 			var subjects []string
+			var firstExpiry time.Time
 			for rest := c[0]; ; {
 				var block *pem.Block
 				if block, rest = pem.Decode(rest); block == nil {
 					if len(bytes.TrimSpace(rest)) > 0 {
-						return nil, nil, errors.New("trailing data that is not PEM")
+						return nil, loaded{}, errors.New("trailing data that is not PEM")
 					}
 					break
 				}
@@ -135,16 +154,19 @@ func newCAReloader(what, file string, logger *slog.Logger) *reloadable[x509.Cert
 				}
 				cert, err := x509.ParseCertificate(block.Bytes)
 				if err != nil {
-					return nil, nil, err
+					return nil, loaded{}, err
 				}
 				pool.AddCert(cert)
 				subjects = append(subjects, cert.Subject.String())
+				if firstExpiry.IsZero() || cert.NotAfter.Before(firstExpiry) {
+					firstExpiry = cert.NotAfter
+				}
 				warnIfExpiring(logger, what, cert)
 			}
 			if len(subjects) == 0 {
-				return nil, nil, errors.New("no PEM certificate in it")
+				return nil, loaded{}, errors.New("no PEM certificate in it")
 			}
-			return pool, []any{"subjects", subjects}, nil
+			return pool, loaded{[]any{"subjects", subjects}, firstExpiry}, nil
 		},
 	}
 }
