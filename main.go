@@ -280,7 +280,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
-		go func() { serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn)) }()
+		go func() {
+			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))
+		}()
 		logger.Info("serving metrics", "addr", metricsLn.Addr().String(), "path", "/metrics")
 	}
 	serving.Store(true)
