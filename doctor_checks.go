@@ -170,10 +170,10 @@ func checkCABundle(r *report, h *webhookUnderTest, now time.Time) caBundle {
 		b.certs = append(b.certs, c)
 		switch left := c.NotAfter.Sub(now); {
 		case left < 0:
-			r.fail(check, fmt.Sprintf("%s expired on %s.", describeCert(c), c.NotAfter.UTC().Format(time.RFC3339)),
+			r.fail(check, fmt.Sprintf("%q expired on %s.", c.Subject.String(), c.NotAfter.UTC().Format(time.RFC3339)),
 				"rotate the CA: put the new CA in caBundle next to the old one, move the webhook to a certificate it signed, then remove the old one (README: Rotate certificates).")
 		case now.Before(c.NotBefore):
-			r.fail(check, fmt.Sprintf("%s is not valid before %s.", describeCert(c), c.NotBefore.UTC().Format(time.RFC3339)),
+			r.fail(check, fmt.Sprintf("%q is not valid before %s.", c.Subject.String(), c.NotBefore.UTC().Format(time.RFC3339)),
 				"check the clock of the machine that made it, or reissue it.")
 		case left < caExpiryWarning:
 			r.warn(check, fmt.Sprintf("%s expires in %s.", describeCert(c), days(left)),
@@ -193,7 +193,11 @@ func describeCert(c *x509.Certificate) string {
 	return fmt.Sprintf("%q (not_after %s)", c.Subject.String(), c.NotAfter.UTC().Format(time.DateOnly))
 }
 
+// days says how long d is in days, or in hours when under two days.
 func days(d time.Duration) string {
+	if d < 48*time.Hour {
+		return plural(int(d/time.Hour), "hour")
+	}
 	return plural(int(d/(24*time.Hour)), "day")
 }
 
@@ -1283,17 +1287,18 @@ func lintRules(r *report, h *webhookUnderTest, sendsIn func(string) bool, optIn 
 	leases := sendsIn("kube-node-lease") && !optIn && slices.ContainsFunc(h.rules, func(rule admissionregistrationv1.RuleWithOperations) bool {
 		return ruleMatches(rule, nodeLeases, admissionregistrationv1.Update)
 	})
+	var problems []string
 	if len(virtual) > 0 {
-		r.warn(check, fmt.Sprintf("the rules match %s: virtual resources that are never stored, but created on every authentication or authorization check made through the API, so each of those waits for this webhook.", strings.Join(virtual, ", ")),
-			"list the groups and resources the webhook needs instead of a wildcard.")
+		problems = append(problems, fmt.Sprintf("the rules match %s: virtual resources that are never stored, but created on every authentication or authorization check made through the API, so each of those waits for this webhook.", strings.Join(virtual, ", ")))
 	}
 	if leases {
-		r.warn(check, "the rules match leases in kube-node-lease, which every node renews every 10 seconds: the webhook is called that often per node, and nodes are marked NotReady while it fails.",
-			"exclude kube-node-lease with namespaceSelector, or list the resources the webhook needs instead of a wildcard.")
+		problems = append(problems, "The rules match leases in kube-node-lease, which every node renews every 10 seconds: the webhook is called that often per node, and nodes are marked NotReady while it fails.")
 	}
-	if len(virtual) == 0 && !leases {
+	if len(problems) == 0 {
 		r.pass(check, "no virtual resources (tokenreviews, subjectaccessreviews, …) and no node leases.")
+		return
 	}
+	r.warn(check, strings.Join(problems, " "), "list the groups and resources the webhook needs instead of a wildcard, and exclude kube-node-lease with namespaceSelector.")
 }
 
 // lintReviewVersions checks admissionReviewVersions as
