@@ -463,7 +463,7 @@ func checkServingChain(r *report, chain []*x509.Certificate, bundle caBundle, se
 		r.fail("tls.name", fmt.Sprintf("the certificate has no subject alternative names, only the Common Name %q, which Go and so the apiserver ignore (\"x509: certificate relies on legacy Common Name field, use SANs instead\").", leaf.Subject.CommonName),
 			fmt.Sprintf("reissue it with %s as a subject alternative name (webhook certs does that).", serverName))
 	case err != nil:
-		r.fail("tls.name", fmt.Sprintf("the certificate is valid for %s, not %s, the name the apiserver checks; it fails with %q.", names, serverName, err.Error()),
+		r.fail("tls.name", fmt.Sprintf("the certificate is valid for %s, not %s, the name the apiserver checks; it fails with: %v.", names, serverName, err),
 			fmt.Sprintf("reissue the certificate with %s as a subject alternative name (webhook certs -hosts, or -service NAME -namespace NS), or point the configuration at a name it holds.", serverName))
 	default:
 		r.pass("tls.name", fmt.Sprintf("valid for %s, the name the apiserver checks (%s).", serverName, names))
@@ -665,14 +665,14 @@ func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest
 	}
 	decoded, _, err := reviewResponseDecoder.Decode(answer, nil, into)
 	if err != nil {
-		problem(check, fmt.Sprintf("%s: HTTP %d, but the answer is not an AdmissionReview of admission.k8s.io/%s%s; the apiserver fails with %q.%s",
+		problem(check, fmt.Sprintf("%s: HTTP %d, but the answer is not an AdmissionReview of admission.k8s.io/%s%s; the apiserver fails with: %s.%s",
 			asked, resp.StatusCode, version, answeredIn(answer), truncate(err.Error(), maxErrorDetail), note),
 			"answer with an AdmissionReview in the version of the request, with the request's uid in response.uid.")
 		return
 	}
 	verified, err := verifyAdmissionResponse(uid, h.mutating, decoded)
 	if err != nil {
-		problem(check, fmt.Sprintf("%s: HTTP %d, but the apiserver rejects the answer: %q.%s", asked, resp.StatusCode, err.Error(), note), fixForVerify(err))
+		problem(check, fmt.Sprintf("%s: HTTP %d, but the apiserver rejects the answer: %v.%s", asked, resp.StatusCode, err, note), fixForVerify(err))
 		return
 	}
 	verdict := "allowed"
@@ -827,7 +827,7 @@ func checkPatch(r *report, check string, resp *admissionv1.AdmissionResponse, ob
 	_, applied, unchecked, err := applyJSONPatch(obj.json, resp.Patch)
 	switch {
 	case err != nil:
-		problem(check, fmt.Sprintf("the patch does not apply to doctor's %s, an object with only a name and namespace%s: the apiserver fails the write with \"Internal error occurred: %v\".%s", obj.kind, appliedFirst(applied), err, note),
+		problem(check, fmt.Sprintf("the patch does not apply to doctor's %s, an object with only a name and namespace%s; the apiserver fails the write with: Internal error occurred: %v.%s", obj.kind, appliedFirst(applied), err, note),
 			"add a missing parent before its members: add the whole map (/metadata/annotations) when the object has none, and escape ~ and / in keys as ~0 and ~1.")
 	case len(unchecked) > 0:
 		r.warn(check, fmt.Sprintf("doctor applied %s, but does not apply %s, so the rest of the patch is not checked.", orNothing(applied), strings.Join(unchecked, ", ")), "")
@@ -1349,8 +1349,12 @@ func lintFile(r *report, hooks []webhookUnderTest) {
 		mutating = append(mutating, fmt.Sprintf("%s %s", h.name, seconds(h.timeout)))
 	}
 	worst += slowestValidating
+	validating := "none"
+	if slowestValidating > 0 {
+		validating = seconds(slowestValidating)
+	}
 	found := fmt.Sprintf("if every webhook times out, a write waits %s (mutating one after another: %s; then the slowest validating: %s)",
-		seconds(worst), cmp.Or(strings.Join(mutating, ", "), "none"), seconds(slowestValidating))
+		seconds(worst), cmp.Or(strings.Join(mutating, ", "), "none"), validating)
 	if worst >= apiserverRequestTimeout {
 		r.warn("timeoutSeconds", found+fmt.Sprintf(", which reaches the apiserver's default %s request deadline: the write times out even with failurePolicy: Ignore.", seconds(apiserverRequestTimeout)),
 			"lower timeoutSeconds: a webhook should answer in milliseconds, and 1–5 seconds is plenty.")
