@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
@@ -666,7 +667,7 @@ func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest
 	decoded, _, err := reviewResponseDecoder.Decode(answer, nil, into)
 	if err != nil {
 		problem(check, fmt.Sprintf("%s: HTTP %d, but the answer is not an AdmissionReview of admission.k8s.io/%s%s; the apiserver fails with: %s.%s",
-			asked, resp.StatusCode, version, answeredIn(answer), truncate(err.Error(), maxErrorDetail), note),
+			asked, resp.StatusCode, version, answeredIn(answer), printable(err.Error()), note),
 			"answer with an AdmissionReview in the version of the request, with the request's uid in response.uid.")
 		return
 	}
@@ -712,7 +713,18 @@ func answeredIn(answer []byte) string {
 	if json.Unmarshal(answer, &tm) != nil || tm.APIVersion == "" && tm.Kind == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (it is %s %s)", tm.APIVersion, tm.Kind)
+	return fmt.Sprintf(" (it is %s %s)", printable(tm.APIVersion), printable(tm.Kind))
+}
+
+// printable keeps what a webhook wrote from moving the terminal: only
+// printable characters, at most maxErrorDetail bytes.
+func printable(s string) string {
+	return truncate(strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, s), maxErrorDetail)
 }
 
 // describeErrorBody shows what an error answer says: a Status's message,

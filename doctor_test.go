@@ -326,6 +326,13 @@ func TestDoctorRoundTrip(t *testing.T) {
 			want:    map[string]level{hook + "/review.v1": levelFail}, wantIn: "got /, Kind=", status: 1,
 		},
 		{
+			name: "answer that would move the terminal",
+			handler: answering(0, func(_, uid string) string {
+				return `{"apiVersion":"admission.k8s.io/v1\u001b[2J","kind":"AdmissionReview","response":{"uid":"` + uid + `","allowed":true}}`
+			}),
+			want: map[string]level{hook + "/review.v1": levelFail}, wantIn: "(it is admission.k8s.io/v1[2J AdmissionReview)", status: 1,
+		},
+		{
 			name:    "answer without response",
 			handler: answering(0, func(v, _ string) string { return `{"apiVersion":"` + v + `","kind":"AdmissionReview"}` }),
 			want:    map[string]level{hook + "/review.v1": levelFail}, wantIn: "webhook response was absent", status: 1,

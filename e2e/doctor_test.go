@@ -242,6 +242,7 @@ func TestDoctor(t *testing.T) {
 
 	tests := []struct {
 		name string
+		hook string // the webhook's name, one per case
 		// setup starts what the case needs and returns the webhook's URL
 		// and caBundle.
 		setup     func(t *testing.T) (url string, caBundle []byte)
@@ -252,7 +253,7 @@ func TestDoctor(t *testing.T) {
 		doctor    string // in what doctor says
 	}{
 		{
-			name: "caBundle from another CA",
+			name: "caBundle from another CA", hook: "ca.doctor.example.com",
 			setup: func(t *testing.T) (string, []byte) {
 				w := startWebhook(t, "")
 				return w.url("/validate"), otherCA.certPEM
@@ -261,7 +262,7 @@ func TestDoctor(t *testing.T) {
 			check:     "tls.trust", doctor: `but the apiserver trusts only caBundle's "CN=another CA"`,
 		},
 		{
-			name: "certificate without the host's name",
+			name: "certificate without the host's name", hook: "name.doctor.example.com",
 			setup: func(t *testing.T) (string, []byte) {
 				c := servingCert(t, ca, x509.Certificate{Subject: pkix.Name{CommonName: "webhook.example.com"}, DNSNames: []string{"webhook.example.com"}})
 				_, port, _ := net.SplitHostPort(startWebhookWith(t, c))
@@ -271,7 +272,7 @@ func TestDoctor(t *testing.T) {
 			check:     "tls.name", doctor: "the certificate is valid for DNS:webhook.example.com, not localhost, the name the apiserver checks",
 		},
 		{
-			name: "expired certificate",
+			name: "expired certificate", hook: "expired.doctor.example.com",
 			setup: func(t *testing.T) (string, []byte) {
 				c := servingCert(t, ca, x509.Certificate{Subject: pkix.Name{CommonName: "127.0.0.1"}, IPAddresses: loopback,
 					NotBefore: now.Add(-72 * time.Hour), NotAfter: now.Add(-24 * time.Hour)})
@@ -281,7 +282,7 @@ func TestDoctor(t *testing.T) {
 			check:     "tls.validity", doctor: `"CN=127.0.0.1" expired on`,
 		},
 		{
-			name: "webhook stopped",
+			name: "webhook stopped", hook: "stopped.doctor.example.com",
 			setup: func(t *testing.T) (string, []byte) {
 				w := startWebhook(t, "")
 				w.stop()
@@ -291,26 +292,26 @@ func TestDoctor(t *testing.T) {
 			check:     "tls", doctor: "connection refused: nothing listens on 127.0.0.1:",
 		},
 		{
-			name:      "answer without the uid",
+			name: "answer without the uid", hook: "uid.doctor.example.com",
 			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/no-uid", ca.certPEM },
 			apiserver: `expected response.uid=`,
 			check:     "review.v1", doctor: `the apiserver rejects the answer: expected response.uid=`,
 		},
 		{
-			name:      "answer in the wrong version",
+			name: "answer in the wrong version", hook: "version.doctor.example.com",
 			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/wrong-version", ca.certPEM },
 			apiserver: "converting (v1beta1.AdmissionReview) to (v1.AdmissionReview): unknown conversion",
 			check:     "review.v1", doctor: "(it is admission.k8s.io/v1beta1 AdmissionReview)",
 		},
 		{
-			name:      "patch that does not apply",
+			name: "patch that does not apply", hook: "patch.doctor.example.com",
 			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/bad-patch", ca.certPEM },
 			mutating:  true,
 			apiserver: "doc is missing path",
 			check:     "patch.v1", doctor: `add operation does not apply: doc is missing path: "/metadata/annotations/webhook.example.com~1allow"`,
 		},
 		{
-			name:      "slower than timeoutSeconds",
+			name: "slower than timeoutSeconds", hook: "slow.doctor.example.com",
 			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/slow", ca.certPEM },
 			timeout:   1,
 			apiserver: "context deadline exceeded",
@@ -321,7 +322,7 @@ func TestDoctor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := createNamespace(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
 			url, caBundle := tc.setup(t)
-			o := hookOptions{name: ns + ".webhook.example.com", url: url, caBundle: caBundle, namespace: ns, timeout: tc.timeout, seen: refused}
+			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, namespace: ns, timeout: tc.timeout, seen: refused}
 			if tc.mutating {
 				registerMutating(t, o)
 			} else {
