@@ -276,7 +276,7 @@ func urlTarget(r *report, raw, address string) (target, bool) {
 		t.nextProtos = []string{"h2", "http/1.1"}
 	}
 	r.pass(check, fmt.Sprintf("url %s: the apiserver dials %s, checks the certificate for %s and offers ALPN %s%s.",
-		raw, hostPort, t.serverName, strings.Join(t.nextProtos, ", "), viaAddress(address)))
+		raw, hostPort, t.serverName, strings.Join(t.nextProtos, ", "), viaAddress(address, hostPort)))
 	return t, true
 }
 
@@ -307,7 +307,7 @@ func serviceTarget(r *report, h *webhookUnderTest, address string) (target, bool
 		nextProtos: []string{"http/1.1"},
 	}
 	r.pass(check, fmt.Sprintf("service %s/%s port %d path %q: the apiserver posts to https://%s%s, checks the certificate for %s and offers ALPN http/1.1%s.",
-		s.Namespace, s.Name, port, path, hostPort, path, serverName, viaAddress(address)))
+		s.Namespace, s.Name, port, path, hostPort, path, serverName, viaAddress(address, hostPort)))
 	return t, true
 }
 
@@ -342,8 +342,8 @@ func validateServicePath(name, namespace, path string, port int32) []string {
 	return problems
 }
 
-func viaAddress(address string) string {
-	if address == "" {
+func viaAddress(address, target string) string {
+	if address == "" || address == target {
 		return ""
 	}
 	return "; doctor dials " + address + " instead (-address)"

@@ -90,6 +90,32 @@ func failedChecks(findings []doctorFinding) map[string]string {
 // the stored object, defaults and managedFields included.
 func fetchYAML(t *testing.T, mutating bool, name string) []byte {
 	t.Helper()
+	return kubectlYAML(t, fetchConfig(t, mutating, name))
+}
+
+// kubectlYAML writes objects as kubectl get -o yaml does: one object as it
+// is, several as a v1 List.
+func kubectlYAML(t *testing.T, objs ...runtime.Object) []byte {
+	t.Helper()
+	var doc any = objs[0]
+	if len(objs) > 1 {
+		list := &metav1.List{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}}
+		for _, o := range objs {
+			list.Items = append(list.Items, runtime.RawExtension{Object: o})
+		}
+		doc = list
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fetchConfig gets a webhook configuration, with the apiVersion and kind
+// the typed client leaves out.
+func fetchConfig(t *testing.T, mutating bool, name string) runtime.Object {
+	t.Helper()
 	ctx := context.Background()
 	var obj runtime.Object
 	if mutating {
@@ -107,11 +133,7 @@ func fetchYAML(t *testing.T, mutating bool, name string) []byte {
 		c.TypeMeta = metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"}
 		obj = c
 	}
-	out, err := yaml.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return obj
 }
 
 // startWebhookServing runs the webhook binary on addr (a free port when
@@ -430,12 +452,19 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor on %s exited %d, want 0; failed: %v", filepath.Join(out, "webhooks.yaml"), status, failedChecks(findings))
 		}
 		// Registered, and fetched back as kubectl prints it, with the
-		// apiserver's defaults filled in: the README's command.
+		// apiserver's defaults filled in: the README's command, for one
+		// configuration and for both as a List.
 		apply(t, apiserver, objectsIn(t, out), false)
-		for _, mutating := range []bool{true, false} {
-			findings, status := diagnose(t, fetchYAML(t, mutating, "webhook.example.com"), "-address", hostport)
+		for _, config := range [][]byte{
+			fetchYAML(t, false, "webhook.example.com"),
+			kubectlYAML(t, fetchConfig(t, true, "webhook.example.com"), fetchConfig(t, false, "webhook.example.com")),
+		} {
+			findings, status := diagnose(t, config, "-address", hostport)
 			if status != 0 {
 				t.Errorf("kubectl get ... -o yaml | webhook doctor -f - -address %s exited %d, want 0; failed: %v", hostport, status, failedChecks(findings))
+			}
+			if len(findings) == 0 {
+				t.Error("doctor found nothing to check")
 			}
 		}
 	})
