@@ -90,7 +90,7 @@ func (r *report) pass(check, found string)      { r.add(levelPass, check, found,
 func (r *report) warn(check, found, fix string) { r.add(levelWarn, check, found, fix) }
 func (r *report) fail(check, found, fix string) { r.add(levelFail, check, found, fix) }
 
-// failed reports whether any finding since the first n failed.
+// failedSince reports whether any finding after the first n failed.
 func (r *report) failedSince(n int) bool {
 	return slices.ContainsFunc(r.findings[n:], func(f finding) bool { return f.Level == levelFail })
 }
@@ -585,7 +585,7 @@ func (d *doctor) checkReviews(ctx context.Context, r *report, h *webhookUnderTes
 		r.warn("review", "not sent: a webhook that may have side effects is not sent reviews, not even a dry-run one (see sideEffects).", "")
 		return
 	}
-	var asked atomic.Bool
+	var asked atomic.Bool // reported by the TLS check already
 	tlsConfig := d.tlsConfig(t, &asked)
 	transport := &http.Transport{
 		// Always the target doctor dials, whatever the URL's host, which
