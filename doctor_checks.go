@@ -131,8 +131,9 @@ type caBundle struct {
 
 // checkCABundle reads caBundle as the apiserver does: an empty one means
 // the system roots, and otherwise only its certificates are trusted
-// (k8s.io/client-go transport/transport.go, rootCertPool, which skips a
-// block that does not parse as long as one does).
+// (k8s.io/client-go transport/transport.go: TLSConfigFor sets RootCAs only
+// when there is CA data, and rootCertPool skips a block that does not parse
+// as long as one does, but fails when none does).
 func checkCABundle(r *report, h *webhookUnderTest, now time.Time) caBundle {
 	const check = "caBundle"
 	data := h.clientConfig.CABundle
