@@ -406,6 +406,10 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	}
 	state := conn.(*tls.Conn).ConnectionState()
 	conn.Close()
+	if len(state.PeerCertificates) == 0 { // crypto/tls refuses this; never index an empty chain
+		r.fail(check, "the webhook served no certificate.", "serve a certificate signed by the CA in caBundle.")
+		return false
+	}
 
 	alpn := state.NegotiatedProtocol
 	if alpn == "" {
@@ -413,7 +417,7 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	}
 	r.pass(check, fmt.Sprintf("%s, ALPN %s (offered %s).", tls.VersionName(state.Version), alpn, strings.Join(t.nextProtos, ", ")))
 	switch {
-	case asked.Load() && d.clientCert != nil:
+	case asked.Load() && d.clientCert != nil && d.clientCert.Leaf != nil:
 		r.pass("tls.client", fmt.Sprintf("the webhook asked for a client certificate; doctor presented %q (-client-cert).", d.clientCert.Leaf.Subject.String()))
 	case asked.Load():
 		r.warn("tls.client", "the webhook asked for a client certificate; doctor presented none, as the apiserver presents none unless its AdmissionConfiguration kubeconfig names one for this webhook.",
