@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -79,6 +80,9 @@ func runDoctor(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	d := &doctor{address: *address, now: time.Now()}
 	if *clientCert != "" {
 		pair, err := tls.LoadX509KeyPair(*clientCert, *clientKey)
+		if err == nil && pair.Leaf == nil { // only with GODEBUG=x509keypairleaf=0
+			pair.Leaf, err = x509.ParseCertificate(pair.Certificate[0])
+		}
 		if err != nil {
 			return usageError("-client-cert %s, -client-key %s: %w", *clientCert, *clientKey, err)
 		}

@@ -67,7 +67,7 @@ const (
 // doctor is one run's settings.
 type doctor struct {
 	address    string           // -address: dial this instead of the target
-	clientCert *tls.Certificate // -client-cert: presented when asked for
+	clientCert *tls.Certificate // -client-cert, with its Leaf: presented when asked for
 	now        time.Time
 }
 
@@ -417,7 +417,7 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	}
 	r.pass(check, fmt.Sprintf("%s, ALPN %s (offered %s).", tls.VersionName(state.Version), alpn, strings.Join(t.nextProtos, ", ")))
 	switch {
-	case asked.Load() && d.clientCert != nil && d.clientCert.Leaf != nil:
+	case asked.Load() && d.clientCert != nil:
 		r.pass("tls.client", fmt.Sprintf("the webhook asked for a client certificate; doctor presented %q (-client-cert).", d.clientCert.Leaf.Subject.String()))
 	case asked.Load():
 		r.warn("tls.client", "the webhook asked for a client certificate; doctor presented none, as the apiserver presents none unless its AdmissionConfiguration kubeconfig names one for this webhook.",
