@@ -49,7 +49,9 @@ func signCert(t *testing.T, tmpl *x509.Certificate, ca *cert) *cert {
 		t.Fatal(err)
 	}
 	tmpl.SerialNumber, _ = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	if tmpl.NotAfter.IsZero() { // valid now, unless the test dates it
+		tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Minute), time.Now().Add(time.Hour)
+	}
 	parent, signer := tmpl, key
 	if ca != nil {
 		parent, signer = ca.x509, ca.key
