@@ -280,6 +280,12 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 		}
 		defer s.budget.release(n)
 	}
+	// The apiserver writes a review from memory in one go and gives up at
+	// the deadline; a body still arriving then is not worth holding its
+	// share of the budget, nor a connection, for the server's ReadTimeout.
+	if deadline, ok := ctx.Deadline(); ok {
+		_ = http.NewResponseController(w).SetReadDeadline(deadline)
+	}
 	body, err := readBody(w, r, kind.name)
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {

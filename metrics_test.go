@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -196,5 +198,36 @@ func TestBudgetCharge(t *testing.T) {
 				t.Errorf("%d bytes still held after the answer", used)
 			}
 		})
+	}
+}
+
+// TestSlowBodyGivesUpItsBudget sends the headers of a review declaring the
+// largest body and then nothing: its bytes of the budget are given back at
+// the review's deadline, not at the server's 30 s read timeout.
+func TestSlowBodyGivesUpItsBudget(t *testing.T) {
+	budget := newByteBudget(maxBodyBytes)
+	srv := httptest.NewServer((&reviewServer{logger: discardLogger, budget: budget}).handle("/validate", admissionReviews(denyingAdmit)))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /validate?timeout=1s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", maxBodyBytes)
+	for used, _ := budget.state(); used != maxBodyBytes; used, _ = budget.state() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the slow review never took its bytes of the budget (%d used)", used)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for used, _ := budget.state(); used != 0; used, _ = budget.state() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the slow review still holds %d bytes of the budget after %s", used, time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(start); took < time.Second-100*time.Millisecond || took > 2*time.Second {
+		t.Errorf("the budget was given back after %s, want at the 1s deadline", took)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -176,9 +177,18 @@ type process struct {
 }
 
 func startProcess(name, dir string, bin string, args ...string) (*process, error) {
+	return startProcessEnv(name, dir, nil, bin, args...)
+}
+
+// startProcessEnv is startProcess with env added to this process's
+// environment.
+func startProcessEnv(name, dir string, env []string, bin string, args ...string) (*process, error) {
 	p := &process{name: name, log: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Dir = dir
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	// Its own process group, so a stop reaches anything it started.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -288,8 +298,9 @@ func startEtcd(bin string) (*etcdServer, error) {
 // apiServer is a running kube-apiserver and a cluster-admin's view of it.
 type apiServer struct {
 	*process
-	config *rest.Config
-	client kubernetes.Interface
+	config  *rest.Config
+	client  kubernetes.Interface
+	dynamic dynamic.Interface // for objects whose kind the test does not know
 }
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in
@@ -343,7 +354,11 @@ func startAPIServer(bin, etcdURL, dir string, extraArgs []string) (*apiServer, e
 	if err != nil {
 		return &apiServer{process: p}, err
 	}
-	a := &apiServer{process: p, config: cfg, client: client}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return &apiServer{process: p}, err
+	}
+	a := &apiServer{process: p, config: cfg, client: client, dynamic: dyn}
 	return a, waitFor(p, startTimeout, func() bool {
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err == nil && string(body) == "ok"

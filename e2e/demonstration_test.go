@@ -1,11 +1,11 @@
 package e2e
 
-// The demonstration policy's end-to-end tests, and createAdmitted, the one
-// helper through which every other e2e test creates objects. This is the
-// e2e file to change with policy.go: the contract tests in the other files
-// register the rules of deploy/webhooks.yaml and create objects only
-// through createAdmitted, so they pass unchanged whatever the policy says
-// once this file agrees with it.
+// The demonstration policy's end-to-end tests, and admittedObject, the one
+// object every other e2e test creates. This is the e2e file to change with
+// policy.go: the contract tests in the other files register the rules of
+// deploy/webhooks.yaml and create only admittedObject (createAdmitted), so
+// they pass unchanged whatever the policy says once this file agrees with
+// it.
 //
 //	cd e2e && go test -run TestDemonstration .   # these tests alone
 
@@ -16,10 +16,13 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -29,17 +32,22 @@ const (
 	allowValue = "true"
 )
 
-// createAdmitted creates, in namespace ns of api, an object named name that
-// the rules in deploy/webhooks.yaml send to the webhook and that the policy
-// admits once /mutate has run. With dryRun the apiserver admits it (calling
-// the webhooks) but stores nothing.
-func createAdmitted(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
-	opts := metav1.CreateOptions{}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
+// admittedObject returns an object named name that the rules in
+// deploy/webhooks.yaml send to the webhook and that the policy admits once
+// /mutate has run, and the resource it is created in. With padding, it
+// carries about that many more bytes where the policy does not look, for
+// the tests of large reviews.
+func admittedObject(name string, padding int) (*unstructured.Unstructured, schema.GroupVersionResource) {
+	d := nginxDeployment(name, nil)
+	d.Spec.Template.Spec.Containers[0].Env = paddingEnv(padding)
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		panic(err) // a typed Deployment always converts
 	}
-	_, err := api.client.AppsV1().Deployments(ns).Create(ctx, nginxDeployment(name, nil), opts)
-	return err
+	u := &unstructured.Unstructured{Object: obj}
+	u.SetAPIVersion("apps/v1")
+	u.SetKind("Deployment")
+	return u, appsv1.SchemeGroupVersion.WithResource("deployments")
 }
 
 // TestDemonstration is the demonstration this project started from, with

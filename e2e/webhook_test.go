@@ -44,10 +44,16 @@ func startWebhook(t *testing.T, dir string, args ...string) *webhookServer {
 // startWebhookOn is startWebhook on a given address.
 func startWebhookOn(t *testing.T, dir, addr string, args ...string) *webhookServer {
 	t.Helper()
+	return startWebhookEnv(t, dir, addr, nil, args...)
+}
+
+// startWebhookEnv is startWebhookOn with env added to the environment.
+func startWebhookEnv(t *testing.T, dir, addr string, env []string, args ...string) *webhookServer {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	p, err := startProcess("webhook "+addr, dir, webhookBinary, append([]string{"-listen", addr}, args...)...)
+	p, err := startProcessEnv("webhook "+addr, dir, env, webhookBinary, append([]string{"-listen", addr}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,13 +248,38 @@ func waitForHookActive(t *testing.T, o hookOptions) {
 	t.Fatalf("the apiserver did not call webhook %s within %s", o.name, startTimeout)
 }
 
-// saw reports whether the webhook logged a review of an object named name.
+// saw reports whether the webhook logged a review of an object named name,
+// in its text log format (name=ns/NAME) or in JSON ("name":"ns/NAME").
 func (w *webhookServer) saw(name string, _ error) bool {
-	return strings.Contains(w.log.String(), "/"+name+" ")
+	log := w.log.String()
+	return strings.Contains(log, "/"+name+" ") || strings.Contains(log, "/"+name+`"`)
 }
 
 // refused is a seen for a webhook that is expected to fail every call.
 func refused(_ string, err error) bool { return err != nil }
+
+// createAdmitted creates admittedObject(name) in namespace ns of api. With
+// dryRun the apiserver admits it (calling the webhooks) but stores nothing.
+func createAdmitted(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
+	obj, resource := admittedObject(name, 0)
+	opts := metav1.CreateOptions{}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err := api.dynamic.Resource(resource).Namespace(ns).Create(ctx, obj, opts)
+	return err
+}
+
+// paddingEnv is about size bytes of environment variables, to make a large
+// object of one that has containers, as large ConfigMaps and Helm's
+// release Secrets are.
+func paddingEnv(size int) []corev1.EnvVar {
+	var env []corev1.EnvVar
+	for i := 0; i*80 < size; i++ {
+		env = append(env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%05d", i), Value: fmt.Sprintf("value-%05d-of-a-moderately-long-configuration-entry", i)})
+	}
+	return env
+}
 
 // createNamespace makes a namespace for one test, deleted when it ends,
 // with the "default" ServiceAccount that Pods need: no controller-manager

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// deploymentRun returns how deploy/in-cluster/deployment.yaml runs the
+// webhook: its arguments, with the certificate files and the metrics
+// address replaced by this test's, its GOMEMLIMIT as the downward API
+// fills it in, and the container's memory limit in bytes.
+func deploymentRun(t *testing.T, certDir, metricsAddr string) (args, env []string, memoryLimit int64) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "in-cluster", "deployment.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(raw, &d); err != nil {
+		t.Fatalf("deploy/in-cluster/deployment.yaml: %v", err)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	for _, a := range c.Args {
+		switch {
+		case strings.HasPrefix(a, "-tls-cert-file="):
+			a = "-tls-cert-file=" + filepath.Join(certDir, "tls.crt")
+		case strings.HasPrefix(a, "-tls-private-key-file="):
+			a = "-tls-private-key-file=" + filepath.Join(certDir, "tls.key")
+		case strings.HasPrefix(a, "-metrics-listen="):
+			a = "-metrics-listen=" + metricsAddr
+		}
+		args = append(args, a)
+	}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil || e.ValueFrom.ResourceFieldRef == nil {
+			t.Fatalf("env %s: this test knows only resourceFieldRef values", e.Name)
+		}
+		q, ok := map[string]*resource.Quantity{"requests.memory": c.Resources.Requests.Memory(), "limits.memory": c.Resources.Limits.Memory()}[e.ValueFrom.ResourceFieldRef.Resource]
+		if !ok {
+			t.Fatalf("env %s: this test knows only requests.memory and limits.memory", e.Name)
+		}
+		// With no divisor the downward API gives bytes.
+		env = append(env, fmt.Sprintf("%s=%d", e.Name, q.Value()))
+	}
+	return args, env, c.Resources.Limits.Memory().Value()
+}
+
+// TestMemoryUnderBurst writes large objects through the real apiserver, many
+// at once, to the webhook run as the Deployment runs it. No write fails,
+// reviews wait for the byte budget (the metrics show them waiting), and
+// the webhook's peak RSS stays under the Deployment's memory limit.
+func TestMemoryUnderBurst(t *testing.T) {
+	const (
+		writers     = 24
+		writesEach  = 3         // a create, then updates: UPDATE reviews carry the object twice
+		objectBytes = 700 << 10 // within etcd's 1.5 MiB request limit even as an UPDATE's review doubles it
+	)
+	ns := createNamespace(t, "memory-burst")
+	dir := t.TempDir()
+	webhookCerts(t, filepath.Join(dir, "tls"))
+	metricsPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
+	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
+	bothHooks(t, w, ns, hookOptions{timeout: 10})
+	mark := apiserver.logMark()
+
+	// Scrape the metrics during the burst, parsing them as Prometheus does.
+	stopScraping := make(chan struct{})
+	scraped := make(chan scrapeSummary, 1)
+	go func() { scraped <- scrapeUntil(t, "http://"+metricsAddr+"/metrics", stopScraping) }()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, writers*writesEach)
+	start := time.Now()
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			obj, resource := admittedObject(fmt.Sprintf("large-%d", i), objectBytes)
+			objects := apiserver.dynamic.Resource(resource).Namespace(ns)
+			stored, err := objects.Create(context.Background(), obj, metav1.CreateOptions{})
+			if err != nil {
+				errs <- fmt.Errorf("create %s: %w", obj.GetName(), err)
+				return
+			}
+			for u := 1; u < writesEach; u++ {
+				labels := stored.GetLabels()
+				labels["revision"] = strconv.Itoa(u)
+				stored.SetLabels(labels)
+				if stored, err = objects.Update(context.Background(), stored, metav1.UpdateOptions{}); err != nil {
+					errs <- fmt.Errorf("update %d of %s: %w", u, obj.GetName(), err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(start)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	close(stopScraping)
+	s := <-scraped
+
+	peak := peakRSS(t, w.cmd.Process.Pid)
+	t.Logf("%d writes of about %d KiB by %d writers in %s; webhook peak RSS %.1f MiB (limit %d MiB); at most %d reviews waited for the budget at once, %d bytes in use",
+		writers*writesEach, objectBytes>>10, writers, took.Round(time.Millisecond), float64(peak)/(1<<20), memoryLimit>>20, s.maxWaiting, s.maxInUse)
+	if peak >= memoryLimit {
+		t.Errorf("the webhook's peak RSS was %.1f MiB, want under the Deployment's limit of %d MiB", float64(peak)/(1<<20), memoryLimit>>20)
+	}
+	if s.scrapes == 0 {
+		t.Fatal("no scrape of the metrics succeeded during the burst")
+	}
+	if s.maxWaiting == 0 {
+		t.Errorf("no scrape of %d saw a review waiting for the budget; the burst did not press on it", s.scrapes)
+	}
+	if s.maxInUse > s.budget {
+		t.Errorf("%d bytes of the budget were in use at once, over the budget of %d", s.maxInUse, s.budget)
+	}
+	if s.rejected != 0 {
+		t.Errorf("%d reviews found no room before their deadline", s.rejected)
+	}
+	noFailedCalls(t, mark)
+}
+
+// scrapeSummary is what the scrapes during the burst saw.
+type scrapeSummary struct {
+	scrapes                      int
+	maxWaiting, maxInUse, budget int64
+	rejected                     int64
+}
+
+// scrapeUntil scrapes url every few milliseconds until stop is closed,
+// parsing each scrape with the Prometheus text parser and checking the
+// families the webhook exports are there with their types.
+func scrapeUntil(t *testing.T, url string, stop <-chan struct{}) scrapeSummary {
+	var s scrapeSummary
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	wantTypes := map[string]dto.MetricType{
+		"webhook_requests_total":            dto.MetricType_COUNTER,
+		"webhook_reviews_total":             dto.MetricType_COUNTER,
+		"webhook_requests_in_flight":        dto.MetricType_GAUGE,
+		"webhook_latency_seconds":           dto.MetricType_HISTOGRAM,
+		"webhook_inflight_budget_bytes":     dto.MetricType_GAUGE,
+		"webhook_inflight_bytes":            dto.MetricType_GAUGE,
+		"webhook_inflight_waiting_requests": dto.MetricType_GAUGE,
+		"webhook_inflight_rejected_total":   dto.MetricType_COUNTER,
+		"webhook_certificate_expiration_timestamp_seconds": dto.MetricType_GAUGE,
+	}
+	for {
+		select {
+		case <-stop:
+			return s
+		case <-time.After(20 * time.Millisecond):
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			continue
+		}
+		families, err := parser.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Errorf("the metrics do not parse as the Prometheus text format: %v", err)
+			return s
+		}
+		s.scrapes++
+		for name, want := range wantTypes {
+			f, ok := families[name]
+			if !ok && s.scrapes > 1 { // request series appear with the first request
+				t.Errorf("scrape %d has no %s", s.scrapes, name)
+				delete(wantTypes, name)
+				continue
+			}
+			if ok && f.GetType() != want {
+				t.Errorf("%s is a %s, want a %s", name, f.GetType(), want)
+				delete(wantTypes, name)
+			}
+		}
+		gauge := func(name string) int64 {
+			if f := families[name]; f != nil && len(f.GetMetric()) == 1 {
+				if g := f.GetMetric()[0].GetGauge(); g != nil {
+					return int64(g.GetValue())
+				}
+				return int64(f.GetMetric()[0].GetCounter().GetValue())
+			}
+			return 0
+		}
+		s.maxWaiting = max(s.maxWaiting, gauge("webhook_inflight_waiting_requests"))
+		s.maxInUse = max(s.maxInUse, gauge("webhook_inflight_bytes"))
+		s.budget = gauge("webhook_inflight_budget_bytes")
+		s.rejected = gauge("webhook_inflight_rejected_total")
+	}
+}
+
+// peakRSS is the process's peak resident set size (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
