@@ -164,14 +164,14 @@ func scrapeUntil(t *testing.T, url string, stop <-chan struct{}) scrapeSummary {
 	var s scrapeSummary
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	wantTypes := map[string]dto.MetricType{
-		"webhook_requests_total":            dto.MetricType_COUNTER,
-		"webhook_reviews_total":             dto.MetricType_COUNTER,
-		"webhook_requests_in_flight":        dto.MetricType_GAUGE,
-		"webhook_latency_seconds":           dto.MetricType_HISTOGRAM,
-		"webhook_inflight_budget_bytes":     dto.MetricType_GAUGE,
-		"webhook_inflight_bytes":            dto.MetricType_GAUGE,
-		"webhook_inflight_waiting_requests": dto.MetricType_GAUGE,
-		"webhook_inflight_rejected_total":   dto.MetricType_COUNTER,
+		"webhook_requests_total":                           dto.MetricType_COUNTER,
+		"webhook_reviews_total":                            dto.MetricType_COUNTER,
+		"webhook_requests_in_flight":                       dto.MetricType_GAUGE,
+		"webhook_latency_seconds":                          dto.MetricType_HISTOGRAM,
+		"webhook_inflight_budget_bytes":                    dto.MetricType_GAUGE,
+		"webhook_inflight_bytes":                           dto.MetricType_GAUGE,
+		"webhook_inflight_waiting_requests":                dto.MetricType_GAUGE,
+		"webhook_inflight_rejected_total":                  dto.MetricType_COUNTER,
 		"webhook_certificate_expiration_timestamp_seconds": dto.MetricType_GAUGE,
 	}
 	for {
