@@ -215,17 +215,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	logger := slog.New(logHandler)
 	m := newMetrics()
 
-	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
-	if err != nil {
-		return err
-	}
-	reloadables := []interface{ reloadIfChanged() }{keyPair}
+	// The client CA first: a configuration that cannot serve must not
+	// leave a development certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
 	if cfg.clientCAFile != "" {
 		clientCAs = newCAReloader("client CA", "client-ca", cfg.clientCAFile, logger, m)
 		if _, err := clientCAs.load(); err != nil {
 			return fmt.Errorf("-client-ca-file: %w", err)
 		}
+	}
+	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
+	if err != nil {
+		return err
+	}
+	reloadables := []interface{ reloadIfChanged() }{keyPair}
+	if clientCAs != nil {
 		reloadables = append(reloadables, clientCAs)
 	}
 

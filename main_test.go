@@ -67,6 +67,7 @@ func TestBadFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
+			t.Chdir(t.TempDir())
 			var stderr bytes.Buffer
 			err := run(context.Background(), tc.args, func(string) string { return "" }, nil, io.Discard, &stderr)
 			if err == nil {
@@ -77,6 +78,9 @@ func TestBadFlags(t *testing.T) {
 				if !strings.Contains(got, w) {
 					t.Errorf("got %.300q…, want it to mention %q", got, w)
 				}
+			}
+			if _, err := os.Stat("tls"); err == nil {
+				t.Error("a configuration that cannot serve left a development certificate in tls/")
 			}
 		})
 	}
