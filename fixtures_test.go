@@ -126,9 +126,10 @@ var (
 	newFixtureOld    = flag.String("old-object", "", "with -new-fixture: the old object's YAML or JSON `file`, for UPDATE and DELETE")
 )
 
-// TestNewFixture writes a fixture made by hand, when asked:
+// TestNewFixture writes a fixture made by hand, when asked (-v shows what
+// it wrote):
 //
-//	go test -run TestNewFixture . -args -new-fixture v1-mykind-create -object mykind.yaml
+//	go test -v -run TestNewFixture . -args -new-fixture v1-mykind-create -object mykind.yaml
 func TestNewFixture(t *testing.T) {
 	if *newFixture == "" {
 		t.Skip("only with -new-fixture NAME")
@@ -148,7 +149,7 @@ func TestNewFixture(t *testing.T) {
 	if err := os.WriteFile(path, body, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("wrote %s; add its expectations to policy_test.go and run go test -run TestFixtures -update .", path)
+	t.Logf("wrote %s; add its entry to fixtureExpectations in policy_test.go, then write its goldens with go test -run TestFixtures -update .", path)
 }
 
 // serve is the generic path for one admit function, with neither a budget

@@ -7,8 +7,9 @@ package main
 // demonstration's e2e tests). Everything else is plumbing you need not open.
 //
 // main.go expects four things of this file: the type policy, its addFlags
-// method, and the admit functions mutate and validate. The building blocks
-// they use are:
+// method (which may register nothing), and the admit functions mutate and
+// validate. LogValue is optional: it shapes the start-up log line. The
+// building blocks they use are:
 //
 //   - the responses allowed, denied, patched and errored (handler.go);
 //   - objectMeta, which decodes the fields of metadata most policies read,
