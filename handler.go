@@ -171,7 +171,25 @@ const (
 )
 
 // overloadStatus answers a review that cannot be served before its
-// deadline. OVERLOAD_WHY
+// deadline, and it is sent without Retry-After. This is what
+// kube-apiserver v1.37.1 does with it. The admission dispatchers call the
+// webhook with client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/
+// plugin/webhook/validating/dispatcher.go, callHook; mutating likewise),
+// which retries an answered request only when it is a 429 or any 5xx that
+// carries Retry-After (k8s.io/client-go/rest/with_retry.go, checkWait and
+// IsNextRetry): up to 10 times (request.go, maxRetries), each after the
+// header's seconds, all within the same timeoutSeconds. Without the header
+// a 429 and a 503 fare alike: no retry; the Status sent here becomes the
+// call's error, and failurePolicy decides. With Fail the write is refused
+// with "failed calling webhook ...: <this message>"; with Ignore it goes on
+// without this webhook. No Retry-After, because this answer leaves only
+// overloadMargin of the deadline: a retry could not be served in time and
+// would only add another copy of the review to the load that caused it
+// (e2e TestOverloadAnswer sees one request per refused write). 429 rather
+// than 503, because the apiserver records the code in
+// apiserver_admission_webhook_rejection_count{rejection_code}, where 429
+// says "overloaded" apart from the 503 it records itself when the webhook
+// cannot be reached at all (dispatcher.go: NewServiceUnavailable).
 const overloadStatus = http.StatusTooManyRequests
 
 // overloadMargin is how long before a request's deadline it stops waiting
@@ -309,7 +327,8 @@ func (s *reviewServer) waitForBudget(ctx context.Context, n int64) error {
 }
 
 // overloaded answers a request that found no room in the budget before
-// its deadline, without reading it into memory: OVERLOAD_POLICY
+// its deadline, without reading it into memory: overloadStatus, with no
+// Retry-After, and a message that says what to change.
 func overloaded(w http.ResponseWriter, r *http.Request, n, capacity int64) outcome {
 	// Read the body to its end, a little at a time, so that the client is
 	// done sending before it reads the answer; closing on unread data

@@ -12,7 +12,7 @@ func TestJSONPointer(t *testing.T) {
 		want   string
 	}{
 		{[]string{"metadata", "annotations"}, "/metadata/annotations"},
-		{[]string{"metadata", "annotations", "webhook.example.com/allow"}, "/metadata/annotations/webhook.example.com~1allow"},
+		{[]string{"metadata", "labels", "app.kubernetes.io/name"}, "/metadata/labels/app.kubernetes.io~1name"},
 		{[]string{"a~b"}, "/a~0b"},
 		// "~1" in a key must stay "~1" when read back, not become "/".
 		{[]string{"a~1b"}, "/a~01b"},

@@ -88,6 +88,7 @@ func run() error {
 	out := flag.String("out", "results", "`directory` for results.md and latency.png")
 	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
 	duration := flag.Duration("duration", 3*time.Second, "length of one wrk run, in whole seconds (wrk's unit)")
+	only := flag.String("only", "", "run only the scenarios whose name contains this `text`, such as update-1m")
 	flag.Parse()
 	if *smoke {
 		*rounds, *duration = 1, time.Second
@@ -179,6 +180,13 @@ func run() error {
 	if !*smoke {
 		for _, c := range []int{64, 128} {
 			scenarios = append(scenarios, scenario{body: "update-1m", connections: c, duration: 20 * time.Second, rounds: 1})
+		}
+	}
+
+	if *only != "" {
+		scenarios = slices.DeleteFunc(scenarios, func(sc scenario) bool { return !strings.Contains(sc.String(), *only) })
+		if len(scenarios) == 0 {
+			return fmt.Errorf("-only %q matches no scenario", *only)
 		}
 	}
 
