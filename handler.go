@@ -185,7 +185,9 @@ const (
 // without this webhook. No Retry-After, because this answer leaves only
 // overloadMargin of the deadline: a retry could not be served in time and
 // would only add another copy of the review to the load that caused it
-// (e2e TestOverloadAnswer sees one request per refused write). 429 rather
+// (e2e TestOverloadAnswer sees one request per refused write). Tried with
+// Retry-After: 0, the apiserver sent the review again at once, and the
+// user saw "context deadline exceeded" instead of this message. 429 rather
 // than 503, because the apiserver records the code in
 // apiserver_admission_webhook_rejection_count{rejection_code}, where 429
 // says "overloaded" apart from the 503 it records itself when the webhook
