@@ -19,7 +19,7 @@
 # webhook:latest).
 set -euo pipefail
 
-usage() { sed -n '2,21p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
