@@ -4,22 +4,27 @@
 #   deploy/render.sh in-cluster OUT        # Service mode: Namespace, Deployment, Service,
 #                                          # PDB, TLS Secret and both webhook configurations
 #   deploy/render.sh url HOST:PORT OUT     # URL mode: both configurations for https://HOST:PORT
+#   deploy/render.sh static HOST:PORT OUT  # URL mode from the control plane: an
+#                                          # AdmissionConfiguration and both
+#                                          # configurations as static manifests
 #
-# then `kubectl apply -f OUT`. Certificates go to OUT/certs (override with
-# CERTS=dir). Run it again to renew the serving certificate: the CA in the
-# certificate directory is kept, so caBundle does not change.
+# then `kubectl apply -f OUT`, or for static, kube-apiserver
+# --admission-control-config-file=OUT/admission-config.yaml. Certificates go to
+# OUT/certs (override with CERTS=dir). Run it again to renew the serving
+# certificate: the CA in the certificate directory is kept, so caBundle does
+# not change.
 #
 # Environment: WEBHOOK, the command that runs the webhook binary (default:
 # `go run` of this repository); IMAGE, the Deployment's image (default
 # webhook:latest).
 set -euo pipefail
 
-usage() { sed -n '2,15p' "$0" >&2; exit 2; }
+usage() { sed -n '2,19p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
   in-cluster) [ $# -eq 2 ] || usage; out=$2 ;;
-  url) [ $# -eq 3 ] || usage; hostport=$2; out=$3 ;;
+  url|static) [ $# -eq 3 ] || usage; hostport=$2; out=$3 ;;
   *) usage ;;
 esac
 mkdir -p "$out"
@@ -34,9 +39,27 @@ else
   webhook=(go -C "$root" run .)
 fi
 
-# render FILE: copy FILE into OUT with the placeholders filled in.
+# render FILE [DEST]: copy FILE to DEST (default: into OUT) with the
+# placeholders filled in.
 render() {
-  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" "$1" > "$out/$(basename "$1")"
+  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" "$1" > "${2:-$out/$(basename "$1")}"
+}
+
+# url_webhooks DEST: deploy/webhooks.yaml rendered for a webhook at
+# https://HOST:PORT, for both URL modes. The rules, selectors and policies
+# stay exactly as written there; only clientConfig changes.
+url_webhooks() {
+  host=${hostport%:*}
+  host=${host#[}; host=${host%]}   # [::1]:8443 -> ::1
+  ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
+  render "$root/deploy/webhooks.yaml" "$1"
+  # Each `service: {…, path: P, port: 443}` becomes `url: https://HOST:PORT/P`.
+  sed -i -E "s#service: \{name: webhook, namespace: webhook-system, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$1"
+  sed -i -e '/# Service mode:/,/# checks its certificate/d' "$1"
+  if grep -qE '^ *service:' "$1"; then
+    echo "render.sh: a clientConfig in deploy/webhooks.yaml is not of the form service: {name: webhook, namespace: webhook-system, path: /P, port: 443}" >&2
+    exit 1
+  fi
 }
 
 case $mode in
@@ -59,19 +82,70 @@ data:
 YAML
     ;;
   url)
-    host=${hostport%:*}
-    host=${host#[}; host=${host%]}   # [::1]:8443 -> ::1
-    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
-    render "$root/deploy/webhooks.yaml"
-    # Each `service: {…, path: P, port: 443}` becomes `url: https://HOST:PORT/P`.
-    sed -i -E "s#service: \{name: webhook, namespace: webhook-system, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$out/webhooks.yaml"
-    sed -i -e '/# Service mode:/,/# checks its certificate/d' "$out/webhooks.yaml"
-    if grep -qE '^ *service:' "$out/webhooks.yaml"; then
-      echo "render.sh: a clientConfig in deploy/webhooks.yaml is not of the form service: {name: webhook, namespace: webhook-system, path: /P, port: 443}" >&2
-      exit 1
-    fi
+    url_webhooks "$out/webhooks.yaml"
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
+    ;;
+  static)
+    # Manifest-based admission control (kube-apiserver 1.37, feature gate
+    # ManifestBasedAdmissionControlConfig, beta and on by default). What the
+    # apiserver requires, from its code (k8s.io/apiserver v0.37.1 and
+    # k8s.io/kubernetes v1.37.1):
+    # - each plugin reads its own directory: LoadMutatingManifests and
+    #   LoadValidatingManifests (pkg/admission/plugin/webhook/manifest/loader)
+    #   refuse the other kind with "unsupported resource type", so the two
+    #   configurations go in two directories;
+    # - every .yaml, .yml and .json file there is read, multi-document YAML
+    #   and Lists included (manifest.LoadFiles);
+    # - staticManifestsDir must be an absolute path to a directory
+    #   (manifest.ValidateStaticManifestsDir);
+    # - configuration names must end in .static.k8s.io
+    #   (manifest.ValidateManifestName), and clientConfig must be a url
+    #   (loader.ValidateWebhookClientConfig).
+    tmp=$(mktemp)
+    trap 'rm -f "$tmp"' EXIT
+    url_webhooks "$tmp"
+    mkdir -p "$out/mutating" "$out/validating"
+    rm -f "$out/mutating/webhooks.yaml" "$out/validating/webhooks.yaml"
+    # Each configuration's metadata.name (the only key indented by two
+    # spaces) gets the reserved suffix; each document goes to its plugin's
+    # directory by its kind.
+    sed -E 's/^  name: (.+)$/  name: \1.static.k8s.io/' "$tmp" |
+      awk -v mutating="$out/mutating/webhooks.yaml" -v validating="$out/validating/webhooks.yaml" '
+        BEGIN { n = 0 }
+        /^---$/ { n++; next }
+        { doc[n] = doc[n] $0 "\n" }
+        /^kind: MutatingWebhookConfiguration$/ { dest[n] = mutating }
+        /^kind: ValidatingWebhookConfiguration$/ { dest[n] = validating }
+        END {
+          for (i = 0; i <= n; i++) {
+            if (!(i in dest)) { print "render.sh: a document in deploy/webhooks.yaml is neither a MutatingWebhookConfiguration nor a ValidatingWebhookConfiguration" > "/dev/stderr"; exit 1 }
+            if (seen[dest[i]]++) printf "---\n" > dest[i]
+            printf "%s", doc[i] > dest[i]
+          }
+        }'
+    cat > "$out/admission-config.yaml" <<YAML
+# For kube-apiserver --admission-control-config-file=$out/admission-config.yaml
+# (1.37 or later). Each plugin loads the webhook configurations in its own
+# directory at start-up, and again whenever a file there changes.
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: MutatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    staticManifestsDir: "$out/mutating"
+- name: ValidatingAdmissionWebhook
+  configuration:
+    apiVersion: apiserver.config.k8s.io/v1
+    kind: WebhookAdmissionConfiguration
+    staticManifestsDir: "$out/validating"
+YAML
+    echo "run the webhook where https://$hostport reaches it:" >&2
+    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
+    echo "rendered into $out; start kube-apiserver with --admission-control-config-file=$out/admission-config.yaml" >&2
+    exit 0
     ;;
 esac
 echo "rendered into $out; apply with: kubectl apply -f $out" >&2

@@ -197,3 +197,36 @@ func TestDemonstrationOperations(t *testing.T) {
 	})
 	noFailedCalls(t, mark)
 }
+
+// demonstrateEnforced checks the demonstration's verdicts through api,
+// whose own webhook configurations are the deployed ones (the static
+// manifests of deploy/render.sh static), in a new namespace named name:
+// the first Deployment created there is stored annotated by /mutate, and
+// one whose annotation a later mutating webhook, registered through the
+// API, takes away is denied by /validate. Mutating webhooks run in order
+// and ours is not called again (reinvocationPolicy: Never), so this is
+// validation holding on its own when mutation is undone.
+func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
+	t.Helper()
+	ctx := context.Background()
+	ns := createNamespaceIn(t, api, name)
+	deployments := api.client.AppsV1().Deployments(ns)
+	if _, err := deployments.Create(ctx, nginxDeployment("first", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating the first Deployment in %s: %v", ns, err)
+	}
+	stored, err := deployments.Get(ctx, "first", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored.Annotations[allowKey]; got != allowValue {
+		t.Errorf("the first Deployment in %s is stored with %s=%q, want %q", ns, allowKey, got, allowValue)
+	}
+
+	undo := startWebhook(t, "", "-annotate", allowKey+"=false")
+	registerMutating(t, hookOptions{api: api, name: "undo-" + ns + ".example.com", url: undo.url("/mutate"), caBundle: undo.caPEM, namespace: ns, seen: undo.saw})
+	_, err = deployments.Create(ctx, nginxDeployment("undone", nil), metav1.CreateOptions{})
+	want := `admission webhook "validate.webhook.example.com" denied the request:`
+	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+		t.Errorf("creating a Deployment whose annotation was taken away in %s: got %v, want a Forbidden error containing %q", ns, err, want)
+	}
+}

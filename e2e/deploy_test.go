@@ -35,6 +35,25 @@ func render(t *testing.T, args ...string) string {
 	return out
 }
 
+// startRenderedWebhook runs the webhook on hostport with the certificates
+// render.sh made in out/certs, as its output tells the user to.
+func startRenderedWebhook(t *testing.T, out, hostport string, args ...string) *webhookServer {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The test's own client checks /ping against the same CA.
+	ca, err := os.ReadFile(filepath.Join(out, "certs", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls", "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return startWebhookOn(t, dir, hostport, append([]string{"-tls-cert-file", filepath.Join(out, "certs", "tls.crt"), "-tls-private-key-file", filepath.Join(out, "certs", "tls.key")}, args...)...)
+}
+
 // objectsIn reads every YAML document of every .yaml file in dir, as
 // `kubectl apply -f dir` does.
 func objectsIn(t *testing.T, dir string) []*unstructured.Unstructured {
@@ -171,15 +190,7 @@ func TestURLMode(t *testing.T) {
 	hostport := "127.0.0.1:" + itoa(port)
 	out := render(t, "url", hostport)
 
-	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "tls"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := os.ReadFile(filepath.Join(out, "certs", "ca.crt"))
-	if err := os.WriteFile(filepath.Join(dir, "tls", "ca.crt"), ca, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	w := startWebhookOn(t, dir, hostport, "-tls-cert-file", filepath.Join(out, "certs", "tls.crt"), "-tls-private-key-file", filepath.Join(out, "certs", "tls.key"))
+	w := startRenderedWebhook(t, out, hostport)
 	// These configurations act on every namespace but webhook-system and
 	// kube-system, as a user's would; the suite runs tests one at a time.
 	apply(t, apiserver, objectsIn(t, out), false)
