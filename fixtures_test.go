@@ -80,8 +80,10 @@ func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject 
 		if o.text == "" {
 			continue
 		}
-		raw, err := yaml.ToJSON([]byte(o.text))
-		if err != nil {
+		// Not yaml.ToJSON: it passes any text that starts with "{" through
+		// as JSON, and so refuses flow-style YAML such as {kind: Pod}.
+		var raw json.RawMessage
+		if err := yaml.NewYAMLToJSONDecoder(strings.NewReader(o.text)).Decode(&raw); err != nil {
 			t.Fatalf("newReview: the object is neither YAML nor JSON: %v", err)
 		}
 		if err := json.Unmarshal(raw, &typeMeta); err != nil {
@@ -150,6 +152,24 @@ func TestNewFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("wrote %s; add its entry to fixtureExpectations in policy_test.go, then write its goldens with go test -run TestFixtures -update .", path)
+}
+
+// TestNewReviewReadsYAMLAndJSON checks newReview takes an object as block
+// YAML, flow-style YAML and JSON alike, and reads name and namespace.
+func TestNewReviewReadsYAMLAndJSON(t *testing.T) {
+	for _, object := range []string{
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: b\n",
+		"{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: b}}",
+		`{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "b"}}`,
+	} {
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(newReview(t, admissionv1.Create, object, ""), &review); err != nil {
+			t.Fatal(err)
+		}
+		if r := review.Request; r.Kind.Kind != "ConfigMap" || r.Name != "a" || r.Namespace != "b" || !json.Valid(r.Object.Raw) {
+			t.Errorf("newReview(%q): got kind %q, name %q, namespace %q, object %s; want ConfigMap b/a as JSON", object, r.Kind.Kind, r.Name, r.Namespace, r.Object.Raw)
+		}
+	}
 }
 
 // serve is the generic path for one admit function, with neither a budget
