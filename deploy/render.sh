@@ -16,10 +16,11 @@
 # webhook:latest). For OUT/apiserver: APISERVER_DIR, where its files will
 # be on the control-plane host (default: OUT/apiserver itself);
 # CLIENT_CERT and CLIENT_KEY, the client certificate the apiserver presents
-# to /authorize (default: kubeadm's apiserver-kubelet-client pair).
+# to /authorize, signed by a CA of the webhook's own (default:
+# /etc/kubernetes/pki/webhook-client.crt and .key, as README.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,19p' "$0" >&2; exit 2; }
+usage() { sed -n '2,20p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -80,8 +81,8 @@ YAML
     apiserver_out="$out/apiserver"
     mkdir -p "$apiserver_out"
     apiserver_dir=${APISERVER_DIR:-$apiserver_out}
-    client_cert=${CLIENT_CERT:-/etc/kubernetes/pki/apiserver-kubelet-client.crt}
-    client_key=${CLIENT_KEY:-/etc/kubernetes/pki/apiserver-kubelet-client.key}
+    client_cert=${CLIENT_CERT:-/etc/kubernetes/pki/webhook-client.crt}
+    client_key=${CLIENT_KEY:-/etc/kubernetes/pki/webhook-client.key}
     for f in "$root"/deploy/url-mode/authorization-*.yaml; do
       render "$f" "$apiserver_out"
       sed -i -e "s|__HOSTPORT__|$hostport|g" -e "s|__APISERVER_DIR__|$apiserver_dir|g" \
