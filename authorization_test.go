@@ -199,7 +199,7 @@ func TestAuthorizeBadInput(t *testing.T) {
 		wantReason  metav1.StatusReason
 		wantMessage string // a part of the message
 	}{
-		{"GET", http.MethodGet, "application/json", nil, 405, metav1.StatusReasonMethodNotAllowed, "SubjectAccessReview is sent with POST"},
+		{"GET", http.MethodGet, "application/json", nil, 405, metav1.StatusReasonMethodNotAllowed, "authorization.k8s.io/v1beta1 is sent with POST"},
 		{"text/plain", http.MethodPost, "text/plain", bytes.NewReader(review), 415, metav1.StatusReasonUnsupportedMediaType, "text/plain"},
 		{"too large", http.MethodPost, "application/json", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, "SubjectAccessReview"},
 		{"empty body", http.MethodPost, "application/json", nil, 400, metav1.StatusReasonBadRequest, "empty: expected a SubjectAccessReview"},
