@@ -17,17 +17,20 @@ check:
 	cd e2e && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
 
-# The generic path, then the policy: go test fuzzes one target at a time.
+# The generic path, /authorize's, then the policy: go test fuzzes one
+# target at a time.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 15s .
+	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime 10s .
 	$(GO) test -run '^$$' -fuzz '^FuzzPolicy$$' -fuzztime 15s .
 
 e2e:
 	cd e2e && $(GO) test -count=1 -timeout 30m ./...
 
-# Re-record testdata/*.json from a real kube-apiserver, then refresh goldens.
+# Re-record testdata/*.json and testdata/authorization/*.json from a real
+# kube-apiserver, then refresh goldens.
 capture:
-	cd e2e && $(GO) test -count=1 -run TestCapture -capture .
+	cd e2e && $(GO) test -count=1 -run 'TestCapture|TestAuthorization' -capture .
 	$(GO) test -run TestFixtures -update .
 
 run:

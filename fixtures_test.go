@@ -53,6 +53,29 @@ func fixtures(t testing.TB) map[string][]byte {
 	return out
 }
 
+// subjectAccessReviewFixtures returns every SubjectAccessReview in
+// testdata/authorization/, by name: bodies recorded from a real
+// kube-apiserver by e2e's TestAuthorization (make capture).
+func subjectAccessReviewFixtures(t testing.TB) map[string][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "authorization", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(map[string][]byte, len(paths))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
+	}
+	if len(out) == 0 {
+		t.Fatal("no SubjectAccessReviews in testdata/authorization/")
+	}
+	return out
+}
+
 // newReview returns an admission.k8s.io/v1 AdmissionReview as the
 // apiserver sends it, for a kind or a case no fixture in testdata/ has
 // captured. object and oldObject are whole Kubernetes objects in YAML or

@@ -208,7 +208,8 @@ type reviewServer struct {
 }
 
 // A reviewKind is one kind of review the generic path serves: admission
-// reviews (admissionReviews) and SubjectAccessReviews (authorization.go).
+// reviews (admissionReviews) and SubjectAccessReviews (subjectAccessReviews,
+// in authorization.go).
 type reviewKind struct {
 	// name is what a body must be, for error messages: "an AdmissionReview
 	// of admission.k8s.io/v1 or admission.k8s.io/v1beta1".

@@ -1,7 +1,8 @@
-// Command webhook is a Kubernetes admission webhook: POST /mutate answers
-// with a JSON Patch, POST /validate allows or denies, and GET /ping answers
-// probes. What it admits and changes is the policy, all of it in policy.go;
-// this file holds the server's own flags and its lifecycle.
+// Command webhook is a Kubernetes admission and authorization webhook: POST
+// /mutate answers with a JSON Patch, POST /validate allows or denies, POST
+// /authorize answers the apiserver's SubjectAccessReviews, and GET /ping
+// answers probes. What it admits, changes and denies is the policy, all of
+// it in policy.go; this file holds the server's own flags and its lifecycle.
 package main
 
 import (
@@ -117,7 +118,7 @@ type config struct {
 	// policy is what policy.go's flags configured.
 	policy policy
 
-	clientCAFile       string   // when set, /mutate and /validate need a client certificate
+	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
 	tlsMinVersion      uint16
 	http2              bool
@@ -136,7 +137,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
 	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
-	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate and /validate require a client certificate it signed")
+	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate, /validate and /authorize require a client certificate it signed")
 	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
 	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
@@ -242,6 +243,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	for path, kind := range map[string]reviewKind{
 		"/mutate":   admissionReviews(mutate(cfg.policy)),
 		"/validate": admissionReviews(validate(cfg.policy)),
+		// The authorization webhook's: the apiserver's
+		// AuthorizationConfiguration points a Webhook authorizer here.
+		"/authorize": subjectAccessReviews(authorize(cfg.policy)),
 	} {
 		h := reviews.handle(path, kind)
 		if clientCAs != nil {

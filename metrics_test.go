@@ -59,6 +59,12 @@ func TestMetricsCountReviews(t *testing.T) {
 	post(validating, "/validate", all["v1-secret-create"])
 	post(validating, "/validate", []byte(`{}`))
 	post(reviews.handle("/panics", admissionReviews(func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { panic("no") })), "/panics", all["v1-deployment-create"])
+	sars := subjectAccessReviewFixtures(t)
+	post(reviews.handle("/authorize", subjectAccessReviews(denyingAuthorize)), "/authorize", sars["v1-get-configmap"])
+	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1beta1-get-version"])
+	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1-get-version"])
+	post(reviews.handle("/authorize", subjectAccessReviews(allowingAuthorize)), "/authorize", sars["v1-delete-namespace"])
+	post(reviews.handle("/authorize", subjectAccessReviews(allowingAuthorize)), "/authorize", []byte(`{}`))
 	m.certificate("serving", time.Unix(1893456000, 0))
 	m.reloadFailed("serving")
 
@@ -72,6 +78,11 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_reviews_total{webhook="/mutate",verdict="allowed"}`:              1,
 		`webhook_reviews_total{webhook="/validate",verdict="denied"}`:             1,
 		`webhook_panics_total{webhook="/panics"}`:                                 1,
+		`webhook_requests_total{webhook="/authorize",code="200"}`:                 4,
+		`webhook_requests_total{webhook="/authorize",code="400"}`:                 1,
+		`webhook_reviews_total{webhook="/authorize",verdict="denied"}`:            1,
+		`webhook_reviews_total{webhook="/authorize",verdict="no_opinion"}`:        2,
+		`webhook_reviews_total{webhook="/authorize",verdict="allowed"}`:           1,
 		`webhook_requests_in_flight{webhook="/mutate"}`:                           0,
 		`webhook_latency_seconds_count{webhook="/mutate"}`:                        2,
 		`webhook_latency_seconds_bucket{webhook="/mutate",le="+Inf"}`:             2,
@@ -95,10 +106,11 @@ func TestMetricsCountReviews(t *testing.T) {
 		}
 		last = v
 	}
-	// Nothing of the objects reaches a label: names, namespaces, users.
+	// Nothing of the objects or the reviews reaches a label: names,
+	// namespaces, users, paths.
 	w := httptest.NewRecorder()
 	m.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t"} {
+	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t", "alice", "developers", "configmaps", "/version"} {
 		if strings.Contains(w.Body.String(), forbidden) {
 			t.Errorf("the metrics mention %q, a value of a request", forbidden)
 		}

@@ -1,17 +1,19 @@
 package main
 
-// This file is the webhook's policy: what it admits, what it changes, and
-// the flags that configure both. It is the file to change to make the
-// webhook yours, with policy_test.go beside it; README.md's "Make it yours"
-// lists the rest (the rules in deploy/webhooks.yaml, the goldens, the
-// demonstration's e2e tests). Everything else is plumbing you need not open.
+// This file is the webhook's policy: what it admits, what it changes, what
+// it denies when asked to authorize, and the flags that configure all of
+// it. It is the file to change to make the webhook yours, with
+// policy_test.go beside it; README.md's "Make it yours" lists the rest (the
+// rules in deploy/webhooks.yaml, the goldens, the demonstration's e2e
+// tests). Everything else is plumbing you need not open.
 //
-// main.go expects four things of this file: the type policy, its addFlags
-// method (which may register nothing), and the admit functions mutate and
-// validate. LogValue is optional: it shapes the start-up log line. The
-// building blocks they use are:
+// main.go expects five things of this file: the type policy, its addFlags
+// method (which may register nothing), the admit functions mutate and
+// validate, and the authorize function authorize. LogValue is optional: it
+// shapes the start-up log line. The building blocks they use are:
 //
-//   - the responses allowed, denied, patched and errored (handler.go);
+//   - the responses allowed, denied, patched and errored (handler.go), and
+//     noOpinion, deniedBecause and allowedBecause (authorization.go);
 //   - objectMeta, which decodes the fields of metadata most policies read,
 //     and decodeObject, which decodes any other fields into a struct of
 //     yours (handler.go);
@@ -24,9 +26,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -43,6 +47,9 @@ type policy struct {
 	annotate []keyValue
 	// require lists the annotations /validate insists on.
 	require []keyValue
+	// deny lists the rules by which /authorize denies; every other
+	// SubjectAccessReview gets no opinion.
+	deny []denyRule
 }
 
 // addFlags registers the policy's flags on flags, which main.go parses with
@@ -51,6 +58,7 @@ type policy struct {
 func (p *policy) addFlags(flags *flag.FlagSet) {
 	flags.Var(newAnnotationsFlag(&p.annotate, defaultAnnotation), "annotate", "annotation `key=value` that /mutate sets (repeatable)")
 	flags.Var(newAnnotationsFlag(&p.require, defaultAnnotation), "require", "annotation `key=value` that /validate requires (repeatable)")
+	flags.Var((*denyRulesFlag)(&p.deny), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
 }
 
 // LogValue is how the policy appears in the server's start-up log line.
@@ -58,6 +66,7 @@ func (p policy) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Any("annotate", p.annotate),
 		slog.Any("require", p.require),
+		slog.Any("deny", p.deny),
 	)
 }
 
@@ -160,5 +169,146 @@ func (f *annotationsFlag) Set(s string) error {
 		return errs.ToAggregate()
 	}
 	*f.list = append(*f.list, keyValue{Key: key, Value: value})
+	return nil
+}
+
+// authorize returns the authorize function of /authorize: it denies a
+// request that matches any of p.deny, naming the rule, and has no opinion
+// on everything else. It never allows: RBAC, the authorizer after it,
+// stays the only way in, so a mistake here can refuse too much but never
+// grant anything.
+func authorize(p policy) authorizeFunc {
+	return func(_ context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
+		for _, r := range p.deny {
+			if r.matches(spec) {
+				return deniedBecause("denied by rule " + r.String())
+			}
+		}
+		return noOpinion()
+	}
+}
+
+// ruleAttributes are the attributes a -deny rule can name. user, group and
+// verb are in every review; apiGroup through name only in a request for a
+// resource; path only in a request for any other path, such as /healthz.
+var ruleAttributes = []string{"user", "group", "verb", "apiGroup", "resource", "subresource", "namespace", "name", "path"}
+
+// resourceAttributes are the ruleAttributes of a request for a resource.
+var resourceAttributes = []string{"apiGroup", "resource", "subresource", "namespace", "name"}
+
+// denyRule is one -deny rule: a request is denied when it matches every
+// pair.
+type denyRule []rulePair
+
+// rulePair is attribute=value of a rule. value matches exactly, or, ending
+// in "*", as a prefix; "*" alone matches anything, the empty value included.
+type rulePair struct {
+	attribute, value string
+}
+
+func (r denyRule) String() string {
+	s := make([]string, len(r))
+	for i, p := range r {
+		s[i] = p.attribute + "=" + p.value
+	}
+	return strings.Join(s, ",")
+}
+
+// matches reports whether the review matches every pair of r. A rule that
+// names a resource's attributes never matches a request for a path, and
+// one that names a path never matches a request for a resource.
+func (r denyRule) matches(spec *authorizationv1.SubjectAccessReviewSpec) bool {
+	ra, nra := spec.ResourceAttributes, spec.NonResourceAttributes
+	for _, p := range r {
+		var ok bool
+		switch p.attribute {
+		case "user":
+			ok = p.match(spec.User)
+		case "group":
+			ok = slices.ContainsFunc(spec.Groups, p.match)
+		case "verb":
+			ok = (ra != nil && p.match(ra.Verb)) || (nra != nil && p.match(nra.Verb))
+		case "apiGroup":
+			ok = ra != nil && p.match(ra.Group)
+		case "resource":
+			ok = ra != nil && p.match(ra.Resource)
+		case "subresource":
+			ok = ra != nil && p.match(ra.Subresource)
+		case "namespace":
+			ok = ra != nil && p.match(ra.Namespace)
+		case "name":
+			ok = ra != nil && p.match(ra.Name)
+		case "path":
+			ok = nra != nil && p.match(nra.Path)
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (p rulePair) match(s string) bool {
+	if prefix, ok := strings.CutSuffix(p.value, "*"); ok {
+		return strings.HasPrefix(s, prefix)
+	}
+	return s == p.value
+}
+
+// parseDenyRule parses attribute=value,… and checks it as start-up must,
+// so that a typo stops the server instead of silently denying nothing.
+func parseDenyRule(s string) (denyRule, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("the rule is empty: want attribute=value,…, such as user=jane,verb=delete,resource=namespaces")
+	}
+	var r denyRule
+	var resource, path bool
+	for _, pair := range strings.Split(s, ",") {
+		attribute, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
+		if !ok {
+			return nil, fmt.Errorf("%q is not attribute=value; attributes are %s", pair, strings.Join(ruleAttributes, ", "))
+		}
+		if !slices.Contains(ruleAttributes, attribute) {
+			return nil, fmt.Errorf("unknown attribute %q; attributes are %s", attribute, strings.Join(ruleAttributes, ", "))
+		}
+		if slices.ContainsFunc(r, func(p rulePair) bool { return p.attribute == attribute }) {
+			return nil, fmt.Errorf("attribute %s is given twice", attribute)
+		}
+		if i := strings.Index(value, "*"); i >= 0 && i != len(value)-1 {
+			return nil, fmt.Errorf("%s=%s: * may only end a value, as a prefix", attribute, value)
+		}
+		if attribute == "resource" && strings.Contains(value, "/") {
+			return nil, fmt.Errorf("resource=%s: name a subresource with subresource=, such as resource=deployments,subresource=scale", value)
+		}
+		resource = resource || slices.Contains(resourceAttributes, attribute)
+		path = path || attribute == "path"
+		r = append(r, rulePair{attribute: attribute, value: value})
+	}
+	if resource && path {
+		return nil, fmt.Errorf("the rule names both path and a resource's attributes (%s), which no request has together", strings.Join(resourceAttributes, ", "))
+	}
+	return r, nil
+}
+
+// denyRulesFlag is the repeatable -deny RULE.
+type denyRulesFlag []denyRule
+
+func (f *denyRulesFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	s := make([]string, len(*f))
+	for i, r := range *f {
+		s[i] = r.String()
+	}
+	return strings.Join(s, " ")
+}
+
+func (f *denyRulesFlag) Set(s string) error {
+	r, err := parseDenyRule(s)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, r)
 	return nil
 }

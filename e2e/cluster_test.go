@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -305,6 +306,8 @@ type apiServer struct {
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in
 // dir. extraArgs are added last (e.g. --admission-control-config-file).
+// Authorization is RBAC unless extraArgs has --authorization-config, which
+// the apiserver refuses beside --authorization-mode.
 func startAPIServer(bin, etcdURL, dir string, extraArgs []string) (*apiServer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
@@ -334,10 +337,12 @@ func startAPIServer(bin, etcdURL, dir string, extraArgs []string) (*apiServer, e
 		"--service-account-issuer", "https://kubernetes.default.svc",
 		"--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
-		"--authorization-mode", "RBAC",
 		"--token-auth-file", tokens,
 		"--service-cluster-ip-range", "10.96.0.0/16",
 	}, extraArgs...)
+	if !slices.Contains(extraArgs, "--authorization-config") {
+		args = append(args, "--authorization-mode", "RBAC")
+	}
 	p, err := startProcess("kube-apiserver "+filepath.Base(dir), dir, bin, args...)
 	if err != nil {
 		return nil, err

@@ -26,9 +26,15 @@ import (
 // binary built for this run.
 func render(t *testing.T, args ...string) string {
 	t.Helper()
+	return renderEnv(t, nil, args...)
+}
+
+// renderEnv is render with env added to the environment.
+func renderEnv(t *testing.T, env []string, args ...string) string {
+	t.Helper()
 	out := t.TempDir()
 	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "render.sh"), append(args, out)...)
-	cmd.Env = append(os.Environ(), "WEBHOOK="+webhookBinary)
+	cmd.Env = append(append(os.Environ(), "WEBHOOK="+webhookBinary), env...)
 	if output, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/render.sh %v: %v\n%s", args, err, output)
 	}

@@ -51,9 +51,7 @@ func TestOverloadAnswer(t *testing.T) {
 	if _, err := fmt.Fprintf(conn, "POST /validate?timeout=25s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", w.addr, largestReview); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitUntil(10*time.Second, func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == largestReview }); err != nil {
-		t.Fatalf("the stalled request never took the budget: %v", err)
-	}
+	waitUntil(t, "the stalled request takes the whole budget", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == largestReview })
 	before := scrape(t, metricsURL)
 
 	obj, resource := admittedObject("overloaded", 0)
@@ -84,9 +82,7 @@ func TestOverloadAnswer(t *testing.T) {
 
 	// Once the stalled client goes, the budget is free and writes go on.
 	conn.Close()
-	if err := waitUntil(10*time.Second, func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 }); err != nil {
-		t.Fatalf("the budget was not given back when the stalled client left: %v", err)
-	}
+	waitUntil(t, "the budget is given back when the stalled client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
 	obj, _ = admittedObject("after-overload", 0)
 	if _, err := objects.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Errorf("create after the overload: %v", err)
@@ -129,16 +125,4 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		}
 	}
 	return samples
-}
-
-// waitUntil polls cond every 50 ms until it holds or timeout passes.
-func waitUntil(timeout time.Duration, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not within %s", timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return nil
 }

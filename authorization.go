@@ -1,0 +1,239 @@
+package main
+
+// The authorization half: POST /authorize answers kube-apiserver's
+// authorization webhook, which POSTs a SubjectAccessReview before it serves
+// a request and reads only the status of the answer. The contract is the
+// apiserver's, in k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go
+// (WebhookAuthorizer.Authorize, v1.37.1):
+//
+//   - status.allowed true allows the request; no later authorizer runs;
+//   - status.denied true (with allowed false) denies it; no later authorizer
+//     runs, and status.reason reaches the user in the Forbidden message;
+//   - neither is no opinion: the next authorizer (RBAC) decides;
+//   - both is a malformed answer, which it treats as a deny with an error;
+//   - an answer other than HTTP 200, or none, is the authorizer's
+//     failurePolicy (NoOpinion or Deny), after a retry of 429s, 5xx and
+//     dropped connections (k8s.io/apiserver/pkg/util/webhook,
+//     DefaultShouldRetry). status.evaluationError is never read.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/json"
+)
+
+// authorizeFunc decides on one SubjectAccessReview. It sees neither HTTP nor
+// globals, and answers with noOpinion, deniedBecause or allowedBecause. spec
+// has exactly one of ResourceAttributes and NonResourceAttributes. ctx ends
+// at the apiserver's deadline for this call. policy.go makes them.
+type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
+
+// ---------------------------------------------------------------------------
+// Responses. Each authorize function ends in one of these.
+// ---------------------------------------------------------------------------
+
+// noOpinion neither allows nor denies: the apiserver asks the next
+// authorizer in its configuration, and forbids the request if none allows
+// it.
+func noOpinion() authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{}
+}
+
+// deniedBecause denies the request outright: no later authorizer is asked,
+// so RBAC cannot allow it. The apiserver ends its Forbidden message, which
+// kubectl prints, with reason.
+func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: reason}
+}
+
+// allowedBecause allows the request outright: no later authorizer is asked.
+// reason is for the apiserver's audit log and may be empty.
+func allowedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: reason}
+}
+
+// authorizationVerdict names what a status does, for the log line and the
+// metrics: "allowed", "denied" or "no_opinion".
+func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
+	switch {
+	case s.Denied:
+		return "denied"
+	case s.Allowed:
+		return "allowed"
+	default:
+		return "no_opinion"
+	}
+}
+
+// ---------------------------------------------------------------------------
+// SubjectAccessReview in, SubjectAccessReview out.
+// ---------------------------------------------------------------------------
+
+const wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+
+// authorizationCodecs decodes SubjectAccessReview in the two versions the
+// apiserver sends (the authorizer's subjectAccessReviewVersion). Nothing else
+// is registered, so any other kind, an AdmissionReview included, fails to
+// decode.
+var authorizationCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	// AddToScheme only fails on conflicting registrations, which two
+	// distinct group versions cannot have.
+	_ = authorizationv1.AddToScheme(scheme)
+	_ = authorizationv1beta1.AddToScheme(scheme)
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// subjectAccessReviews is the kind of review of an authorize function: a
+// SubjectAccessReview of authorization.k8s.io/v1 or v1beta1, answered in the
+// same version with only its status, the one part the apiserver reads.
+func subjectAccessReviews(authorize authorizeFunc) reviewKind {
+	return reviewKind{name: wantSubjectAccessReview, review: func(ctx context.Context, body []byte) outcome {
+		gvk, spec, err := decodeSubjectAccessReview(body)
+		if err != nil {
+			return failed(http.StatusBadRequest, err.Error())
+		}
+		attrs := authorizationAttrs(spec)
+		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
+		if panicked != nil {
+			// A 500 is retried, then the authorizer's failurePolicy decides.
+			o := failed(http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details")
+			o.attrs, o.panicked = attrs, panicked
+			return o
+		}
+		if status.Allowed && status.Denied {
+			// The apiserver denies such an answer and logs an error
+			// (WebhookAuthorizer.Authorize): deny here too, with a status it
+			// reads as meant, and a reason that says what went wrong.
+			status = deniedBecause("the webhook's authorize function answered both allowed and denied; denied")
+			attrs = append(attrs, slog.String("error", "the authorize function answered both allowed and denied"))
+		}
+		out, err := encodeSubjectAccessReview(gvk, status)
+		if err != nil {
+			o := failed(http.StatusInternalServerError, "encoding the review failed")
+			o.attrs = append(attrs, slog.Any("err", err))
+			return o
+		}
+		return outcome{code: http.StatusOK, body: out, verdict: authorizationVerdict(status), attrs: attrs}
+	}}
+}
+
+// decodeSubjectAccessReview decodes a SubjectAccessReview of either version
+// and returns the version it came in with its spec as authorization.k8s.io/v1,
+// the one type the authorize functions see.
+func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
+	obj, gvk, err := authorizationCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantSubjectAccessReview)
+	}
+	var spec *authorizationv1.SubjectAccessReviewSpec
+	switch review := obj.(type) {
+	case *authorizationv1.SubjectAccessReview:
+		spec = &review.Spec
+	case *authorizationv1beta1.SubjectAccessReview:
+		spec = specFromV1beta1(&review.Spec)
+	default:
+		// Registering any API group also registers a few unversioned meta
+		// kinds, such as v1 Status, so the decoder accepts those too.
+		return schema.GroupVersionKind{}, nil, notA(*gvk, wantSubjectAccessReview)
+	}
+	// The apiserver sets exactly one (WebhookAuthorizer.Authorize); an
+	// authorize function may rely on it.
+	switch {
+	case spec.ResourceAttributes == nil && spec.NonResourceAttributes == nil:
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has neither spec.resourceAttributes nor spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
+	case spec.ResourceAttributes != nil && spec.NonResourceAttributes != nil:
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has both spec.resourceAttributes and spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
+	}
+	return *gvk, spec, nil
+}
+
+// encodeSubjectAccessReview encodes a SubjectAccessReview holding only
+// status, in the version the request came in.
+func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
+		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: statusToV1beta1(status)})
+	}
+	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
+}
+
+// authorizationAttrs names a SubjectAccessReview for its log line: who, which
+// verb, on what. Never its groups, extra or uid: the apiserver's own audit log
+// has those, and extra may carry tokens' claims.
+func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs, slog.String("user", spec.User))
+	if ra := spec.ResourceAttributes; ra != nil {
+		resource := ra.Resource
+		if ra.Group != "" {
+			resource = ra.Group + "/" + resource
+		}
+		attrs = append(attrs, slog.String("verb", ra.Verb), slog.String("resource", resource))
+		if ra.Subresource != "" {
+			attrs = append(attrs, slog.String("subresource", ra.Subresource))
+		}
+		if ra.Namespace != "" {
+			attrs = append(attrs, slog.String("namespace", ra.Namespace))
+		}
+		return attrs
+	}
+	// "path" is the route's in every review line.
+	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
+}
+
+// ---------------------------------------------------------------------------
+// authorization.k8s.io/v1beta1 has the same fields as v1, but spec.groups is
+// spelt "group" in JSON; the apiserver sends it when the authorizer's
+// subjectAccessReviewVersion is v1beta1. These copy between the two, field by
+// field, as the apiserver's own v1SpecToV1beta1Spec does.
+// ---------------------------------------------------------------------------
+
+func specFromV1beta1(in *authorizationv1beta1.SubjectAccessReviewSpec) *authorizationv1.SubjectAccessReviewSpec {
+	out := &authorizationv1.SubjectAccessReviewSpec{
+		User:   in.User,
+		Groups: in.Groups,
+		UID:    in.UID,
+	}
+	if ra := in.ResourceAttributes; ra != nil {
+		out.ResourceAttributes = &authorizationv1.ResourceAttributes{
+			Namespace:     ra.Namespace,
+			Verb:          ra.Verb,
+			Group:         ra.Group,
+			Version:       ra.Version,
+			Resource:      ra.Resource,
+			Subresource:   ra.Subresource,
+			Name:          ra.Name,
+			FieldSelector: ra.FieldSelector,
+			LabelSelector: ra.LabelSelector,
+		}
+	}
+	if nra := in.NonResourceAttributes; nra != nil {
+		out.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: nra.Path, Verb: nra.Verb}
+	}
+	if in.Extra != nil {
+		out.Extra = make(map[string]authorizationv1.ExtraValue, len(in.Extra))
+		for k, v := range in.Extra {
+			out.Extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	return out
+}
+
+func statusToV1beta1(in authorizationv1.SubjectAccessReviewStatus) authorizationv1beta1.SubjectAccessReviewStatus {
+	return authorizationv1beta1.SubjectAccessReviewStatus{
+		Allowed:         in.Allowed,
+		Denied:          in.Denied,
+		Reason:          in.Reason,
+		EvaluationError: in.EvaluationError,
+	}
+}
