@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 var writeBenchBodies = flag.String("write-bench-bodies", "", "write the benchmark bodies into this `directory` (used by bench/)")
@@ -162,5 +163,9 @@ type discardWriter struct {
 func (w *discardWriter) Header() http.Header         { return w.header }
 func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
 func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// SetReadDeadline is what a server connection offers http.ResponseController,
+// so the handler's deadline costs here what it costs when served.
+func (w *discardWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (nopCloser) Close() error { return nil }

@@ -248,7 +248,8 @@ func failed(code int, message string) outcome {
 func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		defer s.metrics.begin(route)()
+		s.metrics.inFlightAdd(route, 1)
+		defer s.metrics.inFlightAdd(route, -1)
 		o := s.serve(w, r, kind)
 		if o.code == http.StatusOK {
 			w.Header().Set("Content-Type", "application/json")
@@ -265,7 +266,9 @@ func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 			s.logger.LogAttrs(r.Context(), slog.LevelError, "the policy panicked", append(o.attrs, slog.Group("panic", o.panicked...))...)
 		}
 		if o.verdict != "" {
-			attrs := append([]slog.Attr{slog.String("path", r.URL.Path)}, o.attrs...)
+			attrs := make([]slog.Attr, 0, len(o.attrs)+4) // one allocation for the line
+			attrs = append(attrs, slog.String("path", r.URL.Path))
+			attrs = append(attrs, o.attrs...)
 			attrs = append(attrs, slog.String("verdict", o.verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
 			s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", attrs...)
 		}
@@ -320,6 +323,9 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 // waitForBudget takes n bytes of the budget, waiting for room until a
 // little before the request's deadline.
 func (s *reviewServer) waitForBudget(ctx context.Context, n int64) error {
+	if s.budget.tryAcquire(n) {
+		return nil
+	}
 	waitCtx := ctx
 	if deadline, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc

@@ -65,20 +65,37 @@ func (m *metrics) request(route string, code int, verdict string, took time.Dura
 	if m == nil {
 		return
 	}
-	m.requests.add(1, route, strconv.Itoa(code))
+	m.requests.add(1, route, codeLabel(code))
 	if verdict != "" {
 		m.reviews.add(1, route, verdict)
 	}
 	m.latency.observe(took.Seconds(), route)
 }
 
-// begin counts a request to route in flight until the returned func runs.
-func (m *metrics) begin(route string) (end func()) {
-	if m == nil {
-		return func() {}
+// codeLabels spells out every HTTP status code once, because
+// strconv.Itoa allocates for numbers over 99: one allocation per review.
+var codeLabels = func() (labels [600]string) {
+	for code := range labels {
+		labels[code] = strconv.Itoa(code)
 	}
-	m.inFlight.add(1, route)
-	return func() { m.inFlight.add(-1, route) }
+	return labels
+}()
+
+// codeLabel is an HTTP status code as a label value.
+func codeLabel(code int) string {
+	if code >= 0 && code < len(codeLabels) {
+		return codeLabels[code]
+	}
+	return strconv.Itoa(code)
+}
+
+// inFlightAdd counts requests to route in flight: +1 as one arrives, -1
+// once it is answered. (Not a func returned for defer: that closure would
+// cost an allocation per review.)
+func (m *metrics) inFlightAdd(route string, delta int64) {
+	if m != nil {
+		m.inFlight.add(delta, route)
+	}
 }
 
 func (m *metrics) panicked(route string) {
@@ -190,15 +207,26 @@ func labelPairs(names, values []string) string {
 	return b.String()
 }
 
-// seriesKey joins label values into a map key; "\xff" appears in no label.
-func seriesKey(values []string) string { return strings.Join(values, "\xff") }
+// maxLabels is the most labels any family here has: webhook and code, or
+// webhook and verdict.
+const maxLabels = 2
+
+// seriesKey is a series' label values as a map key: an array rather than
+// the values joined into a string, which would cost an allocation on every
+// review.
+type seriesKey [maxLabels]string
+
+func keyOf(values []string) (key seriesKey) {
+	copy(key[:], values)
+	return key
+}
 
 // counterVec is a family of counters (or, with negative adds, up/down
 // gauges) by label values.
 type counterVec struct {
 	names  []string
 	mu     sync.RWMutex
-	series map[string]*counterSeries
+	series map[seriesKey]*counterSeries
 }
 
 type counterSeries struct {
@@ -207,11 +235,11 @@ type counterSeries struct {
 }
 
 func newCounterVec(labelNames ...string) *counterVec {
-	return &counterVec{names: labelNames, series: map[string]*counterSeries{}}
+	return &counterVec{names: labelNames, series: map[seriesKey]*counterSeries{}}
 }
 
 func (c *counterVec) add(delta int64, values ...string) {
-	key := seriesKey(values)
+	key := keyOf(values)
 	c.mu.RLock()
 	s, ok := c.series[key]
 	c.mu.RUnlock()
@@ -239,7 +267,7 @@ func (c *counterVec) write(w io.Writer, name string) {
 type gaugeVec struct {
 	names  []string
 	mu     sync.Mutex
-	series map[string]gaugeSeries
+	series map[seriesKey]gaugeSeries
 }
 
 type gaugeSeries struct {
@@ -248,13 +276,13 @@ type gaugeSeries struct {
 }
 
 func newGaugeVec(labelNames ...string) *gaugeVec {
-	return &gaugeVec{names: labelNames, series: map[string]gaugeSeries{}}
+	return &gaugeVec{names: labelNames, series: map[seriesKey]gaugeSeries{}}
 }
 
 func (g *gaugeVec) set(v float64, values ...string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.series[seriesKey(values)] = gaugeSeries{values: slices.Clone(values), v: v}
+	g.series[keyOf(values)] = gaugeSeries{values: slices.Clone(values), v: v}
 }
 
 func (g *gaugeVec) write(w io.Writer, name string) {
@@ -272,7 +300,7 @@ type histogramVec struct {
 	names   []string
 	buckets []float64
 	mu      sync.RWMutex
-	series  map[string]*histogramSeries
+	series  map[seriesKey]*histogramSeries
 }
 
 type histogramSeries struct {
@@ -282,11 +310,11 @@ type histogramSeries struct {
 }
 
 func newHistogramVec(buckets []float64, labelNames ...string) *histogramVec {
-	return &histogramVec{names: labelNames, buckets: buckets, series: map[string]*histogramSeries{}}
+	return &histogramVec{names: labelNames, buckets: buckets, series: map[seriesKey]*histogramSeries{}}
 }
 
 func (h *histogramVec) observe(seconds float64, values ...string) {
-	key := seriesKey(values)
+	key := keyOf(values)
 	h.mu.RLock()
 	s, ok := h.series[key]
 	h.mu.RUnlock()
@@ -325,11 +353,11 @@ func (h *histogramVec) write(w io.Writer, name string) {
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
+func sortedKeys[V any](m map[seriesKey]V) []seriesKey {
+	keys := make([]seriesKey, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, func(a, b seriesKey) int { return slices.Compare(a[:], b[:]) })
 	return keys
 }
