@@ -14,11 +14,13 @@ package main
 //
 //   - the responses allowed, denied, patched and errored (handler.go), and
 //     noOpinion, deniedBecause and allowedBecause (authorization.go);
-//   - objectMeta, which decodes the fields of metadata most policies read,
-//     and decodeObject, which decodes any other fields into a struct of
-//     yours (handler.go);
+//   - objectMeta, which decodes the fields of metadata most policies read
+//     (the namespace is req.Namespace), decodeObject, which decodes any
+//     other fields into a struct of yours, and objectName, which names the
+//     object for a message (handler.go);
 //   - setLabels and setAnnotations, which build the JSON Patch that sets
-//     entries of metadata.labels or metadata.annotations (patch.go).
+//     entries of metadata.labels or metadata.annotations from a
+//     []keyValue (patch.go).
 
 import (
 	"context"
