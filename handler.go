@@ -191,7 +191,11 @@ const (
 // than 503, because the apiserver records the code in
 // apiserver_admission_webhook_rejection_count{rejection_code}, where 429
 // says "overloaded" apart from the 503 it records itself when the webhook
-// cannot be reached at all (dispatcher.go: NewServiceUnavailable).
+// cannot be reached at all (dispatcher.go: NewServiceUnavailable). On
+// /authorize the apiserver's authorization webhook client retries a 429
+// with backoff whatever the headers (k8s.io/apiserver/pkg/util/webhook,
+// DefaultShouldRetry; from 500 ms, 5 steps); a SubjectAccessReview is a
+// few hundred bytes, so its retry soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
 // overloadMargin is how long before a request's deadline it stops waiting
