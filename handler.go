@@ -198,6 +198,11 @@ const (
 // few hundred bytes, so its retry soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
+// readBodyTimeout is how long a body may take to arrive once the request
+// has its room in the budget. The apiserver sends a review from memory at
+// once: the largest, 7 MiB, takes well under a second even at 100 Mbit/s.
+const readBodyTimeout = 10 * time.Second
+
 // overloadMargin is how long before a request's deadline it stops waiting
 // for the byte budget, so that its answer still reaches the apiserver in
 // time.
@@ -209,6 +214,9 @@ type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics    // nil: nothing is counted
 	budget  *byteBudget // nil: no bound on the bytes in flight
+	// bodyTimeout is how long a body may take to arrive; zero is
+	// readBodyTimeout. Tests shorten it.
+	bodyTimeout time.Duration
 }
 
 // A reviewKind is one kind of review the generic path serves: admission
@@ -311,9 +319,18 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 	// The apiserver writes a review from memory in one go and gives up at
 	// the deadline; a body still arriving then is not worth holding its
 	// share of the budget, nor a connection, for the server's ReadTimeout.
-	if deadline, ok := ctx.Deadline(); ok {
-		_ = http.NewResponseController(w).SetReadDeadline(deadline)
+	// Nor is one that has not arrived within readBodyTimeout: otherwise a
+	// client that declares a large body and sends none holds its bytes of
+	// the budget, and everything queued behind it, until its deadline.
+	bodyTimeout := readBodyTimeout
+	if s.bodyTimeout > 0 {
+		bodyTimeout = s.bodyTimeout
 	}
+	deadline := time.Now().Add(bodyTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(deadline)
 	body, err := readBody(w, r, kind.name)
 	if err != nil {
 		if errors.As(err, new(*http.MaxBytesError)) {

@@ -319,6 +319,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		go func() {
 			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))
 		}()
+		// On every way out; after the graceful Shutdown below it is a no-op.
+		defer metricsSrv.Close()
 		logger.Info("serving metrics", "addr", metricsLn.Addr().String(), "path", "/metrics")
 	}
 	serving.Store(true)

@@ -243,3 +243,41 @@ func TestSlowBodyGivesUpItsBudget(t *testing.T) {
 		t.Errorf("the budget was given back after %s, want at the 1s deadline", took)
 	}
 }
+
+// TestStalledBodyGivesUpItsBudget checks that a client that declares the
+// largest body and sends none holds its bytes of the budget for the body
+// timeout at most, not until its deadline.
+func TestStalledBodyGivesUpItsBudget(t *testing.T) {
+	const bodyTimeout = 300 * time.Millisecond
+	budget := newByteBudget(maxBodyBytes)
+	srv := httptest.NewServer((&reviewServer{logger: discardLogger, budget: budget, bodyTimeout: bodyTimeout}).handle("/validate", admissionReviews(denyingAdmit)))
+	defer srv.Close()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	fmt.Fprintf(conn, "POST /validate?timeout=10s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", maxBodyBytes)
+	for used, _ := budget.state(); used != maxBodyBytes; used, _ = budget.state() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the stalled review never took its bytes of the budget (%d used)", used)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for used, _ := budget.state(); used != 0; used, _ = budget.state() {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("the stalled review still holds %d bytes of the budget after %s, want them back after the body timeout of %s", used, time.Since(start), bodyTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the budget was given back after %s, want after the body timeout of %s, long before the 10s deadline", took, bodyTimeout)
+	}
+	// The client is told why, in a Status.
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	answer, _ := io.ReadAll(conn)
+	if !bytes.Contains(answer, []byte("400 Bad Request")) || !bytes.Contains(answer, []byte("reading the request body")) {
+		t.Errorf("got answer %q, want 400 with a Status saying the body was not read", answer)
+	}
+}

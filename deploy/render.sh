@@ -30,7 +30,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
   in-cluster) [ $# -eq 2 ] || usage; out=$2 ;;
-  url|static) [ $# -eq 3 ] || usage; hostport=$2; out=$3 ;;
+  url|static)
+    [ $# -eq 3 ] || usage; hostport=$2; out=$3
+    case $hostport in
+      *:[0-9]*) ;;
+      *) echo "render.sh: $hostport: want HOST:PORT, such as webhook.example.com:8443 or [::1]:8443" >&2; exit 2 ;;
+    esac
+    ;;
   *) usage ;;
 esac
 mkdir -p "$out"
@@ -103,7 +109,9 @@ YAML
     done
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
-    echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate," >&2
+    echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
+    echo "  (it then guards /mutate and /validate too: give the apiserver that certificate for admission webhooks" >&2
+    echo "  as well, README.md's Security, or run a second webhook for /authorize alone)," >&2
     echo "  and start kube-apiserver with --authorization-config $apiserver_dir/authorization-config.yaml" >&2
     ;;
   static)
