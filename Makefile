@@ -41,7 +41,7 @@ bench-tools:
 	@command -v wrk >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; }
 
 # The webhook against the limit of a bare net/http server, written to
-# bench/results/ (about 8 minutes), and the in-process benchmarks.
+# bench/results/ (about 10 minutes), and the in-process benchmarks.
 bench: bench-tools
 	cd bench && $(GO) run .
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 .
