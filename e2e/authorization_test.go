@@ -6,13 +6,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,7 +81,7 @@ func TestAuthorization(t *testing.T) {
 	// The webhook that stops, and the recorder, which serves with its
 	// development certificate.
 	down := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver", "-deny", "group=route:down-*")
-	rec := &sarRecorder{}
+	rec := &recorder{answer: noOpinionOnAnything}
 	pair, err := tls.LoadX509KeyPair(filepath.Join(down.dir, "tls", "tls.crt"), filepath.Join(down.dir, "tls", "tls.key"))
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +205,7 @@ func TestAuthorization(t *testing.T) {
 // (make capture), writes it there. Without -capture it still checks that
 // every action produced a review, so the tool cannot rot. alice has no
 // RoleBinding: nothing she does changes anything.
-func captureSubjectAccessReviews(t *testing.T, authz *apiServer, rec *sarRecorder, ns, victim string) {
+func captureSubjectAccessReviews(t *testing.T, authz *apiServer, rec *recorder, ns, victim string) {
 	ctx := context.Background()
 	v1, v1beta1 := as(authz, "alice", "developers", routeCaptureV1), as(authz, "alice", "developers", routeCaptureB1)
 	getConfigMap := func(c kubernetes.Interface) func() error {
@@ -270,42 +267,6 @@ func captureSubjectAccessReviews(t *testing.T, authz *apiServer, rec *sarRecorde
 		}
 		t.Logf("wrote %s", path)
 	}
-}
-
-// sarRecorder is an authorization webhook that has no opinion on anything
-// and keeps each SubjectAccessReview it is sent, exactly as it arrived.
-type sarRecorder struct {
-	mu     sync.Mutex
-	bodies [][]byte
-}
-
-func (rec *sarRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	rec.mu.Lock()
-	rec.bodies = append(rec.bodies, body)
-	rec.mu.Unlock()
-	var in struct {
-		APIVersion string `json:"apiVersion"`
-	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"apiVersion":%q,"kind":"SubjectAccessReview","status":{"allowed":false}}`, in.APIVersion)
-}
-
-// take returns and forgets what was recorded so far.
-func (rec *sarRecorder) take() [][]byte {
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	b := rec.bodies
-	rec.bodies = nil
-	return b
 }
 
 // routedWebhook is a Webhook authorizer that only the users of group

@@ -28,9 +28,11 @@ import (
 
 var capture = flag.Bool("capture", false, "rewrite ../testdata/*.json with the AdmissionReview bodies a real kube-apiserver sends")
 
-// recorder is a webhook that admits everything unchanged and keeps each
-// review it is sent, exactly as it arrived.
+// recorder is a webhook that keeps each review it is sent, exactly as it
+// arrived, and answers it with answer: admitEverything or
+// noOpinionOnAnything.
 type recorder struct {
+	answer func(body []byte) (string, error)
 	mu     sync.Mutex
 	bodies [][]byte
 }
@@ -44,6 +46,17 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec.mu.Lock()
 	rec.bodies = append(rec.bodies, body)
 	rec.mu.Unlock()
+	answer, err := rec.answer(body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = io.WriteString(w, answer)
+}
+
+// admitEverything answers an AdmissionReview by admitting it unchanged.
+func admitEverything(body []byte) (string, error) {
 	var in struct {
 		APIVersion string `json:"apiVersion"`
 		Request    struct {
@@ -51,11 +64,20 @@ func (rec *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		} `json:"request"`
 	}
 	if err := json.Unmarshal(body, &in); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
+		return "", err
 	}
-	w.Header().Set("Content-Type", "application/json")
-	fmt.Fprintf(w, `{"apiVersion":%q,"kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.APIVersion, in.Request.UID)
+	return fmt.Sprintf(`{"apiVersion":%q,"kind":"AdmissionReview","response":{"uid":%q,"allowed":true}}`, in.APIVersion, in.Request.UID), nil
+}
+
+// noOpinionOnAnything answers a SubjectAccessReview with no opinion.
+func noOpinionOnAnything(body []byte) (string, error) {
+	var in struct {
+		APIVersion string `json:"apiVersion"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`{"apiVersion":%q,"kind":"SubjectAccessReview","status":{"allowed":false}}`, in.APIVersion), nil
 }
 
 // take returns and forgets what was recorded so far.
@@ -87,7 +109,7 @@ func TestCapture(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{}
+	rec := &recorder{answer: admitEverything}
 	srv := httptest.NewUnstartedServer(rec)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.StartTLS()
