@@ -97,7 +97,7 @@ func TestStaticManifests(t *testing.T) {
 	mark := api.logMark()
 
 	// No configuration is applied and nothing waits for one: the first
-	// Deployment after /readyz is already admitted through both webhooks.
+	// write after /readyz is already admitted through both webhooks.
 	demonstrateEnforced(t, api, "static-first")
 	for _, path := range []string{"path=/mutate", "path=/validate"} {
 		if !strings.Contains(w.log.String(), path+" ") {
@@ -250,9 +250,10 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	// The namespaces deploy/webhooks.yaml leaves out work as if there were
 	// no webhook.
 	createNamespaceIn(t, api, "webhook-system")
+	ensureDefaultServiceAccount(t, api, "kube-system")
 	for _, ns := range []string{"kube-system", "webhook-system"} {
 		if err := createAdmitted(ctx, api, ns, "while-down", false); err != nil {
-			t.Errorf("creating a Deployment in %s with the webhook down: got %v, want it created", ns, err)
+			t.Errorf("creating the admitted object in %s with the webhook down: got %v, want it created", ns, err)
 		}
 	}
 
@@ -261,13 +262,13 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	err = createAdmitted(ctx, api, ns, "while-down", false)
 	want := `failed calling webhook "mutate.webhook.example.com"`
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("creating a Deployment in %s with the webhook down: got %v, want an error containing %q and connection refused", ns, err, want)
+		t.Errorf("creating the admitted object in %s with the webhook down: got %v, want an error containing %q and connection refused", ns, err, want)
 	}
 
 	// Once the webhook answers, the next write goes through it.
 	w := startRenderedWebhook(t, out, hostport)
 	if err := createAdmitted(ctx, api, ns, "after-start", false); err != nil {
-		t.Fatalf("creating a Deployment in %s once the webhook runs: %v", ns, err)
+		t.Fatalf("creating the admitted object in %s once the webhook runs: %v", ns, err)
 	}
 	for _, path := range []string{"path=/mutate", "path=/validate"} {
 		if !strings.Contains(grepLines(w.log.String(), "/after-start "), path+" ") {

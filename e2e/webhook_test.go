@@ -297,11 +297,20 @@ func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
-	if _, err := a.client.CoreV1().ServiceAccounts(name).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
-		t.Fatalf("creating the default ServiceAccount of %s: %v", name, err)
-	}
+	ensureDefaultServiceAccount(t, a, name)
 	return name
+}
+
+// ensureDefaultServiceAccount creates the ServiceAccount "default" in ns
+// unless it exists. With no controller-manager nothing else does, and the
+// apiserver refuses a Pod in a namespace without it: admittedObject may be
+// a Pod in a copier's policy.
+func ensureDefaultServiceAccount(t *testing.T, a *apiServer, ns string) {
+	t.Helper()
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}
+	if _, err := a.client.CoreV1().ServiceAccounts(ns).Create(context.Background(), sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("creating the default ServiceAccount of %s: %v", ns, err)
+	}
 }
 
 func itoa(i int) string { return fmt.Sprint(i) }
