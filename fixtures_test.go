@@ -35,22 +35,7 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/ with the answe
 // hand with newReview.
 func fixtures(t testing.TB) map[string][]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join("testdata", "*.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make(map[string][]byte, len(paths))
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
-	}
-	if len(out) == 0 {
-		t.Fatal("no fixtures in testdata/")
-	}
-	return out
+	return readBodies(t, "testdata")
 }
 
 // subjectAccessReviewFixtures returns every SubjectAccessReview in
@@ -58,7 +43,14 @@ func fixtures(t testing.TB) map[string][]byte {
 // kube-apiserver by e2e's TestAuthorization (make capture).
 func subjectAccessReviewFixtures(t testing.TB) map[string][]byte {
 	t.Helper()
-	paths, err := filepath.Glob(filepath.Join("testdata", "authorization", "*.json"))
+	return readBodies(t, filepath.Join("testdata", "authorization"))
+}
+
+// readBodies returns every dir/*.json by its name without ".json", failing
+// the test when there is none.
+func readBodies(t testing.TB, dir string) map[string][]byte {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +63,7 @@ func subjectAccessReviewFixtures(t testing.TB) map[string][]byte {
 		out[strings.TrimSuffix(filepath.Base(p), ".json")] = b
 	}
 	if len(out) == 0 {
-		t.Fatal("no SubjectAccessReviews in testdata/authorization/")
+		t.Fatalf("no reviews in %s/", dir)
 	}
 	return out
 }
