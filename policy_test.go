@@ -263,16 +263,7 @@ func TestBadPolicyFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
-			_, printed, err := parsePolicyFlags(tc.args...)
-			if err == nil {
-				t.Fatal("got no error, want one")
-			}
-			got := err.Error() + "\n" + printed
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("got %.300q…, want it to mention %q", got, w)
-				}
-			}
+			checkFlagError(t, tc.args, tc.want)
 		})
 	}
 	// The server refuses to start on a bad policy flag, naming it.
@@ -422,21 +413,28 @@ func TestBadDenyRules(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.rule, func(t *testing.T) {
-			_, printed, err := parsePolicyFlags("-deny", tc.rule)
-			if err == nil {
-				t.Fatal("got no error, want one")
-			}
-			got := err.Error() + "\n" + printed
-			for _, w := range tc.want {
-				if !strings.Contains(got, w) {
-					t.Errorf("got %q, want it to mention %q", got, w)
-				}
-			}
+			checkFlagError(t, []string{"-deny", tc.rule}, tc.want)
 		})
 	}
 	// The server refuses to start on a bad rule, naming the flag.
 	err := run(context.Background(), []string{"-deny", "color=red"}, func(string) string { return "" }, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "-deny") || !strings.Contains(err.Error(), "color") {
 		t.Errorf("run with a bad -deny: got %v, want an error naming the flag and the attribute", err)
+	}
+}
+
+// checkFlagError checks that the policy's flags refuse args with an error
+// (or usage text) that mentions each of want.
+func checkFlagError(t *testing.T, args, want []string) {
+	t.Helper()
+	_, printed, err := parsePolicyFlags(args...)
+	if err == nil {
+		t.Fatalf("flags %q: got no error, want one", args)
+	}
+	got := err.Error() + "\n" + printed
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("flags %q: got %.300q…, want it to mention %q", args, got, w)
+		}
 	}
 }
