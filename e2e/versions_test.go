@@ -200,7 +200,11 @@ func requireFeature(t *testing.T, f feature) {
 	if v.minor >= f.since || (f.gate != "" && v.minor >= f.gateSince) {
 		return
 	}
-	t.Skipf("kube-apiserver %s has no %s: it needs 1.%d (%s)", v.git, f.name, f.since, f.source)
+	needs := fmt.Sprintf("1.%d", f.since)
+	if f.gate != "" {
+		needs += fmt.Sprintf(", or 1.%d with --feature-gates=%s=true", f.gateSince, f.gate)
+	}
+	t.Skipf("kube-apiserver %s has no %s: it needs %s (%s)", v.git, f.name, needs, f.source)
 }
 
 // gateArgs returns the apiserver flags that turn f on in the running

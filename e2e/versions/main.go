@@ -26,8 +26,9 @@ import (
 )
 
 // features are the table's rows: what a user asks about, and the tests
-// that prove it. A cell is "yes" when every one of them passed, "no" when
-// each was skipped (the skip says why), "FAIL" when any failed.
+// that prove it. A cell is "yes" when every one of them passed ("with its
+// feature gate on" when a test had to turn one on), "no" when each was
+// skipped (the skip says why), "FAIL" when any failed.
 var features = []struct {
 	name  string
 	tests []string
@@ -54,6 +55,7 @@ type result struct {
 	version string            // v1.33.13, from its module's go.mod
 	actions map[string]string // test name → pass, fail, skip
 	skips   map[string]string // test name → why it skipped
+	gated   map[string]bool   // top-level tests that turned a feature gate on
 	failed  bool              // the run failed, in a test or before any
 	tail    []string          // the run's last output lines, for a failure
 	took    time.Duration
@@ -146,7 +148,7 @@ func runMinor(minor, runRE string) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	r := result{minor: minor, version: version, actions: map[string]string{}, skips: map[string]string{}}
+	r := result{minor: minor, version: version, actions: map[string]string{}, skips: map[string]string{}, gated: map[string]bool{}}
 	args := []string{"test", "-count=1", "-json", "-timeout", "30m"}
 	if runRE != "" {
 		args = append(args, "-run", runRE)
@@ -177,6 +179,10 @@ func runMinor(minor, runRE string) (result, error) {
 			r.tail = append(r.tail, strings.TrimRight(e.Output, "\n"))
 			if len(r.tail) > 40 {
 				r.tail = r.tail[1:]
+			}
+			// gateArgs's log line: the feature was not on by default.
+			if strings.Contains(e.Output, "turning on the feature gate") {
+				r.gated[strings.Split(e.Test, "/")[0]] = true
 			}
 		case "pass", "fail", "skip":
 			if e.Test == "" {
@@ -240,6 +246,9 @@ func (r result) cell(tests []string) string {
 		}
 		return "not run"
 	case !slices.ContainsFunc(got, func(a string) bool { return a != "pass" }):
+		if slices.ContainsFunc(tests, func(t string) bool { return r.gated[t] }) {
+			return "yes, with its feature gate on"
+		}
 		return "yes"
 	case !slices.ContainsFunc(got, func(a string) bool { return a != "skip" }):
 		return "no"
@@ -276,13 +285,19 @@ func printTable(w io.Writer, results []result) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w)
 	for _, r := range results {
-		names := make([]string, 0, len(r.skips))
-		for name := range r.skips {
-			names = append(names, name)
+		// One line per reason, naming every test it skipped.
+		byReason := map[string][]string{}
+		for name, why := range r.skips {
+			byReason[why] = append(byReason[why], "`"+name+"`")
 		}
-		slices.Sort(names)
-		for _, name := range names {
-			fmt.Fprintf(w, "- %s, `%s` skipped: %s\n", r.version, name, r.skips[name])
+		reasons := make([]string, 0, len(byReason))
+		for why := range byReason {
+			reasons = append(reasons, why)
+		}
+		slices.Sort(reasons)
+		for _, why := range reasons {
+			slices.Sort(byReason[why])
+			fmt.Fprintf(w, "- %s skipped %s: %s\n", r.version, strings.Join(byReason[why], ", "), why)
 		}
 	}
 }
