@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -198,25 +197,24 @@ const (
 // few hundred bytes, so its retry soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
-// readBodyTimeout is how long a body may take to arrive once the request
-// has its room in the budget. The apiserver sends a review from memory at
-// once: the largest, 7 MiB, takes well under a second even at 100 Mbit/s.
-const readBodyTimeout = 10 * time.Second
-
 // overloadMargin is how long before a request's deadline it stops waiting
 // for the byte budget, so that its answer still reaches the apiserver in
 // time.
 const overloadMargin = 250 * time.Millisecond
 
-// reviewServer is what every review route shares: the log, the metrics and
-// the byte budget. With only a logger it serves with neither of the others.
+// reviewServer is what every review route shares: the log, the metrics,
+// and the byte budget with the turn of large bodies (body.go). With only a
+// logger it serves with neither metrics nor budget.
 type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics    // nil: nothing is counted
 	budget  *byteBudget // nil: no bound on the bytes in flight
-	// bodyTimeout is how long a body may take to arrive; zero is
-	// readBodyTimeout. Tests shorten it.
-	bodyTimeout time.Duration
+	turn    *byteBudget // of one: the large body being read; set with budget
+}
+
+// newReviewServer serves with metrics and a budget of budgetBytes.
+func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *reviewServer {
+	return &reviewServer{logger: logger, metrics: m, budget: newByteBudget(budgetBytes), turn: newByteBudget(1)}
 }
 
 // A reviewKind is one kind of review the generic path serves: admission
@@ -244,6 +242,9 @@ type outcome struct {
 	attrs []slog.Attr
 	// panicked, when not nil, is what to log of a panic of the policy.
 	panicked []any
+	// cut is why the body was cut by the clock ("stalled", "too_slow"),
+	// for the metrics; "" when it was not.
+	cut string
 }
 
 // failed is the outcome of a request that has no review to answer.
@@ -252,8 +253,8 @@ func failed(code int, message string) outcome {
 }
 
 // handle returns the handler of one route. It checks the request in a
-// fixed order (method, content type, declared size, timeout, room in the
-// budget, body), answering each failure with the HTTP status that names it
+// fixed order (method, content type, declared size, timeout, then the body
+// as it arrives, with room in the budget for a large one: body.go), answering each failure with the HTTP status that names it
 // and a metav1.Status body, whose message the apiserver passes to the
 // user. Then kind decodes the body, decides and encodes its answer: HTTP
 // 200, in the version it was asked in. One line is logged per review.
@@ -269,6 +270,11 @@ func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 				s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(o.attrs, slog.Any("err", err))...)
 			}
 		} else {
+			if o.cut != "" {
+				// The client has stopped sending: nothing more will be read.
+				w.Header().Set("Connection", "close")
+				s.metrics.bodyCut(o.cut)
+			}
 			writeStatus(w, o.code, o.message)
 		}
 		took := time.Since(start)
@@ -304,89 +310,14 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 		return failed(http.StatusBadRequest, err.Error())
 	}
 	defer cancel()
-	if s.budget != nil {
-		// A body of unknown length may be as long as any.
-		n := r.ContentLength
-		if n < 0 {
-			n = maxBodyBytes
-		}
-		if err := s.waitForBudget(ctx, n); err != nil {
-			s.metrics.budgetRejection()
-			return overloaded(w, r, n, s.budget.capacity)
-		}
-		defer s.budget.release(n)
+	deadline, _ := ctx.Deadline()
+	clock := newBodyClock(r, http.NewResponseController(w), deadline)
+	read := s.readBody(ctx, w, r, &clock, kind.name)
+	if read.fail != nil {
+		return *read.fail
 	}
-	// The apiserver writes a review from memory in one go and gives up at
-	// the deadline; a body still arriving then is not worth holding its
-	// share of the budget, nor a connection, for the server's ReadTimeout.
-	// Nor is one that has not arrived within readBodyTimeout: otherwise a
-	// client that declares a large body and sends none holds its bytes of
-	// the budget, and everything queued behind it, until its deadline.
-	bodyTimeout := readBodyTimeout
-	if s.bodyTimeout > 0 {
-		bodyTimeout = s.bodyTimeout
-	}
-	deadline := time.Now().Add(bodyTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = http.NewResponseController(w).SetReadDeadline(deadline)
-	body, err := readBody(w, r, kind.name)
-	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			return failed(http.StatusRequestEntityTooLarge, err.Error())
-		}
-		return failed(http.StatusBadRequest, err.Error())
-	}
-	return kind.review(ctx, body)
-}
-
-// waitForBudget takes n bytes of the budget, waiting for room until a
-// little before the request's deadline.
-func (s *reviewServer) waitForBudget(ctx context.Context, n int64) error {
-	if s.budget.tryAcquire(n) {
-		return nil
-	}
-	waitCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithDeadline(ctx, deadline.Add(-overloadMargin))
-		defer cancel()
-	}
-	return s.budget.acquire(waitCtx, n)
-}
-
-// overloaded answers a request that found no room in the budget before
-// its deadline, without reading it into memory: overloadStatus, with no
-// Retry-After, and a message that says what to change.
-func overloaded(w http.ResponseWriter, r *http.Request, n, capacity int64) outcome {
-	// Read the body to its end, a little at a time, so that the client is
-	// done sending before it reads the answer; closing on unread data
-	// could reset the connection under the answer.
-	_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	return failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review found no room among the reviews in flight (at most %d bytes at once, -max-inflight-bytes) before its deadline; retry the request", n, capacity))
-}
-
-// readBody reads the whole body, at most maxBodyBytes of it. want says
-// what the body must be, for the message when it is empty.
-func readBody(w http.ResponseWriter, r *http.Request, want string) (body []byte, err error) {
-	if r.ContentLength >= 0 {
-		// The apiserver declares the length, and net/http reads no more
-		// than declared: one buffer of the final size, filled once.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	}
-	switch {
-	case errors.As(err, new(*http.MaxBytesError)):
-		return nil, fmt.Errorf("request body is larger than %d bytes, the most %s can be: %w", maxBodyBytes, want, err)
-	case err != nil:
-		return nil, fmt.Errorf("reading the request body: %w", err)
-	case len(body) == 0:
-		return nil, fmt.Errorf("request body is empty: expected %s", want)
-	}
-	return body, nil
+	defer s.giveBack(read.held)
+	return kind.review(ctx, read.body)
 }
 
 // requestContext ends the request's context at the deadline the apiserver
@@ -498,6 +429,8 @@ func reasonForCode(code int32) metav1.StatusReason {
 		return metav1.StatusReasonForbidden
 	case http.StatusMethodNotAllowed:
 		return metav1.StatusReasonMethodNotAllowed
+	case http.StatusRequestTimeout:
+		return metav1.StatusReasonTimeout
 	case http.StatusRequestEntityTooLarge:
 		return metav1.StatusReasonRequestEntityTooLarge
 	case http.StatusUnsupportedMediaType:

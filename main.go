@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -31,13 +33,19 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
-	// readHeaderTimeout cuts off clients that open a connection and dribble
-	// headers; the apiserver sends its few headers at once.
-	readHeaderTimeout = 5 * time.Second
+	// readHeaderTimeout is how long a new connection has for its TLS
+	// handshake and its first request's headers, and a kept-alive one for
+	// the headers of the next once it has begun. The apiserver sends its few
+	// headers at once, right after a handshake of one or two round trips:
+	// milliseconds. A second is ample for that, and short enough that a
+	// client that opens connections and sends nothing, or half a header,
+	// gives its place back soon (connections.go closes it sooner still when
+	// the port is full).
+	readHeaderTimeout = time.Second
 
 	// readTimeout and writeTimeout bound one review. The apiserver never
 	// waits longer than the largest webhook timeout, so neither need be
-	// longer.
+	// longer. (A body is held to a stricter clock still: body.go.)
 	readTimeout  = maxWebhookTimeout
 	writeTimeout = maxWebhookTimeout
 
@@ -50,6 +58,10 @@ const (
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
 
+	// maxMetricsConnections is the most connections the metrics port holds
+	// open: Prometheus scrapes over one, and a person's curl needs another.
+	maxMetricsConnections = 16
+
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
 	shutdownTimeout = maxWebhookTimeout
@@ -60,11 +72,12 @@ const (
 	http2MaxConcurrentStreams = 100
 	http2MaxReadFrameSize     = 256 << 10
 
-	// defaultMaxInflightBytes is the budget of review bytes read and
-	// decoded at once. Decoding a review takes about three times its size
-	// while it is answered, and the Go runtime lets the heap grow to twice
-	// what is live before it collects, so this keeps the shipped
-	// Deployment (limits.memory 64Mi) well under its limit under any load
+	// defaultMaxInflightBytes is the budget of large review bodies (over
+	// smallBodyBytes) held at once, as they are read and while they are
+	// decoded and answered. Decoding a review takes about three times its
+	// size, and the Go runtime lets the heap grow to twice what is live
+	// before it collects, so this, with maxConnections, keeps the shipped
+	// Deployment (limits.memory 64Mi) under its limit under any load
 	// (bench/README.md measures it), while one review of the largest size,
 	// maxBodyBytes, always fits.
 	defaultMaxInflightBytes = 8 << 20
@@ -143,7 +156,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
-	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of reviews read and decoded at once; a review over the budget waits for room until its deadline")
+	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
 	cfg.policy.addFlags(flags)
 	if err := flags.Parse(args); err != nil {
@@ -237,8 +250,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// serving is true from the moment the listener serves with a loaded
 	// certificate until shutdown begins; /ping reports it.
 	var serving atomic.Bool
-	m.budget = newByteBudget(cfg.maxInflightBytes)
-	reviews := &reviewServer{logger: logger, metrics: m, budget: m.budget}
+	reviews := newReviewServer(logger, m, cfg.maxInflightBytes)
+	m.reviewServer = reviews
 	mux := http.NewServeMux()
 	for path, kind := range map[string]reviewKind{
 		"/mutate":   admissionReviews(mutate(cfg.policy)),
@@ -282,7 +295,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          serverErrorLog(logger),
 		TLSConfig:         newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs),
 	}
 	if cfg.http2 {
@@ -295,18 +308,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 
-	ln, err := net.Listen("tcp", cfg.listen)
+	rawLn, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
+	ln := newConnLimiter(rawLn, maxConnections, m)
+	srv.ConnState = ln.connState
 	serveErr := make(chan error, 2)
 	var metricsSrv *http.Server
 	if cfg.metricsListen != "" {
-		metricsLn, err := net.Listen("tcp", cfg.metricsListen)
+		rawMetricsLn, err := net.Listen("tcp", cfg.metricsListen)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
+		metricsLn := newConnLimiter(rawMetricsLn, maxMetricsConnections, nil)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
 		metricsSrv = &http.Server{
@@ -314,7 +330,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			ReadHeaderTimeout: readHeaderTimeout,
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			ErrorLog:          serverErrorLog(logger),
+			ConnState:         metricsLn.connState,
 		}
 		go func() {
 			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))
@@ -384,6 +401,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	logger.Info("stopped")
 	return nil
 }
+
+// serverErrorLog is net/http's error log: warnings, but for failed TLS
+// handshakes, which a client that connects and sends nothing, or anything
+// but TLS, makes one of per connection: at debug level, so that such a
+// client cannot flood the log. webhook_connections_closed_total counts
+// those that timed out.
+func serverErrorLog(logger *slog.Logger) *log.Logger {
+	return log.New(logWriterFunc(func(p []byte) (int, error) {
+		level := slog.LevelWarn
+		if bytes.Contains(p, []byte("TLS handshake error")) {
+			level = slog.LevelDebug
+		}
+		logger.Log(context.Background(), level, strings.TrimSuffix(string(p), "\n"))
+		return len(p), nil
+	}), "", 0)
+}
+
+type logWriterFunc func([]byte) (int, error)
+
+func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
 
 // loadOrCreateKeyPair loads the serving certificate. When none is
 // configured and the default one does not exist, it first makes a

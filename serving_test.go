@@ -423,7 +423,9 @@ func TestProtocols(t *testing.T) {
 // is in flight.
 func TestGracefulShutdown(t *testing.T) {
 	review := fixtures(t)["v1-deployment-create"]
-	const delay = 1500 * time.Millisecond
+	// The in-flight body pauses through the delay, which must be shorter
+	// than bodyStallTimeout, or the body would be cut as stalled.
+	const delay = bodyStallTimeout / 2
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// limitedServer serves plain HTTP through a connLimiter of max
+// connections: / answers at once, /block waits for release.
+type limitedServer struct {
+	addr    string
+	m       *metrics
+	limiter *connLimiter
+	release chan struct{}
+	entered chan struct{} // a request to /block is being served
+}
+
+func newLimitedServer(t *testing.T, max int) *limitedServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &limitedServer{addr: ln.Addr().String(), m: newMetrics(), release: make(chan struct{}), entered: make(chan struct{}, max)}
+	s.limiter = newConnLimiter(ln, max, s.m)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
+		s.entered <- struct{}{}
+		<-s.release
+	})
+	srv := &http.Server{Handler: mux, ConnState: s.limiter.connState, IdleTimeout: time.Minute}
+	go srv.Serve(s.limiter)
+	t.Cleanup(func() { close(s.release); srv.Close() })
+	return s
+}
+
+func (s *limitedServer) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// get sends GET path on conn and reads the answer.
+func get(conn net.Conn, path string) error {
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: webhook\r\n\r\n", path)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	return err
+}
+
+// closedByServer reports whether the server has closed conn.
+func closedByServer(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, err := conn.Read(make([]byte, 1))
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func (s *limitedServer) waitOpen(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.limiter.count() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d connections open, want %d", s.limiter.count(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestManyHalfOpenConnections fills the port with connections that have
+// sent half a header: a new client is still served, in place of the
+// oldest of them.
+func TestManyHalfOpenConnections(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	var half []net.Conn
+	for range max {
+		c := s.dial(t)
+		io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: web")
+		half = append(half, c)
+		time.Sleep(5 * time.Millisecond) // so that they are in order
+	}
+	s.waitOpen(t, max)
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatalf("a new client at the cap: %v, want it served", err)
+	}
+	if !closedByServer(half[0]) {
+		t.Error("the oldest half-open connection is still open, want it closed to make room")
+	}
+	for i, c := range half[1:] {
+		if closedByServer(c) {
+			t.Errorf("half-open connection %d was closed, want only the oldest", i+1)
+		}
+	}
+	if got := scrape(t, s.m)[`webhook_connections_closed_total{reason="capacity"}`]; got != 1 {
+		t.Errorf("connections closed at the cap: got %v, want 1", got)
+	}
+}
+
+// TestIdleConnectionsMakeRoom fills the port with kept-alive connections
+// that sent one request each: a new client is served in place of the one
+// idle the longest.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	var idle []net.Conn
+	for range max {
+		c := s.dial(t)
+		if err := get(c, "/"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The first is used again: now the second has been idle the longest.
+	if err := get(idle[0], "/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatalf("a new client at the cap: %v, want it served", err)
+	}
+	for i, c := range idle {
+		if got, want := closedByServer(c), i == 1; got != want {
+			t.Errorf("idle connection %d: closed %v, want %v (only the one idle the longest)", i, got, want)
+		}
+	}
+}
+
+// TestNewConnectionsBeforeIdleOnes: at the cap, a connection that has not
+// sent a request header goes before one idle between requests.
+func TestNewConnectionsBeforeIdleOnes(t *testing.T) {
+	s := newLimitedServer(t, 2)
+	idle := s.dial(t)
+	if err := get(idle, "/"); err != nil {
+		t.Fatal(err)
+	}
+	silent := s.dial(t)
+	s.waitOpen(t, 2)
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByServer(silent) || closedByServer(idle) {
+		t.Error("want the silent connection closed and the idle one kept")
+	}
+}
+
+// TestServingConnectionsAreNeverCut fills the port with requests being
+// served: the next connection waits for one of them to finish, in the
+// kernel's backlog, instead of cutting a request.
+func TestServingConnectionsAreNeverCut(t *testing.T) {
+	const max = 3
+	s := newLimitedServer(t, max)
+	busy := make(chan error, max)
+	for range max {
+		c := s.dial(t)
+		go func() { busy <- get(c, "/block") }()
+	}
+	for range max {
+		<-s.entered
+	}
+	served := make(chan error, 1)
+	go func() { served <- get(s.dial(t), "/") }()
+	select {
+	case err := <-served:
+		t.Fatalf("a new client was served (%v) while every connection was serving a request; want it to wait", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// One request finishes; its connection, idle now, makes room.
+	s.release <- struct{}{}
+	if err := <-served; err != nil {
+		t.Errorf("the waiting client: %v, want it served once a request finished", err)
+	}
+	// Every request that was being served is answered, none cut.
+	for range max - 1 {
+		s.release <- struct{}{}
+	}
+	for range max {
+		if err := <-busy; err != nil {
+			t.Errorf("a request being served: %v, want it answered", err)
+		}
+	}
+	if got := scrape(t, s.m)[`webhook_connections_open`]; got != max {
+		t.Errorf("webhook_connections_open = %v, want %d", got, max)
+	}
+	if !strings.Contains(fmt.Sprint(scrape(t, s.m)), "webhook_connections_limit") {
+		t.Error("no webhook_connections_limit")
+	}
+}
