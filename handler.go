@@ -37,6 +37,17 @@ func allowed() *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true}
 }
 
+// allowedWithWarning admits the request unchanged and warns the user, for
+// a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
+// the message to one line, its point first: the apiserver drops a warning
+// with a control character (the generic path makes each a space), and
+// cuts every warning of a request to 256 characters once they total more
+// than 4096. A policy that patches and warns sets the Warnings of
+// patched's answer itself.
+func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
+}
+
 // patched admits the request with ops applied. With no ops it sets neither
 // patch nor patchType: the apiserver rejects one without the other.
 func patched(ops []patchOp) *admissionv1.AdmissionResponse {
@@ -467,6 +478,12 @@ var admissionCodecs = func() serializer.CodecFactory {
 // cannot judge is still answered with 200: "respond 200 whenever an
 // AdmissionResponse can be sent; the true status is in response.status".
 func admissionReviews(admit admitFunc) reviewKind {
+	return admissionReviewsActing(admit, validationAction{})
+}
+
+// admissionReviewsActing is admissionReviews with action applied to the
+// admit function's denials: /validate's is -validation-action (rollout.go).
+func admissionReviewsActing(admit admitFunc, action validationAction) reviewKind {
 	return reviewKind{name: wantAdmissionReview, review: func(ctx context.Context, body []byte) outcome {
 		gvk, req, err := decodeReview(body)
 		if err != nil {
@@ -484,6 +501,11 @@ func admissionReviews(admit admitFunc) reviewKind {
 			// which the apiserver rejects with a less helpful message.
 			resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
 		}
+		v := verdict(resp)
+		if v == "denied" {
+			resp, v = action.apply(resp)
+		}
+		resp.Warnings = legibleWarnings(resp.Warnings)
 		resp.UID = req.UID
 		out, err := encodeReview(gvk, resp)
 		if err != nil {
@@ -494,7 +516,11 @@ func admissionReviews(admit admitFunc) reviewKind {
 		if resp.Result != nil && resp.Result.Code != 0 {
 			attrs = append(attrs, slog.Int("code", int(resp.Result.Code)))
 		}
-		return outcome{code: http.StatusOK, body: out, verdict: verdict(resp), attrs: attrs}
+		if len(resp.Warnings) > 0 {
+			// How many, not what: a warning may quote the object.
+			attrs = append(attrs, slog.Int("warnings", len(resp.Warnings)))
+		}
+		return outcome{code: http.StatusOK, body: out, verdict: v, attrs: attrs}
 	}}
 }
 
@@ -567,7 +593,9 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 // verdict names what an answer does: "patched", "allowed", "denied", or
 // "errored" when the webhook could not judge the request (errored answers
 // with 400 for an object that does not decode, and a webhook's own failure
-// is a 5xx); any other refusal is "denied".
+// is a 5xx); any other refusal is "denied". A denial that
+// -validation-action lets through is "warned", "audited" or
+// "warned_and_audited" instead (validationAction.apply).
 func verdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:

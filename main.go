@@ -130,6 +130,9 @@ type config struct {
 	certConfigured bool
 	// policy is what policy.go's flags configured.
 	policy policy
+	// validationAction is what /validate does with the policy's denials
+	// (rollout.go).
+	validationAction validationAction
 
 	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
@@ -158,6 +161,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
+	flags.Var(validationActionFlag{&cfg.validationAction}, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
 	cfg.policy.addFlags(flags)
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
@@ -255,7 +259,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	mux := http.NewServeMux()
 	for path, kind := range map[string]reviewKind{
 		"/mutate":   admissionReviews(mutate(cfg.policy)),
-		"/validate": admissionReviews(validate(cfg.policy)),
+		"/validate": admissionReviewsActing(validate(cfg.policy), cfg.validationAction),
 		// The authorization webhook's: the apiserver's
 		// AuthorizationConfiguration points a Webhook authorizer here.
 		"/authorize": subjectAccessReviews(authorize(cfg.policy)),
@@ -343,7 +347,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	serving.Store(true)
 	go func() { serveErr <- fmt.Errorf("serving on %s: %w", ln.Addr(), srv.ServeTLS(ln, "", "")) }()
 	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2,
-		"max_inflight_bytes", cfg.maxInflightBytes, "policy", cfg.policy)
+		"max_inflight_bytes", cfg.maxInflightBytes, "validation_action", cfg.validationAction, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := make(chan struct{})

@@ -168,7 +168,7 @@ func (m *metrics) write(w io.Writer) {
 	family, sample := promtext.Family, promtext.Sample
 	family(w, "webhook_requests_total", "counter", "HTTP requests to the webhook's review routes, by route and HTTP status code.")
 	m.requests.Write(w, "webhook_requests_total")
-	family(w, "webhook_reviews_total", "counter", "Reviews answered, by route and verdict: allowed, patched, denied or errored (admission); allowed, denied or no_opinion (authorization).")
+	family(w, "webhook_reviews_total", "counter", "Reviews answered, by route and verdict: allowed, patched, denied, warned, audited, warned_and_audited (denials that -validation-action let through) or errored (admission); allowed, denied or no_opinion (authorization).")
 	m.reviews.Write(w, "webhook_reviews_total")
 	family(w, "webhook_requests_in_flight", "gauge", "Requests being served now, by route, waiting for the budget included.")
 	m.inFlight.Write(w, "webhook_requests_in_flight")

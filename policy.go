@@ -12,8 +12,12 @@ package main
 // validate, and the authorize function authorize. LogValue is optional: it
 // shapes the start-up log line. The building blocks they use are:
 //
-//   - the responses allowed, denied, patched and errored (handler.go), and
-//     noOpinion, deniedBecause and allowedBecause (authorization.go);
+//   - the responses allowed, allowedWithWarning (for a deprecation or a
+//     soft limit), denied, patched and errored (handler.go), and
+//     noOpinion, deniedBecause and allowedBecause (authorization.go). A
+//     denial is what the operator's -validation-action makes it: refused,
+//     or let through with a warning or an audit annotation while the
+//     policy rolls out; the policy never needs to know which;
 //   - objectMeta, which decodes the fields of metadata most policies read
 //     (the namespace is req.Namespace), decodeObject, which decodes any
 //     other fields into a struct of yours, and objectName, which names the

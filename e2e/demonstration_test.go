@@ -1,9 +1,10 @@
 package e2e
 
-// The demonstration policy's end-to-end tests, and admittedObject, the one
-// object every other e2e test creates. This is the e2e file to change with
-// policy.go: the contract tests in the other files register the rules of
-// deploy/webhooks.yaml and create only admittedObject (createAdmitted), so
+// The demonstration policy's end-to-end tests; admittedObject, the one
+// object every other e2e test creates; and deniedObject, the one the
+// rollout tests create. This is the e2e file to change with policy.go: the
+// contract tests in the other files register the rules of
+// deploy/webhooks.yaml and create only these objects (createAdmitted), so
 // they pass unchanged whatever the policy says once this file agrees with
 // it.
 //
@@ -48,6 +49,17 @@ func admittedObject(name string, padding int) (*unstructured.Unstructured, schem
 	u.SetAPIVersion("apps/v1")
 	u.SetKind("Deployment")
 	return u, appsv1.SchemeGroupVersion.WithResource("deployments")
+}
+
+// deniedObject returns an object named name that the rules in
+// deploy/webhooks.yaml send to the webhook and that the policy's /validate
+// denies when /mutate has not run, the resource it is created in, and a
+// part of the denial's message when it is created in namespace ns. The
+// rollout tests (rollout_test.go) create it under each -validation-action.
+// The demonstration's is admittedObject before /mutate has annotated it.
+func deniedObject(ns, name string) (*unstructured.Unstructured, schema.GroupVersionResource, string) {
+	obj, resource := admittedObject(name, 0)
+	return obj, resource, fmt.Sprintf("Deployment %s/%s must have the annotation %s=%s", ns, name, allowKey, allowValue)
 }
 
 // TestDemonstration is the demonstration this project started from, with

@@ -50,10 +50,17 @@ func startWebhookOn(t *testing.T, dir, addr string, args ...string) *webhookServ
 // startWebhookEnv is startWebhookOn with env added to the environment.
 func startWebhookEnv(t *testing.T, dir, addr string, env []string, args ...string) *webhookServer {
 	t.Helper()
+	return startWebhookBinary(t, webhookBinary, dir, addr, env, args...)
+}
+
+// startWebhookBinary is startWebhookEnv for a webhook binary built another
+// way, such as with a policy.go of a test's own.
+func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args ...string) *webhookServer {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	p, err := startProcessEnv("webhook "+addr, dir, env, webhookBinary, append([]string{"-listen", addr}, args...)...)
+	p, err := startProcessEnv("webhook "+addr, dir, env, bin, append([]string{"-listen", addr}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
