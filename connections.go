@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"time"
 )
 
 // maxConnections is the most connections the review port holds open at
@@ -20,17 +21,40 @@ import (
 // milliseconds.
 const maxConnections = 256
 
+// freshGrace and idleGrace are how long a connection is spared at the cap
+// (see connLimiter): a new one that has not yet sent its first request
+// header, which takes the apiserver and the kubelet milliseconds even when
+// the webhook is busy; and an idle one since its last answer, which under
+// load the apiserver reuses within milliseconds, so that the one
+// connection a client is likeliest to be writing into is never closed.
+const (
+	freshGrace = 250 * time.Millisecond
+	idleGrace  = time.Second
+)
+
 // connLimiter is the review port's listener: it keeps at most max
 // connections open. At the cap it makes room by closing a connection that
-// is not serving a request: first the oldest that has not yet sent a
-// complete request header (a new connection does in milliseconds; a
-// client that dribbles its headers is the likeliest to be hostile), then
-// the one idle the longest (the apiserver's pooled connections are reused
-// every few milliseconds under load; a connection that sent one review and
-// holds on is the one it can best do without). A request being served is
-// never cut. Only when every connection is serving does the next one wait,
-// in the kernel's backlog, for one to finish: refusing it instead would
-// fail an apiserver's call that a moment's wait would serve.
+// is not serving a request and has had its chance:
+//
+//  1. one that has not sent a complete request header freshGrace after it
+//     was accepted, the oldest first: the apiserver sends its headers
+//     within milliseconds of connecting, so this is a client that
+//     dribbles them (or sends nothing) to hold a place;
+//  2. one idle for longer than idleGrace, the one idle the longest first,
+//     as nginx closes kept-alive connections at its worker_connections
+//     limit: Go's client, the apiserver's, reuses its most recently used
+//     idle connection first, so the connections idle the longest are
+//     those it has stopped using, or a client's that sent one review and
+//     holds on.
+//
+// A request being served is never cut, nor a connection that is new or
+// was used a moment ago: its client, the apiserver or the kubelet, may be
+// sending on it right now, and a review written into a connection as it
+// closes fails. When no connection qualifies, the next one waits in the
+// kernel's backlog until one does or one closes: at most the graces, or
+// the time a request takes. Refusing it instead would fail a call that a
+// moment's wait serves. bench/README.md ("Hostile clients") runs floods
+// of each kind.
 //
 // The listener learns each connection's state from http.Server.ConnState
 // (connState).
@@ -40,7 +64,7 @@ type connLimiter struct {
 	metrics *metrics
 
 	mu    sync.Mutex
-	open  int           // connections open, and accepts under way
+	open  int           // connections open
 	fresh list.List     // of *limitedConn: no complete request header yet, oldest first
 	idle  list.List     // of *limitedConn: between requests, longest idle first
 	freed chan struct{} // a place was given back, or a connection can be closed
@@ -52,11 +76,12 @@ type connLimiter struct {
 type limitedConn struct {
 	net.Conn
 	limiter *connLimiter
-	// in and elem are where the connection waits while it may be closed at
-	// the cap (fresh or idle); nil while it serves a request.
+	// in and elem are where it waits while it may be closed at the cap
+	// (limiter.fresh or limiter.idle); nil while it serves a request.
 	in       *list.List
 	elem     *list.Element
-	released bool // its place is given back; under limiter.mu
+	since    time.Time // when it was accepted, or last went idle
+	released bool      // its place is given back; under limiter.mu
 }
 
 func newConnLimiter(ln net.Listener, max int, m *metrics) *connLimiter {
@@ -89,24 +114,19 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if l.open < l.max {
 			break
 		}
-		if e := l.fresh.Front(); e != nil {
-			victim = e.Value.(*limitedConn)
-		} else if e := l.idle.Front(); e != nil {
-			victim = e.Value.(*limitedConn)
-		}
-		if victim != nil {
+		var wait time.Duration
+		if victim, wait = l.victimLocked(); victim != nil {
 			victim.releaseLocked()
 			break
 		}
 		l.mu.Unlock()
-		select {
-		case <-l.freed:
-		case <-l.done:
+		if err := l.waitFor(wait); err != nil {
 			c.Close()
-			return nil, net.ErrClosed
+			return nil, err
 		}
 	}
 	l.open++
+	lc.since = time.Now()
 	lc.in, lc.elem = &l.fresh, l.fresh.PushBack(lc)
 	l.mu.Unlock()
 	if victim != nil {
@@ -118,22 +138,58 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 	return lc, nil
 }
 
+// victimLocked returns the connection to close at the cap, or nil and how
+// long until one may qualify.
+func (l *connLimiter) victimLocked() (*limitedConn, time.Duration) {
+	wait := idleGrace
+	for _, q := range []struct {
+		list  *list.List
+		grace time.Duration
+	}{{&l.fresh, freshGrace}, {&l.idle, idleGrace}} {
+		if e := q.list.Front(); e != nil {
+			c := e.Value.(*limitedConn)
+			waited := time.Since(c.since)
+			if waited >= q.grace {
+				return c, 0
+			}
+			wait = min(wait, q.grace-waited)
+		}
+	}
+	return nil, wait
+}
+
 // waitForRoom returns once the port has room for one more connection, or
 // a connection it can close to make some.
 func (l *connLimiter) waitForRoom() error {
 	for {
 		l.mu.Lock()
-		room := l.open < l.max || l.fresh.Len()+l.idle.Len() > 0
+		room, wait := l.open < l.max, time.Duration(0)
+		if !room {
+			var c *limitedConn
+			c, wait = l.victimLocked()
+			room = c != nil
+		}
 		l.mu.Unlock()
 		if room {
 			return nil
 		}
-		select {
-		case <-l.freed:
-		case <-l.done:
-			return net.ErrClosed
+		if err := l.waitFor(wait); err != nil {
+			return err
 		}
 	}
+}
+
+// waitFor waits for a connection to close or to go idle, or for d.
+func (l *connLimiter) waitFor(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-l.freed:
+	case <-t.C:
+	case <-l.done:
+		return net.ErrClosed
+	}
+	return nil
 }
 
 func (l *connLimiter) signalFreed() {
@@ -177,8 +233,8 @@ func (l *connLimiter) connState(nc net.Conn, state http.ConnState) {
 		c.unlistLocked()
 	case http.StateIdle:
 		c.unlistLocked()
+		c.since = time.Now()
 		c.in, c.elem = &l.idle, l.idle.PushBack(c)
-		l.signalFreed()
 	case http.StateHijacked, http.StateClosed:
 		c.releaseLocked()
 	}

@@ -143,21 +143,40 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 	}
 }
 
-// TestNewConnectionsBeforeIdleOnes: at the cap, a connection that has not
-// sent a request header goes before one idle between requests.
-func TestNewConnectionsBeforeIdleOnes(t *testing.T) {
-	s := newLimitedServer(t, 2)
-	idle := s.dial(t)
-	if err := get(idle, "/"); err != nil {
-		t.Fatal(err)
+// TestCapacityOrder: at the cap, a connection silent past freshGrace goes
+// first, then one idle past idleGrace, the longest first; one used a
+// moment ago is never closed: the new connection waits instead.
+func TestCapacityOrder(t *testing.T) {
+	s := newLimitedServer(t, 3)
+	idle1, idle2 := s.dial(t), s.dial(t)
+	for _, c := range []net.Conn{idle1, idle2} {
+		if err := get(c, "/"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	silent := s.dial(t)
-	s.waitOpen(t, 2)
+	s.waitOpen(t, 3)
+	start := time.Now()
 	if err := get(s.dial(t), "/"); err != nil {
 		t.Fatal(err)
 	}
-	if !closedByServer(silent) || closedByServer(idle) {
-		t.Error("want the silent connection closed and the idle one kept")
+	if took := time.Since(start); took < freshGrace-20*time.Millisecond {
+		t.Errorf("the new client was served after %s: a connection was closed within its grace", took)
+	}
+	if !closedByServer(silent) || closedByServer(idle1) || closedByServer(idle2) {
+		t.Error("want the silent connection closed past its grace, and the idle ones, used a moment ago, kept")
+	}
+	// idle2 is used again; past idleGrace, idle1 has been idle the longest.
+	time.Sleep(idleGrace / 2)
+	if err := get(idle2, "/"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(idleGrace / 2)
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByServer(idle1) || closedByServer(idle2) {
+		t.Error("past idleGrace: want the connection idle the longest closed, and the one used since kept")
 	}
 }
 
