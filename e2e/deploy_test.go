@@ -201,14 +201,12 @@ func TestURLMode(t *testing.T) {
 	// kube-system, as a user's would; the suite runs tests one at a time.
 	apply(t, apiserver, objectsIn(t, out), false)
 	ns := createNamespace(t, "url-mode")
-	waitForHookActive(t, hookOptions{name: "url-mode", namespace: ns, seen: w.saw})
+	for _, route := range deployedRoutes(t) {
+		waitForHookActive(t, hookOptions{name: "url-mode " + route, namespace: ns, seen: w.saw}, route)
+	}
 
-	if err := createAdmitted(context.Background(), apiserver, ns, "web", false); err != nil {
+	if err := createThroughAll(context.Background(), apiserver, ns, "web", false); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(w.log.String(), path+" ") {
-			t.Errorf("the webhook answered no review on %s", path)
-		}
-	}
+	reviewedOnEach(t, w, "web")
 }

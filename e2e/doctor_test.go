@@ -345,12 +345,13 @@ func TestDoctor(t *testing.T) {
 			ns := createNamespace(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
 			url, caBundle := tc.setup(t)
 			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, namespace: ns, timeout: tc.timeout, seen: refused}
+			var route string
 			if tc.mutating {
-				registerMutating(t, o)
+				route = registerMutating(t, o)
 			} else {
-				registerValidating(t, o)
+				route = registerValidating(t, o)
 			}
-			err := createAdmitted(context.Background(), apiserver, ns, "web", false)
+			err := createAdmitted(context.Background(), apiserver, ns, route, "web", false)
 			if err == nil || !strings.Contains(err.Error(), tc.apiserver) {
 				t.Fatalf("the apiserver's create: got %v, want an error with %q", err, tc.apiserver)
 			}

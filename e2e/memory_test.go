@@ -87,7 +87,8 @@ func TestMemoryUnderBurst(t *testing.T) {
 	}
 	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
 	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
-	bothHooks(t, w, ns, hookOptions{timeout: 10})
+	registerDeployed(t, w, ns, hookOptions{timeout: 10})
+	routes := deployedRoutes(t)
 	mark := apiserver.logMark()
 
 	// Scrape the metrics during the burst, parsing them as Prometheus does.
@@ -102,7 +103,9 @@ func TestMemoryUnderBurst(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			obj, resource := admittedObject(fmt.Sprintf("large-%d", i), objectBytes)
+			// Each deployed webhook's own object, in turn, so that every
+			// write is one its rules send.
+			obj, resource := admittedObject(routes[i%len(routes)], fmt.Sprintf("large-%d", i), objectBytes)
 			objects := apiserver.dynamic.Resource(resource).Namespace(ns)
 			stored, err := objects.Create(context.Background(), obj, metav1.CreateOptions{})
 			if err != nil {
@@ -111,6 +114,9 @@ func TestMemoryUnderBurst(t *testing.T) {
 			}
 			for u := 1; u < writesEach; u++ {
 				labels := stored.GetLabels()
+				if labels == nil {
+					labels = map[string]string{}
+				}
 				labels["revision"] = strconv.Itoa(u)
 				stored.SetLabels(labels)
 				if stored, err = objects.Update(context.Background(), stored, metav1.UpdateOptions{}); err != nil {

@@ -36,7 +36,10 @@ func TestOverloadAnswer(t *testing.T) {
 	}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	w := startWebhook(t, "", fmt.Sprintf("-max-inflight-bytes=%d", largestReview), fmt.Sprintf("-metrics-listen=127.0.0.1:%d", metricsPort))
-	bothHooks(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	registerDeployed(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	// The create's first call: to /mutate when it is deployed, as mutating
+	// webhooks run first.
+	route := deployedRoutes(t)[0]
 
 	// Take the whole budget: headers that declare the largest review, then
 	// nothing. The webhook holds its bytes until this request's own
@@ -54,7 +57,7 @@ func TestOverloadAnswer(t *testing.T) {
 	waitUntil(t, "the stalled request takes the whole budget", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == largestReview })
 	before := scrape(t, metricsURL)
 
-	obj, resource := admittedObject("overloaded", 0)
+	obj, resource := admittedObject(route, "overloaded", 0)
 	objects := apiserver.dynamic.Resource(resource).Namespace(ns)
 	start := time.Now()
 	_, err = objects.Create(context.Background(), obj, metav1.CreateOptions{})
@@ -72,7 +75,7 @@ func TestOverloadAnswer(t *testing.T) {
 
 	// The apiserver called once and did not retry: one 429, one refusal.
 	after := scrape(t, metricsURL)
-	key := `webhook_requests_total{code="429",webhook="/mutate"}`
+	key := `webhook_requests_total{code="429",webhook="` + route + `"}`
 	if got := after[key] - before[key]; got != 1 {
 		t.Errorf("got %v answers %s for one create, want 1: without Retry-After the apiserver must not send the review again", got, key)
 	}
@@ -83,7 +86,7 @@ func TestOverloadAnswer(t *testing.T) {
 	// Once the stalled client goes, the budget is free and writes go on.
 	conn.Close()
 	waitUntil(t, "the budget is given back when the stalled client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
-	obj, _ = admittedObject("after-overload", 0)
+	obj, _ = admittedObject(route, "after-overload", 0)
 	if _, err := objects.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Errorf("create after the overload: %v", err)
 	}

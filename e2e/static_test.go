@@ -9,6 +9,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -99,9 +100,9 @@ func TestStaticManifests(t *testing.T) {
 	// No configuration is applied and nothing waits for one: the first
 	// write after /readyz is already admitted through both webhooks.
 	demonstrateEnforced(t, api, "static-first")
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(w.log.String(), path+" ") {
-			t.Errorf("the webhook answered no review on %s", path)
+	for _, route := range deployedRoutes(t) {
+		if !strings.Contains(w.log.String(), "path="+route+" ") {
+			t.Errorf("the webhook answered no review on path=%s", route)
 		}
 	}
 
@@ -162,7 +163,13 @@ func TestStaticManifests(t *testing.T) {
 	demonstrateEnforced(t, api, "static-after-api")
 
 	t.Run("a change to the directory is used while running", func(t *testing.T) {
-		validating := filepath.Join(out, "validating")
+		// The validating webhooks' directory, or the mutating one's when
+		// deploy/webhooks.yaml registers only /mutate.
+		changedRoute, dir := validateRoute, "validating"
+		if _, ok := deployed(t)[validateRoute]; !ok {
+			changedRoute, dir = mutateRoute, "mutating"
+		}
+		validating := filepath.Join(out, dir)
 		original, err := os.ReadFile(filepath.Join(validating, "webhooks.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +187,7 @@ func TestStaticManifests(t *testing.T) {
 
 		// The rollout: write the new file beside the old and rename it
 		// into place, so the apiserver never reads half a file. This one
-		// leaves one more namespace out of validation.
+		// leaves one more namespace out of that route's webhooks.
 		ns := createNamespaceIn(t, api, "static-reload")
 		exclusion := `values: ["webhook-system", "kube-system"]`
 		if !strings.Contains(string(original), exclusion) {
@@ -194,13 +201,15 @@ func TestStaticManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForLog(t, api.process, mark, "reloaded admission manifest config", reloadTimeout)
-		// The next review of an object in ns is /mutate's alone.
-		if err := createAdmitted(ctx, api, ns, "after-reload", false); err != nil {
+		// The next objects in ns are reviewed by every other route alone.
+		if err := createThroughAll(ctx, api, ns, "after-reload", false); err != nil {
 			t.Fatal(err)
 		}
 		reviews := grepLines(w.log.String(), "/after-reload ")
-		if !strings.Contains(reviews, "path=/mutate ") || strings.Contains(reviews, "path=/validate ") {
-			t.Errorf("after the reload, want %s/after-reload reviewed by /mutate only; the webhook logged:\n%s", ns, reviews)
+		for _, route := range deployedRoutes(t) {
+			if got := strings.Contains(reviews, "path="+route+" "); got != (route != changedRoute) {
+				t.Errorf("after the reload, %s/after-reload reviewed on path=%s: got %v, want %v; the webhook logged:\n%s", ns, route, got, route != changedRoute, reviews)
+			}
 		}
 	})
 
@@ -252,29 +261,27 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	createNamespaceIn(t, api, "webhook-system")
 	ensureDefaultServiceAccount(t, api, "kube-system")
 	for _, ns := range []string{"kube-system", "webhook-system"} {
-		if err := createAdmitted(ctx, api, ns, "while-down", false); err != nil {
+		if err := createThroughAll(ctx, api, ns, "while-down", false); err != nil {
 			t.Errorf("creating the admitted object in %s with the webhook down: got %v, want it created", ns, err)
 		}
 	}
 
 	// A matched namespace refuses the write, naming the webhook.
 	ns := createNamespaceIn(t, api, "static-down")
-	err = createAdmitted(ctx, api, ns, "while-down", false)
-	want := `failed calling webhook "mutate.webhook.example.com"`
+	err = createThroughAll(ctx, api, ns, "while-down", false)
+	// The first call of the first create: the first webhook of the first
+	// deployed route.
+	want := fmt.Sprintf("failed calling webhook %q", deployed(t)[deployedRoutes(t)[0]].names[0])
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("creating the admitted object in %s with the webhook down: got %v, want an error containing %q and connection refused", ns, err, want)
 	}
 
 	// Once the webhook answers, the next write goes through it.
 	w := startRenderedWebhook(t, out, hostport)
-	if err := createAdmitted(ctx, api, ns, "after-start", false); err != nil {
+	if err := createThroughAll(ctx, api, ns, "after-start", false); err != nil {
 		t.Fatalf("creating the admitted object in %s once the webhook runs: %v", ns, err)
 	}
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(grepLines(w.log.String(), "/after-start "), path+" ") {
-			t.Errorf("the webhook answered no review of %s/after-start on %s", ns, path)
-		}
-	}
+	reviewedOnEach(t, w, "after-start")
 }
 
 // TestStaticMalformedManifest starts kube-apiserver with a bad file in a
