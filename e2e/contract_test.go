@@ -273,7 +273,7 @@ func startCreates(ns string, limit int, progress *atomic.Int64) (stop func() cre
 	}
 }
 
-// Scenario 6c: the serving certificate is renewed on disk, by the README's
+// Scenario 6c: the serving certificate is renewed on disk, by docs/deploy.md's
 // own procedure (`webhook certs` run again), while creates run; not one
 // fails.
 func TestRotationUnderLoad(t *testing.T) {

@@ -37,7 +37,7 @@ type doctorFinding struct {
 	Fix     string `json:"fix"`
 }
 
-// runDoctor pipes config into `webhook doctor -f -`, as the README's
+// runDoctor pipes config into `webhook doctor -f -`, as docs/troubleshooting.md's
 // `kubectl get ... -o yaml | webhook doctor -f -` does, and returns what
 // it printed and its exit status.
 func runDoctor(t *testing.T, config []byte, args ...string) (string, int) {
@@ -453,7 +453,7 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor on %s exited %d, want 0; failed: %v", filepath.Join(out, "webhooks.yaml"), status, failedChecks(findings))
 		}
 		// Registered, and fetched back as kubectl prints it, with the
-		// apiserver's defaults filled in: the README's command, for one
+		// apiserver's defaults filled in: docs/troubleshooting.md's command, for one
 		// configuration and for both as a List.
 		apply(t, apiserver, objectsIn(t, out), false)
 		for _, config := range [][]byte{

@@ -2,7 +2,7 @@ package e2e
 
 // URL mode from the control plane: the webhook configurations as static
 // manifests that kube-apiserver loads at start-up (`deploy/render.sh
-// static`, README.md "URL mode"). What the apiserver does with them is in
+// static`, docs/deploy.md). What the apiserver does with them is in
 // k8s.io/apiserver v0.37.1 and k8s.io/kubernetes v1.37.1; each test names
 // the code whose behaviour it pins.
 
