@@ -165,7 +165,11 @@ func TestDeployManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()] = true
 	}
-	for _, want := range []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+	want := []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret"}
+	for _, route := range deployedRoutes(t) {
+		want = append(want, configurationKind[route])
+	}
+	for _, want := range want {
 		if !kinds[want] {
 			t.Errorf("the rendered manifests have no %s", want)
 		}

@@ -454,12 +454,17 @@ func TestDoctor(t *testing.T) {
 		}
 		// Registered, and fetched back as kubectl prints it, with the
 		// apiserver's defaults filled in: docs/troubleshooting.md's command, for one
-		// configuration and for both as a List.
+		// configuration and for all that deploy/webhooks.yaml has as a List.
 		apply(t, apiserver, objectsIn(t, out), false)
-		for _, config := range [][]byte{
-			fetchYAML(t, false, "webhook.example.com"),
-			kubectlYAML(t, fetchConfig(t, true, "webhook.example.com"), fetchConfig(t, false, "webhook.example.com")),
-		} {
+		var all []runtime.Object
+		for _, route := range deployedRoutes(t) {
+			all = append(all, fetchConfig(t, route == mutateRoute, "webhook.example.com"))
+		}
+		configs := [][]byte{kubectlYAML(t, all[0])}
+		if len(all) > 1 {
+			configs = append(configs, kubectlYAML(t, all...))
+		}
+		for _, config := range configs {
 			findings, status := diagnose(t, config, "-address", hostport)
 			if status != 0 {
 				t.Errorf("kubectl get ... -o yaml | webhook doctor -f - -address %s exited %d, want 0; failed: %v", hostport, status, failedChecks(findings))

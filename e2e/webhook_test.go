@@ -134,6 +134,10 @@ const (
 	validateRoute = "/validate" // by ValidatingWebhookConfigurations
 )
 
+// configurationKind is the kind of webhook configuration that calls each
+// route.
+var configurationKind = map[string]string{mutateRoute: "MutatingWebhookConfiguration", validateRoute: "ValidatingWebhookConfiguration"}
+
 // deployedWebhooks are the webhooks deploy/webhooks.yaml registers for one
 // route: their names and rules.
 type deployedWebhooks struct {
@@ -167,7 +171,12 @@ var readDeployed = sync.OnceValues(func() (map[string]deployedWebhooks, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("deploy/webhooks.yaml: %w", err)
 		}
-		route := map[string]string{"MutatingWebhookConfiguration": mutateRoute, "ValidatingWebhookConfiguration": validateRoute}[cfg.Kind]
+		var route string
+		for r, kind := range configurationKind {
+			if kind == cfg.Kind {
+				route = r
+			}
+		}
 		for _, w := range cfg.Webhooks {
 			if route == "" || len(w.Rules) == 0 {
 				continue
