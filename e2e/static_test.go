@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -285,6 +286,17 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	reviewedOnEach(t, w, "after-start")
 }
 
+// staticName is the metadata.name line of a rendered configuration (the
+// only key indented by two spaces), ending in the reserved suffix.
+var staticName = regexp.MustCompile(`(?m)^(  name: .+)` + regexp.QuoteMeta(staticSuffix) + `$`)
+
+// renameStatic gives the configuration in yaml the suffix suffix in place
+// of .static.k8s.io. Only the name changes: the suffix may also be in a
+// comment.
+func renameStatic(yaml, suffix string) string {
+	return staticName.ReplaceAllString(yaml, "${1}"+suffix)
+}
+
 // TestStaticMalformedManifest starts kube-apiserver with a bad file in a
 // manifest directory. The admission plugin's ValidateInitialization
 // (generic.Webhook) returns the loader's error, and the apiserver exits
@@ -314,9 +326,9 @@ func TestStaticMalformedManifest(t *testing.T) {
 	}{
 		{"not YAML", "kind: [\n", `did not find expected node content`},
 		{"both kinds in one directory", string(mutatingYAML), `unsupported resource type *v1.MutatingWebhookConfiguration`},
-		{"a name without the suffix", strings.Replace(string(validatingYAML), staticSuffix, ".example.org", 1),
+		{"a name without the suffix", renameStatic(string(validatingYAML), ".example.org"),
 			`must have a name ending with ".static.k8s.io"`},
-		{"service mode", strings.Replace(strings.Replace(string(validatingYAML), staticSuffix, "-service"+staticSuffix, 1), "url: https://", "service: {name: webhook, namespace: webhook-system}\n    #", 1),
+		{"service mode", strings.Replace(renameStatic(string(validatingYAML), "-service"+staticSuffix), "url: https://", "service: {name: webhook, namespace: webhook-system}\n    #", 1),
 			`clientConfig.service is not supported for static manifests; use clientConfig.url instead`},
 	}
 	for i, tc := range tests {
