@@ -11,11 +11,14 @@ test: check unit fuzz e2e
 unit:
 	$(GO) test -race -count=1 ./...
 
+# gofmt, go vet of the three modules, and that every relative link and
+# #anchor in README.md, docs/ and bench/README.md points somewhere.
 check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	$(GO) test -count=1 -run '^(TestDocLinks|TestHeadingAnchors)$$' .
 
 # The generic path, /authorize's, then the policy: go test fuzzes one
 # target at a time.

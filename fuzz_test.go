@@ -40,3 +40,22 @@ func addReviewSeeds(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 }
+
+// FuzzPolicy feeds arbitrary bodies to the policy's routes: whatever comes
+// in, the policy answers (never a panic, which serve answers with 500), in
+// the request's version and with its uid, and /validate never patches.
+func FuzzPolicy(f *testing.F) {
+	addReviewSeeds(f)
+	p := policyWithDefaults(f)
+	handlers := map[bool]http.Handler{
+		false: serve(discardLogger, mutate(p)),
+		true:  serve(discardLogger, validate(p)),
+	}
+	f.Fuzz(func(t *testing.T, body []byte, validating bool) {
+		route := "/mutate"
+		if validating {
+			route = "/validate"
+		}
+		checkAnyAnswer(t, route, body, post(handlers[validating], route, body))
+	})
+}

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/example/webhook/doctor"
 )
 
 const (
@@ -87,38 +89,20 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	var exit *exitError
+	var exit *doctor.ExitError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
 	case errors.As(err, &exit):
-		if exit.err != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", exit.err)
+		if exit.Err != nil {
+			fmt.Fprintln(os.Stderr, "webhook:", exit.Err)
 		}
-		os.Exit(exit.code)
+		os.Exit(exit.Code)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "webhook:", err)
 		os.Exit(1)
 	}
 }
-
-// exitError is an error that sets the exit status, for a subcommand whose
-// status means more than success or failure (`webhook doctor`: 1 when a
-// check failed, 2 for bad usage). A nil err exits without a message, the
-// subcommand having said everything already.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
 
 // config is everything run reads from its flags and environment.
 type config struct {
@@ -214,13 +198,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 // gracefully. It returns instead of exiting, so tests drive it directly.
 // stdin is for subcommands that read a file named "-".
 // `webhook certs ...` makes certificates instead (see runCerts), and
-// `webhook doctor ...` diagnoses a webhook configuration (see runDoctor).
+// `webhook doctor ...` diagnoses a webhook configuration (package doctor).
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return runCerts(args[1:], time.Now(), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
-		return runDoctor(ctx, args[1:], stdin, stdout, stderr)
+		return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // largestReview is the webhook's maxBodyBytes.
@@ -137,7 +136,7 @@ func TestHostileClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
-	bothHooks(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
+	registerDeployed(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
 	mark := apiserver.logMark()
 
 	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
@@ -164,8 +163,7 @@ func TestHostileClients(t *testing.T) {
 	var failed []string
 	start := time.Now()
 	for i := range creates {
-		obj, resource := admittedObject(fmt.Sprintf("under-attack-%d", i), 0)
-		if _, err := apiserver.dynamic.Resource(resource).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		if err := createThroughAll(context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d", i), false); err != nil {
 			failed = append(failed, err.Error())
 		}
 		time.Sleep(interval)

@@ -39,7 +39,10 @@ func TestOverloadAnswer(t *testing.T) {
 	}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	w := startWebhook(t, "", fmt.Sprintf("-metrics-listen=127.0.0.1:%d", metricsPort))
-	bothHooks(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	registerDeployed(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	// The create's first call: to /mutate when it is deployed, as mutating
+	// webhooks run first.
+	route := deployedRoutes(t)[0]
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(w.caPEM)
@@ -63,7 +66,7 @@ func TestOverloadAnswer(t *testing.T) {
 	waitUntil(t, "the slow client holds the turn", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] > 0 })
 	before := scrape(t, metricsURL)
 
-	obj, resource := admittedObject("overloaded", padding)
+	obj, resource := admittedObject(route, "overloaded", padding)
 	objects := apiserver.dynamic.Resource(resource).Namespace(ns)
 	start := time.Now()
 	_, err = objects.Create(context.Background(), obj, metav1.CreateOptions{})
@@ -81,7 +84,7 @@ func TestOverloadAnswer(t *testing.T) {
 
 	// The apiserver called once and did not retry: one 429, one refusal.
 	after := scrape(t, metricsURL)
-	key := `webhook_requests_total{code="429",webhook="/mutate"}`
+	key := `webhook_requests_total{code="429",webhook="` + route + `"}`
 	if got := after[key] - before[key]; got != 1 {
 		t.Errorf("got %v answers %s for one create, want 1: without Retry-After the apiserver must not send the review again", got, key)
 	}
@@ -92,7 +95,7 @@ func TestOverloadAnswer(t *testing.T) {
 	// Once the slow client goes, the turn is free and writes go on.
 	conn.Close()
 	waitUntil(t, "the budget is given back when the slow client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
-	obj, _ = admittedObject("after-overload", padding)
+	obj, _ = admittedObject(route, "after-overload", padding)
 	if _, err := objects.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Errorf("create after the overload: %v", err)
 	}

@@ -267,7 +267,7 @@ func TestPolicyWarning(t *testing.T) {
 	w := startWebhookBinary(t, bin, "", fmt.Sprintf("127.0.0.1:%d", port), nil)
 	registerValidating(t, hookOptions{name: "validate-" + ns + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, seen: w.saw})
 	client, warnings := warningClient(t, apiserver)
-	obj, resource := admittedObject("warned", 0)
+	obj, resource := admittedObject(validateRoute, "warned", 0)
 	if _, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("got %v, want the object created with a warning", err)
 	}
