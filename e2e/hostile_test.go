@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
 )
 
 // largestReview is the webhook's maxBodyBytes.
