@@ -20,7 +20,13 @@ package main
 //     object for a message (handler.go);
 //   - setLabels and setAnnotations, which build the JSON Patch that sets
 //     entries of metadata.labels or metadata.annotations from a
-//     []keyValue (patch.go).
+//     []keyValue (patch.go);
+//   - patchObject, which builds the JSON Patch for any other field: its
+//     set and setDefault set a field deep in the object, creating the
+//     parents it lacks; appendTo appends to a list, creating it; a path
+//     such as "spec", "containers", strconv.Itoa(i), "securityContext"
+//     reaches a field of the i-th element (patch.go; docs/patching.md
+//     works an example).
 
 import (
 	"context"
