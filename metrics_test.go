@@ -51,7 +51,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	m := newMetrics()
 	m.budget = newByteBudget(maxBodyBytes)
 	reviews := &reviewServer{logger: discardLogger, metrics: m, budget: m.budget}
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	mutating := reviews.handle("/mutate", admissionReviews(patchingAdmit))
 	validating := reviews.handle("/validate", admissionReviews(denyingAdmit))
 	post(mutating, "/mutate", all["v1-deployment-create"])
@@ -59,7 +59,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	post(validating, "/validate", all["v1-secret-create"])
 	post(validating, "/validate", []byte(`{}`))
 	post(reviews.handle("/panics", admissionReviews(func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { panic("no") })), "/panics", all["v1-deployment-create"])
-	sars := subjectAccessReviewFixtures(t)
+	sars := plumbingSubjectAccessReviews(t)
 	post(reviews.handle("/authorize", subjectAccessReviews(denyingAuthorize)), "/authorize", sars["v1-get-configmap"])
 	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1beta1-get-version"])
 	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1-get-version"])
@@ -110,7 +110,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	// namespaces, users, paths.
 	w := httptest.NewRecorder()
 	m.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t", "alice", "developers", "configmaps", "/version"} {
+	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t", plumbingUser, "plumbing-testers", "configmaps", "/version"} {
 		if strings.Contains(w.Body.String(), forbidden) {
 			t.Errorf("the metrics mention %q, a value of a request", forbidden)
 		}
@@ -134,7 +134,7 @@ func TestBudgetOverload(t *testing.T) {
 	m := newMetrics()
 	m.budget = newByteBudget(maxBodyBytes)
 	h := (&reviewServer{logger: discardLogger, metrics: m, budget: m.budget}).handle("/validate", admissionReviews(denyingAdmit))
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	if err := m.budget.acquire(context.Background(), maxBodyBytes); err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestBudgetOverload(t *testing.T) {
 // TestBudgetCharge checks what a request takes from the budget: its
 // declared length, or the most a review can be when it declares none.
 func TestBudgetCharge(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	for _, tc := range []struct {
 		name     string
 		declared bool
