@@ -173,6 +173,8 @@ func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
 func (p *objectPatch) set(value any, path ...string) { p.change(value, path, false) }
 
 // setDefault is set only where the field is missing or null: a default.
+// A value that is an object sets each of its fields so, into an object the
+// object has: the fields it has keep their values.
 func (p *objectPatch) setDefault(value any, path ...string) { p.change(value, path, true) }
 
 // appendTo appends value to the list at path, creating the list, and the
@@ -238,11 +240,9 @@ func (p *objectPatch) change(value any, path []string, onlyIfMissing bool) {
 		p.put(path[:n+1], p.copyOf(v))
 		return
 	}
-	if onlyIfMissing {
-		return
-	}
 	_, haveObject := have.(map[string]any)
 	if valueObject, ok := v.(map[string]any); ok && haveObject {
+		// Field by field, so that the object's other fields stay.
 		keys := make([]string, 0, len(valueObject))
 		for k := range valueObject {
 			keys = append(keys, k)
@@ -250,11 +250,11 @@ func (p *objectPatch) change(value any, path []string, onlyIfMissing bool) {
 		// Sorted, so that the patch is the same every time.
 		slices.Sort(keys)
 		for _, k := range keys {
-			p.change(valueObject[k], append(slices.Clip(path), k), false)
+			p.change(valueObject[k], append(slices.Clip(path), k), onlyIfMissing)
 		}
 		return
 	}
-	if reflect.DeepEqual(have, v) {
+	if onlyIfMissing || reflect.DeepEqual(have, v) {
 		return
 	}
 	p.ops = append(p.ops, patchOp{Op: "replace", Path: jsonPointer(path...), Value: v})

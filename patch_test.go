@@ -136,6 +136,12 @@ func TestObjectPatch(t *testing.T) {
 			},
 			`[{"op":"add","path":"/spec/containers/0/securityContext/allowPrivilegeEscalation","value":false}]`,
 			`{"spec":{"containers":[{"name":"a","securityContext":{"allowPrivilegeEscalation":false,"capabilities":{"drop":["ALL"],"futureToo":true},"futureField":{"x":1}}}]}}`, false},
+		{"defaults field by field", `{"spec":{"securityContext":{"runAsUser":1000}}}`,
+			func(p *objectPatch) {
+				p.setDefault(map[string]any{"runAsUser": 1, "runAsNonRoot": true}, "spec", "securityContext")
+			},
+			`[{"op":"add","path":"/spec/securityContext/runAsNonRoot","value":true}]`,
+			`{"spec":{"securityContext":{"runAsNonRoot":true,"runAsUser":1000}}}`, false},
 		{"later changes see earlier ones", `{"spec":{}}`,
 			func(p *objectPatch) {
 				p.set(true, "spec", "securityContext", "runAsNonRoot")
