@@ -20,12 +20,15 @@ check:
 	cd bench && $(GO) vet ./...
 	$(GO) test -count=1 -run '^(TestDocLinks|TestHeadingAnchors)$$' .
 
-# The generic path, /authorize's, then the policy: go test fuzzes one
-# target at a time.
+# The generic path, /authorize's, the policy, then the tests' JSON Patch
+# applier against the apiserver's (e2e/jsonpatch): go test fuzzes one target
+# at a time.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 15s .
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime 10s .
 	$(GO) test -run '^$$' -fuzz '^FuzzPolicy$$' -fuzztime 15s .
+	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApplyOps$$' -fuzztime 10s ./jsonpatch
+	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime 5s ./jsonpatch
 
 e2e:
 	cd e2e && $(GO) test -count=1 -timeout 30m ./...

@@ -15,8 +15,8 @@ import (
 
 var writeBenchBodies = flag.String("write-bench-bodies", "", "write the benchmark bodies into this `directory` (used by bench/)")
 
-// benchBodies are the reviews the benchmarks send, made from the captured
-// fixtures: a Deployment CREATE as the apiserver sends it (2–3 KB), a Pod
+// benchBodies are the reviews the benchmarks send, made from the
+// plumbing's captured reviews: a Deployment CREATE as the apiserver sends it (2–3 KB), a Pod
 // of about 100 KB, and an UPDATE of about 1 MB carrying object and
 // oldObject.
 func benchBodies(tb testing.TB) []struct {
@@ -24,7 +24,7 @@ func benchBodies(tb testing.TB) []struct {
 	body []byte
 } {
 	tb.Helper()
-	all := fixtures(tb)
+	all := plumbingReviews(tb)
 	var deployment bytes.Buffer
 	if err := json.Compact(&deployment, all["v1-deployment-create"]); err != nil {
 		tb.Fatal(err)

@@ -87,11 +87,11 @@ func answer(t *testing.T, conn net.Conn) *httptest.ResponseRecorder {
 // largeReview is a review of about size bytes, as a large object makes.
 func largeReview(t *testing.T, size int) []byte {
 	t.Helper()
-	return inflate(t, fixtures(t)["v1-deployment-create"], size, nil, "object")
+	return inflate(t, plumbingReviews(t)["v1-deployment-create"], size, nil, "object")
 }
 
 func TestSmallBodyTakesNoRoom(t *testing.T) {
-	small := fixtures(t)["v1-deployment-create"]
+	small := plumbingReviews(t)["v1-deployment-create"]
 	large := largeReview(t, 100<<10)
 	if len(small) > smallBodyBytes || len(large) <= smallBodyBytes {
 		t.Fatalf("the fixtures are %d and %d bytes, want one under and one over %d", len(small), len(large), smallBodyBytes)

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/example/webhook/jsonpatch"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -323,46 +324,18 @@ func decodePatch(t testing.TB, patch []byte) []patchOp {
 	return ops
 }
 
-// applyPatch applies "add" operations as RFC 6902 and the apiserver's
-// json-patch library do: the parent must exist, and an existing member is
-// replaced. It fails the test on anything else.
+// applyPatch applies ops to doc as the kube-apiserver applies a webhook's
+// patch (package jsonpatch), failing the test where the apiserver would
+// refuse the patch.
 func applyPatch(t testing.TB, doc json.RawMessage, ops []patchOp) json.RawMessage {
 	t.Helper()
-	var root any
-	if err := json.Unmarshal(doc, &root); err != nil {
-		t.Fatal(err)
-	}
-	for _, op := range ops {
-		if op.Op != "add" {
-			t.Fatalf("unexpected operation %q", op.Op)
-		}
-		if !strings.HasPrefix(op.Path, "/") {
-			t.Fatalf("path %q is not a JSON Pointer", op.Path)
-		}
-		tokens := strings.Split(op.Path[1:], "/")
-		parent := root
-		for _, tok := range tokens[:len(tokens)-1] {
-			m, ok := parent.(map[string]any)
-			if !ok {
-				t.Fatalf("patch %s: parent of %q is not an object", op.Path, tok)
-			}
-			if parent, ok = m[unescapePointer(tok)]; !ok || parent == nil {
-				t.Fatalf("patch %s: missing path at %q (the apiserver would fail this patch)", op.Path, tok)
-			}
-		}
-		m, ok := parent.(map[string]any)
-		if !ok {
-			t.Fatalf("patch %s: target's parent is not an object", op.Path)
-		}
-		// Round-trip the value so it is the same kind of tree as the doc.
-		raw, _ := json.Marshal(op.Value)
-		var v any
-		_ = json.Unmarshal(raw, &v)
-		m[unescapePointer(tokens[len(tokens)-1])] = v
-	}
-	out, err := json.Marshal(root)
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)
+	}
+	out, err := jsonpatch.Apply(doc, patch)
+	if err != nil {
+		t.Fatalf("the apiserver would refuse the patch %s: %v", patch, err)
 	}
 	return out
 }

@@ -24,12 +24,15 @@ func FuzzServe(f *testing.F) {
 	})
 }
 
-// addReviewSeeds seeds a fuzzer of (body, validating) with every fixture in
-// testdata/ for both routes, and with bodies at the edges of the format.
+// addReviewSeeds seeds a fuzzer of (body, validating) with every review in
+// testdata/ and testdata/plumbing/ for both routes, and with bodies at the
+// edges of the format.
 func addReviewSeeds(f *testing.F) {
-	for _, b := range fixtures(f) {
-		f.Add(b, false)
-		f.Add(b, true)
+	for _, set := range []map[string][]byte{fixtures(f), plumbingReviews(f)} {
+		for _, b := range set {
+			f.Add(b, false)
+			f.Add(b, true)
+		}
 	}
 	for _, s := range []string{``, `{}`, `[]`, `null`, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE","object":{"metadata":{"labels":null}}}}`,

@@ -109,7 +109,7 @@ func TestServeFixtures(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	deployment := all["v1-deployment-create"]
 	secret := all["v1-secret-create"]
 	huge := bytes.Repeat([]byte(" "), maxBodyBytes+1)
@@ -167,7 +167,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestUndecodableObject(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	tests := []struct {
 		name, fixture string
 		object        string // replaces request.object; "" removes it
@@ -211,7 +211,7 @@ func TestUndecodableObject(t *testing.T) {
 // the apiserver never sends but a hand-made request can: a patch must make
 // the whole path, and a denial must still name the object.
 func TestObjectWithoutMetadata(t *testing.T) {
-	body := withObject(t, fixtures(t)["v1-widget-create"], json.RawMessage(`{"apiVersion":"example.com/v1","kind":"Widget"}`))
+	body := withObject(t, plumbingReviews(t)["v1-widget-create"], json.RawMessage(`{"apiVersion":"example.com/v1","kind":"Widget"}`))
 	in := decodeReviewIn(t, body)
 	out := checkReview(t, "/mutate", in, post(serve(discardLogger, patchingAdmit), "/mutate", body))
 	patched := applyPatch(t, in.Request.Object, decodePatch(t, out.Response.Patch))
@@ -225,7 +225,7 @@ func TestObjectWithoutMetadata(t *testing.T) {
 }
 
 func TestPanicIsAnswered(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	uid := decodeReviewIn(t, body).Request.UID
 	tests := []struct {
 		name      string
@@ -266,7 +266,7 @@ func TestPanicIsAnswered(t *testing.T) {
 }
 
 func TestNilResponseIsAnError(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return nil }
 	out := checkReview(t, "/mutate", decodeReviewIn(t, body), post(serve(discardLogger, admit), "/mutate", body))
 	if out.Response.Allowed || out.Response.Status == nil || out.Response.Status.Code != http.StatusInternalServerError {
@@ -275,7 +275,7 @@ func TestNilResponseIsAnError(t *testing.T) {
 }
 
 func TestTimeoutIsTheDeadline(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	tests := []struct {
 		query    string
 		min, max time.Duration
@@ -314,7 +314,7 @@ func TestLogsNoObjectValues(t *testing.T) {
 		"nginx:1.14.2", // a container image from the Deployments' spec
 		"payments",     // an annotation value
 	}
-	for name, body := range fixtures(t) {
+	for name, body := range plumbingReviews(t) {
 		for _, admit := range []admitFunc{patchingAdmit, denyingAdmit} {
 			var logs bytes.Buffer
 			checkReview(t, name, decodeReviewIn(t, body), post(serve(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/x", body))
@@ -442,7 +442,7 @@ func TestDecodeObject(t *testing.T) {
 		} `json:"spec"`
 	}
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(fixtures(t)["v1-pod-create"], &review); err != nil {
+	if err := json.Unmarshal(plumbingReviews(t)["v1-pod-create"], &review); err != nil {
 		t.Fatal(err)
 	}
 	if err := decodeObject(review.Request.Object, &pod); err != nil {

@@ -175,7 +175,7 @@ func clientTrusting(t *testing.T, caFile string) *http.Client {
 // TestRunFirstCommand is a new user's first command: `go run .` in a clean
 // checkout makes a development certificate, serves, and answers curl.
 func TestRunFirstCommand(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	addr, logs, stop := startRun(t)
 	port := addr[strings.LastIndex(addr, ":"):]
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
@@ -260,7 +260,7 @@ func TestRunConfiguredCertificateMissing(t *testing.T) {
 // TestJSONLogs checks -log-format json: every line, from start-up to
 // shutdown, is one JSON object an aggregator can parse.
 func TestJSONLogs(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	addr, logs, stop := startRunJSON(t)
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 	resp, err := client.Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))

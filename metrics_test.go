@@ -47,7 +47,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	m := newMetrics()
 	reviews := newReviewServer(discardLogger, m, maxBodyBytes)
 	m.reviewServer = reviews
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	mutating := reviews.handle("/mutate", admissionReviews(patchingAdmit))
 	validating := reviews.handle("/validate", admissionReviews(denyingAdmit))
 	post(mutating, "/mutate", all["v1-deployment-create"])
@@ -55,7 +55,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	post(validating, "/validate", all["v1-secret-create"])
 	post(validating, "/validate", []byte(`{}`))
 	post(reviews.handle("/panics", admissionReviews(func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { panic("no") })), "/panics", all["v1-deployment-create"])
-	sars := subjectAccessReviewFixtures(t)
+	sars := plumbingSubjectAccessReviews(t)
 	post(reviews.handle("/authorize", subjectAccessReviews(denyingAuthorize)), "/authorize", sars["v1-get-configmap"])
 	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1beta1-get-version"])
 	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1-get-version"])
@@ -106,7 +106,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	// namespaces, users, paths.
 	w := httptest.NewRecorder()
 	m.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t", "alice", "developers", "configmaps", "/version"} {
+	for _, forbidden := range []string{"nginx", "db-credentials", "fixtures", "admin", "s3cr3t", plumbingUser, "plumbing-testers", "configmaps", "/version"} {
 		if strings.Contains(w.Body.String(), forbidden) {
 			t.Errorf("the metrics mention %q, a value of a request", forbidden)
 		}

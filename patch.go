@@ -1,6 +1,16 @@
 package main
 
-import "strings"
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/json"
+)
 
 // patchOp is one JSON Patch (RFC 6902) operation. The kube-apiserver applies
 // the list with gopkg.in/evanphx/json-patch.v4, so only what that library
@@ -97,4 +107,256 @@ func entriesMap(kvs []keyValue) map[string]string {
 		m[kv.Key] = kv.Value
 	}
 	return m
+}
+
+// objectPatch builds a JSON Patch that changes fields anywhere in an
+// object, below metadata too: a default deep in the spec, an entry
+// appended to a list, a field of the i-th container. Make one with
+// patchObject(req.Object), call set, setDefault and appendTo, and end with
+// patch:
+//
+//	edit, err := patchObject(req.Object)
+//	if err != nil {
+//		return errored(http.StatusBadRequest, err)
+//	}
+//	edit.setDefault(true, "spec", "securityContext", "runAsNonRoot")
+//	for i := range pod.Spec.Containers {
+//		edit.setDefault(false, "spec", "containers", strconv.Itoa(i), "securityContext", "allowPrivilegeEscalation")
+//	}
+//	edit.appendTo(corev1.Toleration{Key: "example.com/gpu", Operator: corev1.TolerationOpExists}, "spec", "tolerations")
+//	ops, err := edit.patch()
+//
+// A path is the field names from the top of the object, as in YAML; a
+// decimal token selects an element of a list the object has
+// (strconv.Itoa(i)); a list it lacks is made by appendTo. It knows
+// what the object has because it reads the object as sent, and it applies
+// each change to that copy as it goes, so every patch applies whatever the
+// object has:
+//   - a parent that is missing or null is created by one "add" of the
+//     innermost one missing, holding the rest (an "add" below it would
+//     fail in the apiserver with "doc is missing path");
+//   - a parent the object has is never replaced, so its other fields stay,
+//     those the webhook's k8s.io/api does not know (a newer apiserver's)
+//     among them: a value that is an object, such as a typed
+//     corev1.SecurityContext, is set field by field into the object there;
+//   - a value the object already has gives no operation, so a second pass
+//     over the patched object is a no-op.
+//
+// A value is anything encoding/json encodes: typed structs from k8s.io/api
+// (fields left empty are omitted), maps, strings, numbers and booleans.
+// Errors, such as a path through a string or to an element a list does not
+// have, are kept and returned by patch, so a policy checks once.
+type objectPatch struct {
+	object any // the object as sent, with the operations so far applied
+	ops    []patchOp
+	err    error
+}
+
+// patchObject starts a patch of obj, req.Object. It decodes the whole
+// object once more, as JSON, so only policies that patch below metadata
+// pay for it; setLabels and setAnnotations do not need it.
+func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
+	p := &objectPatch{}
+	if err := decodeObject(obj, &p.object); err != nil {
+		return nil, err
+	}
+	if _, ok := p.object.(map[string]any); !ok {
+		return nil, errors.New("the object is not a JSON object")
+	}
+	return p, nil
+}
+
+// set makes the field at path hold value, creating the parents that are
+// missing or null. When value and the field are both objects, each field
+// of value is set in turn and the field's others are kept; any other value
+// replaces the field's (a list as a whole: appendTo adds to one).
+func (p *objectPatch) set(value any, path ...string) { p.change(value, path, false) }
+
+// setDefault is set only where the field is missing or null: a default.
+// A value that is an object sets each of its fields so, into an object the
+// object has: the fields it has keep their values.
+func (p *objectPatch) setDefault(value any, path ...string) { p.change(value, path, true) }
+
+// appendTo appends value to the list at path, creating the list, and the
+// parents that are missing, when the object has none.
+func (p *objectPatch) appendTo(value any, path ...string) {
+	v, ok := p.jsonValue(value)
+	if !ok || !p.hasPath(path) {
+		return
+	}
+	n, have, err := p.walk(path)
+	if err != nil {
+		p.err = err
+		return
+	}
+	if n < len(path) {
+		p.change([]any{v}, path, false)
+		return
+	}
+	list, ok := have.([]any)
+	if !ok {
+		p.err = fmt.Errorf("%s is %s, not a list, so nothing can be appended to it", fieldPath(path), kindOf(have))
+		return
+	}
+	p.ops = append(p.ops, patchOp{Op: "add", Path: jsonPointer(path...) + "/-", Value: v})
+	p.put(path, append(list, p.copyOf(v)))
+}
+
+// patch returns the operations, or the first error met.
+func (p *objectPatch) patch() ([]patchOp, error) {
+	if p.err != nil {
+		return nil, p.err
+	}
+	return p.ops, nil
+}
+
+func (p *objectPatch) change(value any, path []string, onlyIfMissing bool) {
+	v, ok := p.jsonValue(value)
+	if !ok || !p.hasPath(path) {
+		return
+	}
+	n, have, err := p.walk(path)
+	if err != nil {
+		p.err = err
+		return
+	}
+	if n < len(path) {
+		// path[n] is missing or null: add it, holding the rest.
+		for i := len(path) - 1; i > n; i-- {
+			if isIndex(path[i]) {
+				// Almost surely a list the object lacks, which an
+				// object {"0": …} in its place would not be.
+				p.err = fmt.Errorf("%s is missing, so it has no element %s; appendTo makes a list", fieldPath(path[:i]), path[i])
+				return
+			}
+			v = map[string]any{path[i]: v}
+		}
+		op := "add"
+		if _, inList := have.([]any); inList {
+			// "add" would insert a list element before the null one.
+			op = "replace"
+		}
+		p.ops = append(p.ops, patchOp{Op: op, Path: jsonPointer(path[:n+1]...), Value: v})
+		p.put(path[:n+1], p.copyOf(v))
+		return
+	}
+	_, haveObject := have.(map[string]any)
+	if valueObject, ok := v.(map[string]any); ok && haveObject {
+		// Field by field, so that the object's other fields stay.
+		keys := make([]string, 0, len(valueObject))
+		for k := range valueObject {
+			keys = append(keys, k)
+		}
+		// Sorted, so that the patch is the same every time.
+		slices.Sort(keys)
+		for _, k := range keys {
+			p.change(valueObject[k], append(slices.Clip(path), k), onlyIfMissing)
+		}
+		return
+	}
+	if onlyIfMissing || reflect.DeepEqual(have, v) {
+		return
+	}
+	p.ops = append(p.ops, patchOp{Op: "replace", Path: jsonPointer(path...), Value: v})
+	p.put(path, p.copyOf(v))
+}
+
+func (p *objectPatch) hasPath(path []string) bool {
+	if len(path) == 0 && p.err == nil {
+		p.err = errors.New("a patch of a field needs the field's path; to replace the whole object, deny it instead")
+	}
+	return p.err == nil
+}
+
+// walk follows path through the object as far as it exists and is not
+// null. It returns how many tokens it followed and the node it reached.
+func (p *objectPatch) walk(path []string) (int, any, error) {
+	node := p.object
+	for i, token := range path {
+		var child any
+		switch n := node.(type) {
+		case map[string]any:
+			child = n[token]
+		case []any:
+			j, _ := strconv.Atoi(token)
+			if !isIndex(token) || j >= len(n) {
+				return i, node, fmt.Errorf("%s has %d elements, so no element %q", fieldPath(path[:i]), len(n), token)
+			}
+			child = n[j]
+		default:
+			return i, node, fmt.Errorf("%s is %s, so it has no field %s", fieldPath(path[:i]), kindOf(node), token)
+		}
+		if child == nil {
+			return i, node, nil
+		}
+		node = child
+	}
+	return len(path), node, nil
+}
+
+// put sets the node at path in p.object, whose parent walk has found.
+func (p *objectPatch) put(path []string, v any) {
+	_, parent, _ := p.walk(path[:len(path)-1])
+	last := path[len(path)-1]
+	switch n := parent.(type) {
+	case map[string]any:
+		n[last] = v
+	case []any:
+		j, _ := strconv.Atoi(last)
+		n[j] = v
+	}
+}
+
+// jsonValue is value as JSON decodes it (map[string]any, []any, string,
+// int64, float64, bool, nil), which the object is compared with.
+func (p *objectPatch) jsonValue(value any) (any, bool) {
+	if p.err != nil {
+		return nil, false
+	}
+	// A fresh variable: decoding into one that holds a pointer would
+	// decode into what it points to.
+	var out any
+	b, err := json.Marshal(value)
+	if err == nil {
+		err = json.Unmarshal(b, &out)
+	}
+	if err != nil {
+		p.err = fmt.Errorf("encoding a value of the patch: %w", err)
+		return nil, false
+	}
+	return out, true
+}
+
+// copyOf copies a value for p.object, so that a later change to the
+// object never changes an operation already made.
+func (p *objectPatch) copyOf(v any) any {
+	c, _ := p.jsonValue(v)
+	return c
+}
+
+// isIndex reports whether token reads as an index of a list.
+func isIndex(token string) bool {
+	j, err := strconv.Atoi(token)
+	return err == nil && j >= 0 && strconv.Itoa(j) == token
+}
+
+func fieldPath(path []string) string {
+	if len(path) == 0 {
+		return "the object"
+	}
+	return strings.Join(path, ".")
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	}
+	return "a number"
 }

@@ -24,7 +24,13 @@ package main
 //     object for a message (handler.go);
 //   - setLabels and setAnnotations, which build the JSON Patch that sets
 //     entries of metadata.labels or metadata.annotations from a
-//     []keyValue (patch.go).
+//     []keyValue (patch.go);
+//   - patchObject, which builds the JSON Patch for any other field: its
+//     set and setDefault set a field deep in the object, creating the
+//     parents it lacks; appendTo appends to a list, creating it; a path
+//     such as "spec", "containers", strconv.Itoa(i), "securityContext"
+//     reaches a field of the i-th element (patch.go; docs/patching.md
+//     works an example).
 
 import (
 	"context"
@@ -45,6 +51,12 @@ import (
 // otherwise: the demonstration this project started from.
 const defaultAnnotation = "webhook.example.com/allow=true"
 
+// defaultDenyRules are the -deny rules /authorize applies unless given
+// others: none, so it has no opinion on anything. A rule listed here is on
+// in every deployment, such as
+// "group=developers,verb=create,resource=pods,subresource=exec,namespace=prod-*".
+var defaultDenyRules []string
+
 // policy is the webhook's whole configuration of what to admit and what to
 // change. It reaches the admit functions through their makers, never as a
 // global.
@@ -60,11 +72,13 @@ type policy struct {
 
 // addFlags registers the policy's flags on flags, which main.go parses with
 // the server's own. Each flag has a working default: the tests start the
-// server with no flags at all.
+// server with no flags at all. The defaults are also what every deployment
+// runs (deploy/ passes only the server's flags), so a rule that should be
+// on everywhere is a default here, such as defaultDenyRules.
 func (p *policy) addFlags(flags *flag.FlagSet) {
 	flags.Var(newAnnotationsFlag(&p.annotate, defaultAnnotation), "annotate", "annotation `key=value` that /mutate sets (repeatable)")
 	flags.Var(newAnnotationsFlag(&p.require, defaultAnnotation), "require", "annotation `key=value` that /validate requires (repeatable)")
-	flags.Var((*denyRulesFlag)(&p.deny), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
+	flags.Var(newDenyRulesFlag(&p.deny, defaultDenyRules...), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
 }
 
 // LogValue is how the policy appears in the server's start-up log line.
@@ -296,15 +310,32 @@ func parseDenyRule(s string) (denyRule, error) {
 	return r, nil
 }
 
-// denyRulesFlag is the repeatable -deny RULE.
-type denyRulesFlag []denyRule
+// denyRulesFlag is the repeatable -deny RULE. The first use replaces the
+// default rules.
+type denyRulesFlag struct {
+	rules   *[]denyRule
+	changed bool
+}
+
+// newDenyRulesFlag returns the -deny flag filling rules, which holds
+// defaults until the flag is given.
+func newDenyRulesFlag(rules *[]denyRule, defaults ...string) *denyRulesFlag {
+	f := &denyRulesFlag{rules: rules}
+	for _, d := range defaults {
+		// TestDefaultDenyRules checks that every default parses.
+		if r, err := parseDenyRule(d); err == nil {
+			*f.rules = append(*f.rules, r)
+		}
+	}
+	return f
+}
 
 func (f *denyRulesFlag) String() string {
-	if f == nil {
+	if f == nil || f.rules == nil {
 		return ""
 	}
-	s := make([]string, len(*f))
-	for i, r := range *f {
+	s := make([]string, len(*f.rules))
+	for i, r := range *f.rules {
 		s[i] = r.String()
 	}
 	return strings.Join(s, " ")
@@ -315,6 +346,9 @@ func (f *denyRulesFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	*f = append(*f, r)
+	if !f.changed {
+		*f.rules, f.changed = nil, true
+	}
+	*f.rules = append(*f.rules, r)
 	return nil
 }

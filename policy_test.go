@@ -293,3 +293,27 @@ func TestBadDenyRules(t *testing.T) {
 		t.Errorf("run with a bad -deny: got %v, want an error naming the flag and the attribute", err)
 	}
 }
+
+// TestDefaultDenyRules checks that every rule in defaultDenyRules parses,
+// and that a -deny flag replaces them.
+func TestDefaultDenyRules(t *testing.T) {
+	for _, d := range defaultDenyRules {
+		if _, err := parseDenyRule(d); err != nil {
+			t.Errorf("defaultDenyRules: %q: %v", d, err)
+		}
+	}
+	var rules []denyRule
+	f := newDenyRulesFlag(&rules, "user=a", "user=b")
+	if got := f.String(); got != "user=a user=b" {
+		t.Errorf("with defaults user=a and user=b: got %q, want both", got)
+	}
+	if err := f.Set("user=c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Set("user=d"); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.String(); got != "user=c user=d" {
+		t.Errorf("-deny user=c -deny user=d: got %q, want them in place of the defaults", got)
+	}
+}

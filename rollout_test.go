@@ -96,7 +96,7 @@ func TestValidationActionFlag(t *testing.T) {
 // AdmissionReview version, and checks the answer, the log line and the
 // metrics.
 func TestValidationActions(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	tests := []struct {
 		action      validationAction
 		wantVerdict string
@@ -172,7 +172,7 @@ func TestValidationActions(t *testing.T) {
 // without changing the policy's answer, which it may share between
 // requests.
 func TestValidationActionSoftensOnlyDenials(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	body := all["v1-deployment-create"]
 	in := decodeReviewIn(t, body)
 	action := validationAction{warn: true, audit: true}
@@ -254,7 +254,7 @@ func TestAllowedWithWarning(t *testing.T) {
 	admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return allowedWithWarning(strings.Replace(warning, " ", "\n", 1))
 	}
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	for _, fixture := range []string{"v1-deployment-create", "v1beta1-deployment-create"} {
 		t.Run(fixture, func(t *testing.T) {
 			body := all[fixture]

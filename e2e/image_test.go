@@ -110,7 +110,7 @@ func TestImagePremise(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
+	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "plumbing", "v1-deployment-create.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
