@@ -174,16 +174,16 @@ func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *h
 	}
 
 	// A large body: wait for the turn, then take room as the bytes arrive.
-	if _, waiting := s.turn.state(); waiting >= maxWaitingBodies {
+	if _, waiting := s.turn.State(); waiting >= maxWaitingBodies {
 		return s.overloaded(clock, ceiling, "too many large reviews were waiting to be read")
 	}
 	waitCtx, cancel := waitContext(ctx)
 	defer cancel()
 	waitStart := time.Now()
-	if err := s.turn.acquire(waitCtx, 1); err != nil {
+	if err := s.turn.Acquire(waitCtx, 1); err != nil {
 		return s.overloaded(clock, ceiling, "it found no turn among the large reviews being read before its deadline")
 	}
-	defer s.turn.release(1)
+	defer s.turn.Release(1)
 	clock.paused(time.Since(waitStart))
 	return s.readRest(clock, body, ceiling, known, waitCtx, want)
 }
@@ -216,7 +216,7 @@ func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, kn
 			next := min(2*int64(cap(body)), ceiling)
 			if s.budget != nil {
 				waitStart := time.Now()
-				if err := s.budget.acquire(waitCtx, next-held); err != nil {
+				if err := s.budget.Acquire(waitCtx, next-held); err != nil {
 					s.giveBack(held)
 					return s.overloaded(clock, ceiling, "it found no room among the reviews in flight before its deadline")
 				}
@@ -253,7 +253,7 @@ func (s *reviewServer) complete(body []byte, held int64, want string) bodyOutcom
 
 func (s *reviewServer) giveBack(held int64) {
 	if held > 0 {
-		s.budget.release(held)
+		s.budget.Release(held)
 	}
 }
 
@@ -297,6 +297,6 @@ func (s *reviewServer) overloaded(clock *bodyClock, ceiling int64, why string) b
 			break
 		}
 	}
-	o := failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s (large reviews are read one at a time, at most %d bytes of them at once: -max-inflight-bytes); retry the request", ceiling, why, s.budget.capacity))
+	o := failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s (large reviews are read one at a time, at most %d bytes of them at once: -max-inflight-bytes); retry the request", ceiling, why, s.budget.Capacity()))
 	return bodyOutcome{fail: &o}
 }

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/limits"
 )
 
 // admitFunc decides on one admission request. It sees neither HTTP nor
@@ -218,14 +220,17 @@ const overloadMargin = 250 * time.Millisecond
 // logger it serves with neither metrics nor budget.
 type reviewServer struct {
 	logger  *slog.Logger
-	metrics *metrics    // nil: nothing is counted
-	budget  *byteBudget // nil: no bound on the bytes in flight
-	turn    *byteBudget // of one: the large body being read; set with budget
+	metrics *metrics // nil: nothing is counted
+	// budget bounds the bytes of large reviews being read and decoded at
+	// once, and so the memory they take: decoding a review costs a few
+	// times its size. nil: no bound.
+	budget *limits.Budget
+	turn   *limits.Budget // of one: the large body being read; set with budget
 }
 
 // newReviewServer serves with metrics and a budget of budgetBytes.
 func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *reviewServer {
-	return &reviewServer{logger: logger, metrics: m, budget: newByteBudget(budgetBytes), turn: newByteBudget(1)}
+	return &reviewServer{logger: logger, metrics: m, budget: limits.NewBudget(budgetBytes), turn: limits.NewBudget(1)}
 }
 
 // A reviewKind is one kind of review the generic path serves: admission

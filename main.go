@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/example/webhook/doctor"
+	"github.com/example/webhook/limits"
 )
 
 const (
@@ -41,8 +42,8 @@ const (
 	// headers at once, right after a handshake of one or two round trips:
 	// milliseconds. A second is ample for that, and short enough that a
 	// client that opens connections and sends nothing, or half a header,
-	// gives its place back soon (connections.go closes it sooner still when
-	// the port is full).
+	// gives its place back soon (limits.Listener closes it sooner still
+	// when the port is full).
 	readHeaderTimeout = time.Second
 
 	// readTimeout and writeTimeout bound one review. The apiserver never
@@ -60,9 +61,28 @@ const (
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
 
+	// maxConnections is the most connections the review port holds open at
+	// once (limits.Listener). Each costs memory whatever it sends: net/http's
+	// and crypto/tls's buffers, a goroutine's stack, and up to
+	// smallBodyBytes of body (body.go). bench/README.md measures it
+	// ("Hostile clients"): 256 connections, on top of the byte budget's worst
+	// case, stay under the Deployment's 64 MiB limit. It is also far more
+	// than the apiservers need: each keeps at most 25 idle connections to a
+	// webhook host (CONTRACT.md), and a review takes milliseconds.
+	maxConnections = 256
+
 	// maxMetricsConnections is the most connections the metrics port holds
 	// open: Prometheus scrapes over one, and a person's curl needs another.
 	maxMetricsConnections = 16
+
+	// freshGrace and idleGrace are how long a connection is spared when the
+	// port is full: a new one that has not yet sent its first request
+	// header, which takes the apiserver and the kubelet milliseconds even
+	// when the webhook is busy; and an idle one since its last answer, which
+	// under load the apiserver reuses within milliseconds, so that the one
+	// connection a client is likeliest to be writing into is never closed.
+	freshGrace = 250 * time.Millisecond
+	idleGrace  = time.Second
 
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
@@ -300,8 +320,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	ln := newConnLimiter(rawLn, maxConnections, m)
-	srv.ConnState = ln.connState
+	ln := limits.NewListener(rawLn, maxConnections, freshGrace, idleGrace, m.connectionClosed)
+	m.connections = ln
+	srv.ConnState = ln.ConnState
 	serveErr := make(chan error, 2)
 	var metricsSrv *http.Server
 	if cfg.metricsListen != "" {
@@ -310,7 +331,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			ln.Close()
 			return fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
-		metricsLn := newConnLimiter(rawMetricsLn, maxMetricsConnections, nil)
+		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, freshGrace, idleGrace, nil)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
 		metricsSrv = &http.Server{
@@ -319,7 +340,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          serverErrorLog(logger),
-			ConnState:         metricsLn.connState,
+			ConnState:         metricsLn.ConnState,
 		}
 		go func() {
 			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))

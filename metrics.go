@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/example/webhook/limits"
 	"github.com/example/webhook/promtext"
 )
 
@@ -42,7 +43,7 @@ type metrics struct {
 	budgetRejected atomic.Uint64
 	bodiesCut      *promtext.CounterVec // bodies cut by the clock, by reason
 
-	connections       *connLimiter         // nil without one
+	connections       *limits.Listener     // the review port's; nil without one
 	connectionsClosed *promtext.CounterVec // closed by the server before a request, by reason
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
@@ -123,17 +124,10 @@ func (m *metrics) bodyCut(reason string) {
 }
 
 // connectionClosed counts a connection the server closed before it sent a
-// request: reason is "header_timeout" or "capacity" (connections.go).
+// request: reason is "header_timeout" or "capacity" (limits.Listener).
 func (m *metrics) connectionClosed(reason string) {
 	if m != nil {
 		m.connectionsClosed.Add(1, reason)
-	}
-}
-
-// setConnections reports the review port's connections from l.
-func (m *metrics) setConnections(l *connLimiter) {
-	if m != nil {
-		m.connections = l
 	}
 }
 
@@ -178,10 +172,10 @@ func (m *metrics) write(w io.Writer) {
 	m.panics.Write(w, "webhook_panics_total")
 
 	if s := m.reviewServer; s != nil && s.budget != nil {
-		used, waitingRoom := s.budget.state()
-		_, waitingTurn := s.turn.state()
+		used, waitingRoom := s.budget.State()
+		_, waitingTurn := s.turn.State()
 		family(w, "webhook_inflight_budget_bytes", "gauge", "The most bytes of large review bodies held at once (-max-inflight-bytes).")
-		sample(w, "webhook_inflight_budget_bytes", "", float64(s.budget.capacity))
+		sample(w, "webhook_inflight_budget_bytes", "", float64(s.budget.Capacity()))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
 		sample(w, "webhook_inflight_bytes", "", float64(used))
 		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for their turn to be read, or for room in the budget.")
@@ -194,9 +188,9 @@ func (m *metrics) write(w io.Writer) {
 
 	if m.connections != nil {
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
-		sample(w, "webhook_connections_open", "", float64(m.connections.count()))
+		sample(w, "webhook_connections_open", "", float64(m.connections.Open()))
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")
-		sample(w, "webhook_connections_limit", "", float64(m.connections.max))
+		sample(w, "webhook_connections_limit", "", float64(m.connections.Max()))
 	}
 	family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), or to make room at the limit (capacity).")
 	m.connectionsClosed.Write(w, "webhook_connections_closed_total")
