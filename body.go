@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
+
+	"github.com/example/webhook/limits"
 )
 
 // How a review's body is read. The apiserver writes a review from memory
@@ -69,76 +70,6 @@ const (
 	maxWaitingBodies = maxConnections / 2
 )
 
-// errBodyCut is the error of a body cut by the clock; reason is "stalled"
-// or "too_slow", the label of webhook_request_bodies_cut_total.
-type errBodyCut struct{ reason string }
-
-func (e *errBodyCut) Error() string {
-	if e.reason == "stalled" {
-		return fmt.Sprintf("the request body stopped arriving: no byte for %s", bodyStallTimeout)
-	}
-	return fmt.Sprintf("the request body arrived slower than %d KiB/s", minBodyRate>>10)
-}
-
-// bodyClock reads a request body and holds every read to the clock (see
-// above). It is used by value, on the stack: the 2 KB review's path makes
-// no allocation for it.
-type bodyClock struct {
-	body     io.Reader
-	rc       *http.ResponseController
-	deadline time.Time // the request's own, from ?timeout=
-	start    time.Time // when reading began, moved on by time spent waiting
-	lastByte time.Time
-	received int64
-}
-
-func newBodyClock(r *http.Request, rc *http.ResponseController, deadline time.Time) bodyClock {
-	now := time.Now()
-	return bodyClock{body: r.Body, rc: rc, deadline: deadline, start: now, lastByte: now}
-}
-
-// paused moves the clock on by time the server made the body wait.
-func (c *bodyClock) paused(d time.Duration) {
-	c.start = c.start.Add(d)
-	c.lastByte = c.lastByte.Add(d)
-}
-
-// read reads into p, at most until the next byte is due.
-func (c *bodyClock) read(p []byte) (int, error) {
-	due, reason := c.lastByte.Add(bodyStallTimeout), "stalled"
-	if slow := c.start.Add(bodyStallTimeout + time.Duration(c.received)*time.Second/minBodyRate); slow.Before(due) {
-		due, reason = slow, "too_slow"
-	}
-	if c.deadline.Before(due) {
-		due, reason = c.deadline, ""
-	}
-	// Not every writer has a connection (tests' recorders): then the
-	// server's own ReadTimeout is the only clock.
-	_ = c.rc.SetReadDeadline(due)
-	n, err := c.body.Read(p)
-	if n > 0 {
-		c.received += int64(n)
-		c.lastByte = time.Now()
-	}
-	if err != nil && reason != "" && errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, &errBodyCut{reason}
-	}
-	return n, err
-}
-
-// readFull fills p, or fails.
-func (c *bodyClock) readFull(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := c.read(p[n:])
-		n += m
-		if err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
 // bodyOutcome is what reading a body came to: the body and the room it
 // holds in the budget (given back once it is answered), or the answer to
 // give instead of a review.
@@ -150,17 +81,17 @@ type bodyOutcome struct {
 
 // readBody reads the body of r (see the top of this file). want says what
 // the body must be, for messages.
-func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, clock *bodyClock, want string) bodyOutcome {
+func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, clock *limits.BodyClock, want string) bodyOutcome {
 	// The most the body can be: its declared length, which net/http holds
 	// it to, or, for a body of unknown length, maxBodyBytes.
 	known := r.ContentLength >= 0
 	ceiling := r.ContentLength
 	if !known {
 		ceiling = maxBodyBytes
-		clock.body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		clock.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	}
 	body := make([]byte, min(ceiling, smallBodyBytes))
-	n, err := clock.readFull(body)
+	n, err := clock.ReadFull(body)
 	body = body[:n]
 	switch {
 	case !known && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
@@ -184,13 +115,13 @@ func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *h
 		return s.overloaded(clock, ceiling, "it found no turn among the large reviews being read before its deadline")
 	}
 	defer s.turn.Release(1)
-	clock.paused(time.Since(waitStart))
+	clock.Paused(time.Since(waitStart))
 	return s.readRest(clock, body, ceiling, known, waitCtx, want)
 }
 
 // readRest reads the rest of a large body, doubling its buffer each time
 // it fills; room for each new buffer is taken before it is made.
-func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, known bool, waitCtx context.Context, want string) bodyOutcome {
+func (s *reviewServer) readRest(clock *limits.BodyClock, body []byte, ceiling int64, known bool, waitCtx context.Context, want string) bodyOutcome {
 	var held int64
 	for {
 		if len(body) == cap(body) {
@@ -200,7 +131,7 @@ func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, kn
 				}
 				// A body of unknown length must end here.
 				var probe [1]byte
-				n, err := clock.read(probe[:])
+				n, err := clock.Read(probe[:])
 				if n == 0 && errors.Is(err, io.EOF) {
 					return s.complete(body, held, want)
 				}
@@ -220,14 +151,14 @@ func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, kn
 					s.giveBack(held)
 					return s.overloaded(clock, ceiling, "it found no room among the reviews in flight before its deadline")
 				}
-				clock.paused(time.Since(waitStart))
+				clock.Paused(time.Since(waitStart))
 				held = next
 			}
 			grown := make([]byte, len(body), next)
 			copy(grown, body)
 			body = grown
 		}
-		n, err := clock.read(body[len(body):cap(body)])
+		n, err := clock.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		switch {
 		case errors.Is(err, io.EOF) && !known:
@@ -269,13 +200,13 @@ func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // bodyFailed answers a body that could not be read.
 func bodyFailed(err error, want string) bodyOutcome {
 	var o outcome
-	var cut *errBodyCut
+	var cut *limits.CutError
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
 		o = failed(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most %s can be", maxBodyBytes, want))
 	case errors.As(err, &cut):
 		o = failed(http.StatusRequestTimeout, err.Error())
-		o.cut = cut.reason
+		o.cut = cut.Reason
 	default:
 		o = failed(http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err))
 	}
@@ -286,14 +217,14 @@ func bodyFailed(err error, want string) bodyOutcome {
 // deadline: overloadStatus, with no Retry-After (see overloadStatus), and a
 // message that says what to change. why completes "this review was
 // refused because".
-func (s *reviewServer) overloaded(clock *bodyClock, ceiling int64, why string) bodyOutcome {
+func (s *reviewServer) overloaded(clock *limits.BodyClock, ceiling int64, why string) bodyOutcome {
 	s.metrics.budgetRejection()
 	// Read the rest of the body, still on the clock, so that the client is
 	// done sending before it reads the answer: closing on unread data
 	// could reset the connection under the answer.
 	var scratch [4 << 10]byte
-	for clock.received < ceiling {
-		if _, err := clock.read(scratch[:]); err != nil {
+	for clock.Received() < ceiling {
+		if _, err := clock.Read(scratch[:]); err != nil {
 			break
 		}
 	}

@@ -327,7 +327,7 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 	}
 	defer cancel()
 	deadline, _ := ctx.Deadline()
-	clock := newBodyClock(r, http.NewResponseController(w), deadline)
+	clock := limits.NewBodyClock(r, http.NewResponseController(w), deadline, bodyStallTimeout, minBodyRate)
 	read := s.readBody(ctx, w, r, &clock, kind.name)
 	if read.fail != nil {
 		return *read.fail

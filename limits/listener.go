@@ -1,8 +1,10 @@
 // Package limits holds the generic machinery the webhook's server uses to
 // bound what clients can make it hold: a listener that caps the
-// connections open (Listener), and a first-come-first-served weighted
-// semaphore (Budget). It knows nothing of webhooks: the root package says
-// how many connections, how long the graces, and how many bytes, and why.
+// connections open (Listener), a first-come-first-served weighted
+// semaphore (Budget), and a body reader held to a stall timeout and a
+// floor rate (BodyClock). It knows nothing of webhooks: the root package
+// says how many connections, how long the graces, how many bytes and how
+// slow a body, and why.
 package limits
 
 import (
