@@ -29,6 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/convert"
 )
 
 // authorizeFunc decides on one SubjectAccessReview. It sees neither HTTP nor
@@ -140,7 +142,7 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 	case *authorizationv1.SubjectAccessReview:
 		spec = &review.Spec
 	case *authorizationv1beta1.SubjectAccessReview:
-		spec = specFromV1beta1(&review.Spec)
+		spec = convert.SpecFromV1beta1(&review.Spec)
 	default:
 		// Registering any API group also registers a few unversioned meta
 		// kinds, such as v1 Status, so the decoder accepts those too.
@@ -162,7 +164,7 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
 	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
 	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
-		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: statusToV1beta1(status)})
+		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
 	}
 	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
 }
@@ -189,51 +191,4 @@ func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.At
 	}
 	// "path" is the route's in every review line.
 	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
-}
-
-// ---------------------------------------------------------------------------
-// authorization.k8s.io/v1beta1 has the same fields as v1, but spec.groups is
-// spelt "group" in JSON; the apiserver sends it when the authorizer's
-// subjectAccessReviewVersion is v1beta1. These copy between the two, field by
-// field, as the apiserver's own v1SpecToV1beta1Spec does.
-// ---------------------------------------------------------------------------
-
-func specFromV1beta1(in *authorizationv1beta1.SubjectAccessReviewSpec) *authorizationv1.SubjectAccessReviewSpec {
-	out := &authorizationv1.SubjectAccessReviewSpec{
-		User:   in.User,
-		Groups: in.Groups,
-		UID:    in.UID,
-	}
-	if ra := in.ResourceAttributes; ra != nil {
-		out.ResourceAttributes = &authorizationv1.ResourceAttributes{
-			Namespace:     ra.Namespace,
-			Verb:          ra.Verb,
-			Group:         ra.Group,
-			Version:       ra.Version,
-			Resource:      ra.Resource,
-			Subresource:   ra.Subresource,
-			Name:          ra.Name,
-			FieldSelector: ra.FieldSelector,
-			LabelSelector: ra.LabelSelector,
-		}
-	}
-	if nra := in.NonResourceAttributes; nra != nil {
-		out.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: nra.Path, Verb: nra.Verb}
-	}
-	if in.Extra != nil {
-		out.Extra = make(map[string]authorizationv1.ExtraValue, len(in.Extra))
-		for k, v := range in.Extra {
-			out.Extra[k] = authorizationv1.ExtraValue(v)
-		}
-	}
-	return out
-}
-
-func statusToV1beta1(in authorizationv1.SubjectAccessReviewStatus) authorizationv1beta1.SubjectAccessReviewStatus {
-	return authorizationv1beta1.SubjectAccessReviewStatus{
-		Allowed:         in.Allowed,
-		Denied:          in.Denied,
-		Reason:          in.Reason,
-		EvaluationError: in.EvaluationError,
-	}
 }

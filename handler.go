@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/example/webhook/convert"
 	"github.com/example/webhook/limits"
 )
 
@@ -543,7 +544,7 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 		req = review.Request
 	case *admissionv1beta1.AdmissionReview:
 		if review.Request != nil {
-			req = requestFromV1beta1(review.Request)
+			req = convert.RequestFromV1beta1(review.Request)
 		}
 	default:
 		// Registering any API group also registers a few unversioned meta
@@ -562,7 +563,7 @@ func encodeReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionRespon
 	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
 		return json.Marshal(&admissionv1beta1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-			Response: responseToV1beta1(resp),
+			Response: convert.ResponseToV1beta1(resp),
 		})
 	}
 	return json.Marshal(&admissionv1.AdmissionReview{
@@ -612,46 +613,4 @@ func verdict(resp *admissionv1.AdmissionResponse) string {
 	default:
 		return "denied"
 	}
-}
-
-// ---------------------------------------------------------------------------
-// admission.k8s.io/v1beta1 has the same fields as v1; the apiserver may
-// still send it to webhooks that list only "v1beta1" in
-// admissionReviewVersions. These copy between the two, field by field.
-// ---------------------------------------------------------------------------
-
-func requestFromV1beta1(in *admissionv1beta1.AdmissionRequest) *admissionv1.AdmissionRequest {
-	return &admissionv1.AdmissionRequest{
-		UID:                in.UID,
-		Kind:               in.Kind,
-		Resource:           in.Resource,
-		SubResource:        in.SubResource,
-		RequestKind:        in.RequestKind,
-		RequestResource:    in.RequestResource,
-		RequestSubResource: in.RequestSubResource,
-		Name:               in.Name,
-		Namespace:          in.Namespace,
-		Operation:          admissionv1.Operation(in.Operation),
-		UserInfo:           in.UserInfo,
-		Object:             in.Object,
-		OldObject:          in.OldObject,
-		DryRun:             in.DryRun,
-		Options:            in.Options,
-	}
-}
-
-func responseToV1beta1(in *admissionv1.AdmissionResponse) *admissionv1beta1.AdmissionResponse {
-	out := &admissionv1beta1.AdmissionResponse{
-		UID:              in.UID,
-		Allowed:          in.Allowed,
-		Result:           in.Result,
-		Patch:            in.Patch,
-		AuditAnnotations: in.AuditAnnotations,
-		Warnings:         in.Warnings,
-	}
-	if in.PatchType != nil {
-		pt := admissionv1beta1.PatchType(*in.PatchType)
-		out.PatchType = &pt
-	}
-	return out
 }
