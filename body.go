@@ -12,38 +12,35 @@ import (
 )
 
 // How a review's body is read. The apiserver writes a review from memory
-// the moment it has sent the headers, so a body that pauses or trickles
-// is not the apiserver's, and the budget must not be held by bytes that
-// were promised but never sent.
+// the moment it has sent the headers, so a body that pauses or trickles is
+// not the apiserver's, and the budget must not be held by bytes promised
+// but never sent.
 //
 // A body of up to smallBodyBytes, which is most reviews (testdata/ holds
 // reviews of 2 to 14 KB as the apiserver sent them), is read into a buffer
 // of its own, as net/http gives every connection buffers of its own: it is
-// bounded with the connections (maxConnections), not by the budget, and
-// never waits for anything but its bytes.
+// bounded with the connections (maxConnections), not by the budget.
 //
-// A larger body first delivers its first smallBodyBytes the same way. Then
-// it waits for its turn: one large body is read at a time. With the turn it
-// takes room in the byte budget as its bytes arrive: its buffer doubles
+// A larger body first delivers its first smallBodyBytes the same way, then
+// waits for its turn: one large body is read at a time. With the turn it
+// takes room in the byte budget as its bytes arrive, its buffer doubling
 // each time it fills, so it never holds room for more than twice what it
 // has received. Once complete it gives up the turn and keeps its room
 // until it is answered.
 //
-// Why this cannot deadlock. A deadlock needs requests that each hold room
-// and wait for room that only another of them can free. Here only one
-// request ever waits for room: the holder of the turn. It waits only for
-// requests that are decoding and answering, which wait for nothing and
-// give their room back when answered. The rest hold no room while they
-// wait: small bodies take none, and large ones wait for the turn before
-// they take any. The turn holder needs at most maxBodyBytes, and the
-// budget is never smaller (parseFlags), so it always fits once the
-// requests ahead of it are answered. TestLargeBodiesDoNotDeadlock drives
-// many large bodies at once through a budget that fits one.
+// Why this cannot deadlock: only one request ever waits for room, the
+// holder of the turn, and it waits only for requests that are decoding and
+// answering, which wait for nothing and give their room back when
+// answered. The rest hold no room while they wait: small bodies take none,
+// and large ones wait for the turn before they take any. The turn holder
+// needs at most maxBodyBytes, and the budget is never smaller
+// (parseFlags), so it always fits. TestLargeBodiesDoNotDeadlock drives many
+// large bodies at once through a budget that fits one.
 //
-// Every read is held to the clock: a body that sends nothing for
-// bodyStallTimeout, or arrives slower than minBodyRate after its first
-// bodyStallTimeout, is cut at once and its room given back. Time spent
-// waiting for the turn or for room is the server's, not the client's.
+// Every read is held to the clock (limits.BodyClock): a body that sends
+// nothing for bodyStallTimeout, or arrives slower than minBodyRate after
+// its first bodyStallTimeout, is cut at once and its room given back. Time
+// spent waiting for the turn or for room is the server's, not the client's.
 const (
 	// smallBodyBytes is the body read without the budget: one TLS record,
 	// the most one read from the connection returns.
@@ -52,15 +49,13 @@ const (
 	// bodyStallTimeout is how long a body may send nothing. The only pause
 	// in a body the apiserver writes from memory is a lost TCP segment,
 	// resent after Linux's shortest retransmission timeout, 200 ms; one
-	// second allows that twice over, and is still short enough that a
-	// client cannot hold anything for long by stopping.
+	// second allows that twice over.
 	bodyStallTimeout = time.Second
 
 	// minBodyRate is the slowest a body may arrive, in bytes per second,
 	// averaged from its start after bodyStallTimeout of grace. 1 MiB/s is
 	// 8 Mbit/s, a hundredth of a datacenter link: the largest review, 7 MiB,
-	// still has 8 s. A client that trickles a byte at a time, never
-	// stalling, is cut after the grace.
+	// still has 8 s.
 	minBodyRate = 1 << 20
 
 	// maxWaitingBodies is how many large bodies may wait for their turn.
@@ -214,9 +209,8 @@ func bodyFailed(err error, want string) bodyOutcome {
 }
 
 // overloaded answers a large review that cannot be read before its
-// deadline: overloadStatus, with no Retry-After (see overloadStatus), and a
-// message that says what to change. why completes "this review was
-// refused because".
+// deadline with overloadStatus and a message that says what to change. why
+// completes "this review was refused because".
 func (s *reviewServer) overloaded(clock *limits.BodyClock, ceiling int64, why string) bodyOutcome {
 	s.metrics.budgetRejection()
 	// Read the rest of the body, still on the clock, so that the client is

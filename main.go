@@ -36,39 +36,33 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
-	// readHeaderTimeout is how long a new connection has for its TLS
-	// handshake and its first request's headers, and a kept-alive one for
-	// the headers of the next once it has begun. The apiserver sends its few
-	// headers at once, right after a handshake of one or two round trips:
-	// milliseconds. A second is ample for that, and short enough that a
-	// client that opens connections and sends nothing, or half a header,
-	// gives its place back soon (limits.Listener closes it sooner still
-	// when the port is full).
+	// readHeaderTimeout is how long a connection has for its TLS handshake
+	// and a request's headers. The apiserver sends its few headers at once,
+	// after a handshake of one or two round trips: milliseconds. A second is
+	// ample, and short enough that a client that sends nothing, or half a
+	// header, gives its place back soon.
 	readHeaderTimeout = time.Second
 
-	// readTimeout and writeTimeout bound one review. The apiserver never
-	// waits longer than the largest webhook timeout, so neither need be
-	// longer. (A body is held to a stricter clock still: body.go.)
+	// readTimeout and writeTimeout bound one review: the apiserver never
+	// waits longer than the largest webhook timeout. (A body is held to a
+	// stricter clock still: body.go.)
 	readTimeout  = maxWebhookTimeout
 	writeTimeout = maxWebhookTimeout
 
 	// idleTimeout outlives the apiserver's own 90 s idle timeout, so it is
-	// always the client that closes a pooled connection. Were the server to
-	// close first, a review sent on that connection at the same moment
-	// would fail.
+	// always the client that closes a pooled connection: were the server
+	// to, a review sent on it at that moment would fail.
 	idleTimeout = 120 * time.Second
 
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
 
-	// maxConnections is the most connections the review port holds open at
-	// once (limits.Listener). Each costs memory whatever it sends: net/http's
-	// and crypto/tls's buffers, a goroutine's stack, and up to
-	// smallBodyBytes of body (body.go). bench/README.md measures it
-	// ("Hostile clients"): 256 connections, on top of the byte budget's worst
-	// case, stay under the Deployment's 64 MiB limit. It is also far more
-	// than the apiservers need: each keeps at most 25 idle connections to a
-	// webhook host (CONTRACT.md), and a review takes milliseconds.
+	// maxConnections is the most connections the review port holds open
+	// (limits.Listener). Each costs buffers, a goroutine's stack and up to
+	// smallBodyBytes of body: bench/README.md ("Hostile clients") measures
+	// 256, on top of the byte budget's worst case, under the Deployment's
+	// 64 MiB limit. The apiservers need far fewer: each keeps at most 25
+	// idle connections to a webhook host (CONTRACT.md).
 	maxConnections = 256
 
 	// maxMetricsConnections is the most connections the metrics port holds
@@ -76,11 +70,10 @@ const (
 	maxMetricsConnections = 16
 
 	// freshGrace and idleGrace are how long a connection is spared when the
-	// port is full: a new one that has not yet sent its first request
-	// header, which takes the apiserver and the kubelet milliseconds even
-	// when the webhook is busy; and an idle one since its last answer, which
-	// under load the apiserver reuses within milliseconds, so that the one
-	// connection a client is likeliest to be writing into is never closed.
+	// port is full: a new one without its first request header, which the
+	// apiserver and the kubelet send within milliseconds even when the
+	// webhook is busy; and an idle one since its last answer, which under
+	// load the apiserver reuses within milliseconds.
 	freshGrace = 250 * time.Millisecond
 	idleGrace  = time.Second
 
@@ -95,13 +88,11 @@ const (
 	http2MaxReadFrameSize     = 256 << 10
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// smallBodyBytes) held at once, as they are read and while they are
-	// decoded and answered. Decoding a review takes about three times its
-	// size, and the Go runtime lets the heap grow to twice what is live
-	// before it collects, so this, with maxConnections, keeps the shipped
-	// Deployment (limits.memory 64Mi) under its limit under any load
-	// (bench/README.md measures it), while one review of the largest size,
-	// maxBodyBytes, always fits.
+	// smallBodyBytes) held at once, as read and until answered. Decoding a
+	// review takes about three times its size, and the heap grows to twice
+	// what is live before a collection, so this, with maxConnections, keeps
+	// the shipped Deployment under its 64Mi limit under any load
+	// (bench/README.md measures it), while maxBodyBytes always fits.
 	defaultMaxInflightBytes = 8 << 20
 )
 
