@@ -25,9 +25,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/example/webhook/convert"
@@ -39,9 +37,7 @@ import (
 // at the apiserver's deadline for this call. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
-// ---------------------------------------------------------------------------
 // Responses. Each authorize function ends in one of these.
-// ---------------------------------------------------------------------------
 
 // noOpinion neither allows nor denies: the apiserver asks the next
 // authorizer in its configuration, and forbids the request if none allows
@@ -76,24 +72,14 @@ func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
 	}
 }
 
-// ---------------------------------------------------------------------------
 // SubjectAccessReview in, SubjectAccessReview out.
-// ---------------------------------------------------------------------------
 
 const wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
 
-// authorizationCodecs decodes SubjectAccessReview in the two versions the
-// apiserver sends (the authorizer's subjectAccessReviewVersion). Nothing else
-// is registered, so any other kind, an AdmissionReview included, fails to
-// decode.
-var authorizationCodecs = func() serializer.CodecFactory {
-	scheme := runtime.NewScheme()
-	// AddToScheme only fails on conflicting registrations, which two
-	// distinct group versions cannot have.
-	_ = authorizationv1.AddToScheme(scheme)
-	_ = authorizationv1beta1.AddToScheme(scheme)
-	return serializer.NewCodecFactory(scheme)
-}()
+// authorizationDecoder decodes SubjectAccessReview in the two versions the
+// apiserver sends (the authorizer's subjectAccessReviewVersion); any other
+// kind, an AdmissionReview included, fails to decode.
+var authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
 
 // subjectAccessReviews is the kind of review of an authorize function: a
 // SubjectAccessReview of authorization.k8s.io/v1 or v1beta1, answered in the
@@ -133,7 +119,7 @@ func subjectAccessReviews(authorize authorizeFunc) reviewKind {
 // and returns the version it came in with its spec as authorization.k8s.io/v1,
 // the one type the authorize functions see.
 func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
-	obj, gvk, err := authorizationCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantSubjectAccessReview)
 	}
@@ -143,9 +129,7 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 		spec = &review.Spec
 	case *authorizationv1beta1.SubjectAccessReview:
 		spec = convert.SpecFromV1beta1(&review.Spec)
-	default:
-		// Registering any API group also registers a few unversioned meta
-		// kinds, such as v1 Status, so the decoder accepts those too.
+	default: // an unversioned meta kind (decoderOf)
 		return schema.GroupVersionKind{}, nil, notA(*gvk, wantSubjectAccessReview)
 	}
 	// The apiserver sets exactly one (WebhookAuthorizer.Authorize); an

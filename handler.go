@@ -31,9 +31,7 @@ import (
 // ends at the apiserver's deadline for this call. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-// ---------------------------------------------------------------------------
 // Responses. Each admit function ends in one of these.
-// ---------------------------------------------------------------------------
 
 // allowed admits the request unchanged.
 func allowed() *admissionv1.AdmissionResponse {
@@ -42,11 +40,8 @@ func allowed() *admissionv1.AdmissionResponse {
 
 // allowedWithWarning admits the request unchanged and warns the user, for
 // a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
-// the message to one line, its point first: the apiserver drops a warning
-// with a control character (the generic path makes each a space), and
-// cuts every warning of a request to 256 characters once they total more
-// than 4096. A policy that patches and warns sets the Warnings of
-// patched's answer itself.
+// it to one line, its point first (legibleWarnings says why). A policy
+// that patches and warns sets the Warnings of patched's answer itself.
 func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
 }
@@ -88,10 +83,8 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// ---------------------------------------------------------------------------
-// Reading the object under review. Admit functions decode only the fields
-// they read: decoding a whole object costs as much again as the review.
-// ---------------------------------------------------------------------------
+// Reading the object under review: admit functions decode only the fields
+// they read, as decoding a whole object costs as much again as the review.
 
 // objectMetadata is the part of an object's metadata that most policies
 // read; the namespace is the request's (req.Namespace). A policy that reads
@@ -168,9 +161,7 @@ func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string 
 	return req.Namespace + "/" + name
 }
 
-// ---------------------------------------------------------------------------
 // HTTP ⇄ review: one generic path for every kind of review and route.
-// ---------------------------------------------------------------------------
 
 const (
 	// maxBodyBytes caps what a review may be. The apiserver accepts request
@@ -184,31 +175,22 @@ const (
 )
 
 // overloadStatus answers a review that cannot be served before its
-// deadline, and it is sent without Retry-After. This is what
-// kube-apiserver v1.37.1 does with it. The admission dispatchers call the
+// deadline, without Retry-After. kube-apiserver v1.37.1 calls an admission
 // webhook with client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/
 // plugin/webhook/validating/dispatcher.go, callHook; mutating likewise),
-// which retries an answered request only when it is a 429 or any 5xx that
-// carries Retry-After (k8s.io/client-go/rest/with_retry.go, checkWait and
-// IsNextRetry): up to 10 times (request.go, maxRetries), each after the
-// header's seconds, all within the same timeoutSeconds. Without the header
-// a 429 and a 503 fare alike: no retry; the Status sent here becomes the
-// call's error, and failurePolicy decides. With Fail the write is refused
-// with "failed calling webhook ...: <this message>"; with Ignore it goes on
-// without this webhook. No Retry-After, because this answer leaves only
-// overloadMargin of the deadline: a retry could not be served in time and
-// would only add another copy of the review to the load that caused it
-// (e2e TestOverloadAnswer sees one request per refused write). Tried with
-// Retry-After: 0, the apiserver sent the review again at once, and the
-// user saw "context deadline exceeded" instead of this message. 429 rather
-// than 503, because the apiserver records the code in
-// apiserver_admission_webhook_rejection_count{rejection_code}, where 429
-// says "overloaded" apart from the 503 it records itself when the webhook
-// cannot be reached at all (dispatcher.go: NewServiceUnavailable). On
-// /authorize the apiserver's authorization webhook client retries a 429
-// with backoff whatever the headers (k8s.io/apiserver/pkg/util/webhook,
-// DefaultShouldRetry; from 500 ms, 5 steps); a SubjectAccessReview is a
-// few hundred bytes, so its retry soon finds room.
+// which retries a 429 or 5xx only when it carries Retry-After
+// (k8s.io/client-go/rest/with_retry.go, checkWait and IsNextRetry). Without
+// it the Status's message becomes the call's error, and failurePolicy
+// decides: with Fail the write is refused with "failed calling webhook
+// ...: <this message>". A retry could not be served in the overloadMargin
+// left and would only add load (e2e TestOverloadAnswer sees one request per
+// refused write; with Retry-After: 0 the user saw "context deadline
+// exceeded" instead). 429, not 503, so that the apiserver's
+// apiserver_admission_webhook_rejection_count{rejection_code} tells it from
+// the 503 it records for a webhook it cannot reach (dispatcher.go:
+// NewServiceUnavailable). On /authorize the apiserver retries a 429 with
+// backoff whatever the headers (k8s.io/apiserver/pkg/util/webhook,
+// DefaultShouldRetry), and a SubjectAccessReview soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
 // overloadMargin is how long before a request's deadline it stops waiting
@@ -238,30 +220,21 @@ func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *review
 // reviews (admissionReviews) and SubjectAccessReviews (subjectAccessReviews,
 // in authorization.go).
 type reviewKind struct {
-	// name is what a body must be, for error messages: "an AdmissionReview
-	// of admission.k8s.io/v1 or admission.k8s.io/v1beta1".
-	name string
+	name string // what a body must be, for messages: wantAdmissionReview
 	// review decodes body, decides, and encodes the answer.
 	review func(ctx context.Context, body []byte) outcome
 }
 
 // outcome is what one request came to.
 type outcome struct {
-	code int    // the HTTP status
-	body []byte // the encoded review for code 200; otherwise a Status is written with message
-	// message is the Status's message when code is not 200.
-	message string
-	// verdict is the review's, for the log line and the metrics; "" when
-	// no review was answered.
-	verdict string
-	// attrs say what the review was, for its log line: its uid, kind,
-	// name, user. Never the object or any value of it: it may be a Secret.
-	attrs []slog.Attr
-	// panicked, when not nil, is what to log of a panic of the policy.
-	panicked []any
-	// cut is why the body was cut by the clock ("stalled", "too_slow"),
-	// for the metrics; "" when it was not.
-	cut string
+	code    int    // the HTTP status
+	body    []byte // the encoded review for code 200
+	message string // otherwise, the message of the Status written
+	verdict string // the review's, for the log line and the metrics; "" without one
+	// attrs name the review for its log line (admissionAttrs).
+	attrs    []slog.Attr
+	panicked []any  // when not nil, what to log of a panic of the policy
+	cut      string // why the body clock cut the body ("stalled", "too_slow"), or ""
 }
 
 // failed is the outcome of a request that has no review to answer.
@@ -270,11 +243,11 @@ func failed(code int, message string) outcome {
 }
 
 // handle returns the handler of one route. It checks the request in a
-// fixed order (method, content type, declared size, timeout, then the body
-// as it arrives, with room in the budget for a large one: body.go), answering each failure with the HTTP status that names it
-// and a metav1.Status body, whose message the apiserver passes to the
-// user. Then kind decodes the body, decides and encodes its answer: HTTP
-// 200, in the version it was asked in. One line is logged per review.
+// fixed order (method, content type, declared size, timeout, then the body:
+// body.go), answering each failure with its HTTP status and a
+// metav1.Status whose message the apiserver passes to the user. Then kind
+// decodes, decides and encodes: HTTP 200, in the version asked in. One
+// line is logged per review.
 func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -461,22 +434,26 @@ func reasonForCode(code int32) metav1.StatusReason {
 	}
 }
 
-// ---------------------------------------------------------------------------
 // Admission reviews: AdmissionReview in, AdmissionReview out.
-// ---------------------------------------------------------------------------
 
 const wantAdmissionReview = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
 
-// admissionCodecs decodes AdmissionReview in the two versions the apiserver
-// sends. Nothing else is registered, so any other kind fails to decode.
-var admissionCodecs = func() serializer.CodecFactory {
+// decoderOf decodes the kinds that add register, in the versions they
+// register, and nothing else: any other kind fails to decode, but for a
+// few unversioned meta kinds, such as v1 Status, that registering any API
+// group registers too. (AddToScheme fails only on conflicting
+// registrations, which distinct group versions cannot have.)
+func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 	scheme := runtime.NewScheme()
-	// AddToScheme only fails on conflicting registrations, which two
-	// distinct group versions cannot have.
-	_ = admissionv1.AddToScheme(scheme)
-	_ = admissionv1beta1.AddToScheme(scheme)
-	return serializer.NewCodecFactory(scheme)
-}()
+	for _, f := range add {
+		_ = f(scheme)
+	}
+	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
+}
+
+// admissionDecoder decodes AdmissionReview in the two versions the
+// apiserver sends.
+var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
 // admissionReviews is the kind of review of an admit function: an
 // AdmissionReview of admission.k8s.io/v1 or v1beta1, answered in the same
@@ -534,7 +511,7 @@ func admissionReviewsActing(admit admitFunc, action validationAction) reviewKind
 // version it came in with its request as admission.k8s.io/v1, the one type
 // the admit functions see.
 func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
-	obj, gvk, err := admissionCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
 	}
@@ -546,9 +523,7 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 		if review.Request != nil {
 			req = convert.RequestFromV1beta1(review.Request)
 		}
-	default:
-		// Registering any API group also registers a few unversioned meta
-		// kinds, such as v1 Status, so the decoder accepts those too.
+	default: // an unversioned meta kind (decoderOf)
 		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
 	}
 	if req == nil {
@@ -597,11 +572,10 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 }
 
 // verdict names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request (errored answers
-// with 400 for an object that does not decode, and a webhook's own failure
-// is a 5xx); any other refusal is "denied". A denial that
-// -validation-action lets through is "warned", "audited" or
-// "warned_and_audited" instead (validationAction.apply).
+// "errored" when the webhook could not judge the request (a 400 for an
+// object that does not decode, or a 5xx); any other refusal is "denied".
+// validationAction.apply may make a denial "warned", "audited" or
+// "warned_and_audited".
 func verdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
