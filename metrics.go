@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -70,28 +69,11 @@ func (m *metrics) request(route string, code int, verdict string, took time.Dura
 	if m == nil {
 		return
 	}
-	m.requests.Add(1, route, codeLabel(code))
+	m.requests.Add(1, route, promtext.CodeLabel(code))
 	if verdict != "" {
 		m.reviews.Add(1, route, verdict)
 	}
 	m.latency.Observe(took.Seconds(), route)
-}
-
-// codeLabels spells out every HTTP status code once, because
-// strconv.Itoa allocates for numbers over 99: one allocation per review.
-var codeLabels = func() (labels [600]string) {
-	for code := range labels {
-		labels[code] = strconv.Itoa(code)
-	}
-	return labels
-}()
-
-// codeLabel is an HTTP status code as a label value.
-func codeLabel(code int) string {
-	if code >= 0 && code < len(codeLabels) {
-		return codeLabels[code]
-	}
-	return strconv.Itoa(code)
 }
 
 // inFlightAdd counts requests to route in flight: +1 as one arrives, -1
