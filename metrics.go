@@ -11,26 +11,19 @@ import (
 	"github.com/example/webhook/promtext"
 )
 
-// The webhook's metrics, in the Prometheus text exposition format 0.0.4,
-// written with promtext/ (the root module depends on nothing beyond the
-// standard library, k8s.io/api and k8s.io/apimachinery). The names follow
+// The webhook's metrics, written with promtext/. The names follow
 // controller-runtime's controller_runtime_webhook_* with the prefix
-// webhook_, and the label "webhook" is the route's path, as there.
-//
-// No label carries anything from a request or its client: routes, HTTP
-// codes, verdicts, reasons and certificate names are a small fixed set,
-// and a review's object, namespace and user, and a client's address,
-// never become a label.
+// webhook_, and the label "webhook" is the route's path, as there. No label
+// carries anything from a request or its client (object, namespace, user,
+// address): every label value is from a small fixed set.
 
-// latencyBuckets are the upper bounds, in seconds, of the latency
-// histogram: a review takes well under a millisecond for a small object and
-// tens of milliseconds for a megabyte, and the apiserver gives up at
-// timeoutSeconds (at most 30 s).
+// latencyBuckets are the latency histogram's bounds, in seconds: a review
+// takes well under a millisecond for a small object, tens of milliseconds
+// for a megabyte, and the apiserver gives up at most at 30 s.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // metrics holds every series the webhook exports. A nil *metrics records
-// nothing, so the generic path needs no metrics to run (the tests' own
-// handlers have none).
+// nothing: the tests' own handlers have none.
 type metrics struct {
 	requests *promtext.CounterVec   // HTTP requests by route and code
 	reviews  *promtext.CounterVec   // reviews by route and verdict
@@ -76,9 +69,8 @@ func (m *metrics) request(route string, code int, verdict string, took time.Dura
 	m.latency.Observe(took.Seconds(), route)
 }
 
-// inFlightAdd counts requests to route in flight: +1 as one arrives, -1
-// once it is answered. (Not a func returned for defer: that closure would
-// cost an allocation per review.)
+// inFlightAdd counts requests to route in flight, +1 or -1. (Not a func
+// returned for defer: that closure would cost an allocation per review.)
 func (m *metrics) inFlightAdd(route string, delta int64) {
 	if m != nil {
 		m.inFlight.Add(delta, route)
@@ -126,8 +118,8 @@ func (m *metrics) reloadFailed(name string) {
 	}
 }
 
-// ServeHTTP writes every series in the text format, sorted, so that two
-// scrapes of the same state are the same bytes.
+// ServeHTTP writes every series, sorted: two scrapes of one state are the
+// same bytes.
 func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")

@@ -20,8 +20,8 @@ import (
 const (
 	// certPollInterval is how often the certificate files are read for a
 	// change. A Secret volume changes by swapping a ..data symlink, which a
-	// watch on one file's inode misses; reading the content catches every
-	// kind of change, and two small files every few seconds cost nothing.
+	// watch on one file's inode misses; reading two small files costs
+	// nothing.
 	certPollInterval = 2 * time.Second
 
 	// expiryWarning is how close to NotAfter a loaded certificate makes the
@@ -31,18 +31,15 @@ const (
 )
 
 // reloadable is a value parsed from files, such as a key pair or a CA pool,
-// that is replaced when the files' content changes. Readers always get the
-// last value that parsed; a change that does not parse is logged once and
-// otherwise ignored.
+// replaced when the files' content changes. Readers get the last value
+// that parsed; a change that does not parse is logged once.
 type reloadable[T any] struct {
-	what   string // names it in logs: "serving certificate", "client CA"
-	files  []string
-	parse  func(contents [][]byte) (*T, loaded, error)
-	logger *slog.Logger
-	// metrics gets the expiry of each load and each failed reload, under
-	// the name metricName ("serving", "client-ca").
-	metrics    *metrics
-	metricName string
+	what       string // names it in logs: "serving certificate", "client CA"
+	files      []string
+	parse      func(contents [][]byte) (*T, loaded, error)
+	logger     *slog.Logger
+	metrics    *metrics // each load's expiry and each failed reload,
+	metricName string   // under this name: "serving", "client-ca"
 
 	current atomic.Pointer[T]
 
@@ -50,8 +47,8 @@ type reloadable[T any] struct {
 	lastSum [sha256.Size]byte // of the content last tried, good or bad
 }
 
-// loaded is what a parse found besides the value: what to log about it,
-// and when it expires.
+// loaded is what a parse found besides the value: what to log, and the
+// expiry.
 type loaded struct {
 	attrs    []any
 	notAfter time.Time
@@ -61,9 +58,9 @@ type loaded struct {
 func (r *reloadable[T]) get() *T { return r.current.Load() }
 
 // load reads the files and, when they differ from the last read, parses
-// them and replaces the current value. Every distinct state of the files,
-// unreadable included, is tried once, so a bad change is reported once
-// rather than at every poll. changed reports whether a new state was seen.
+// them and replaces the current value. Each distinct state of the files,
+// unreadable included, is tried once, so a bad change is reported once,
+// not at every poll. changed reports whether a new state was seen.
 func (r *reloadable[T]) load() (changed bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -106,8 +103,8 @@ func (r *reloadable[T]) reloadIfChanged() {
 	}
 }
 
-// newKeyPairReloader loads the serving certificate and key. The log line
-// names the certificate so an operator can tell which one is served.
+// newKeyPairReloader loads the serving certificate and key, and logs which
+// one is served.
 func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger, m *metrics) *reloadable[tls.Certificate] {
 	return &reloadable[tls.Certificate]{
 		what:       "serving certificate",
@@ -180,10 +177,9 @@ func warnIfExpiring(logger *slog.Logger, what string, cert *x509.Certificate) {
 // tlsMinVersions are the values -tls-min-version takes.
 var tlsMinVersions = map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionTLS13}
 
-// tls12CipherSuites are the TLS 1.2 suites offered: forward-secret ECDHE key
-// exchange with AEAD ciphers only, for ECDSA and RSA certificates alike (a
-// user's CA may issue either). TLS 1.3 suites are not configurable and all
-// qualify.
+// tls12CipherSuites are the TLS 1.2 suites offered: ECDHE with AEAD only,
+// for ECDSA and RSA certificates alike (a user's CA may issue either). TLS
+// 1.3's are not configurable and all qualify.
 var tls12CipherSuites = []uint16{
 	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
 	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
@@ -194,13 +190,9 @@ var tls12CipherSuites = []uint16{
 }
 
 // newTLSConfig serves the current key pair and, when clientCAs is set,
-// verifies a client certificate if one is given.
-//
-// A certificate is only requested, not required, at the handshake: kubelet
-// probes /ping without one. The handshake fails for a certificate that does
-// not verify against the current client CA, so on a live connection a
-// client certificate is always a verified one; requireClient then decides
-// per route.
+// verifies a client certificate if one is given: only requested at the
+// handshake, as kubelet probes /ping without one, so requireClient decides
+// per route. A certificate that does not verify fails the handshake.
 func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificate], clientCAs *reloadable[x509.CertPool]) *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:   minVersion,
