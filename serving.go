@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -10,11 +9,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/example/webhook/reload"
 )
 
 const (
@@ -30,21 +28,18 @@ const (
 	expiryWarning = 7 * 24 * time.Hour
 )
 
-// reloadable is a value parsed from files, such as a key pair or a CA pool,
-// replaced when the files' content changes. Readers get the last value
-// that parsed; a change that does not parse is logged once.
+// reloadable is a certificate or a CA pool kept current from its files
+// (reload.Files), each load logged and its expiry in the metrics.
 type reloadable[T any] struct {
+	*reload.Files[T, loaded]
 	what       string // names it in logs: "serving certificate", "client CA"
-	files      []string
-	parse      func(contents [][]byte) (*T, loaded, error)
 	logger     *slog.Logger
 	metrics    *metrics // each load's expiry and each failed reload,
 	metricName string   // under this name: "serving", "client-ca"
+}
 
-	current atomic.Pointer[T]
-
-	mu      sync.Mutex
-	lastSum [sha256.Size]byte // of the content last tried, good or bad
+func newReloadable[T any](what, metricName string, logger *slog.Logger, m *metrics, parse func([][]byte) (*T, loaded, error), files ...string) *reloadable[T] {
+	return &reloadable[T]{Files: reload.New(what, parse, files...), what: what, logger: logger, metrics: m, metricName: metricName}
 }
 
 // loaded is what a parse found besides the value: what to log, and the
@@ -54,44 +49,15 @@ type loaded struct {
 	notAfter time.Time
 }
 
-// get returns the current value.
-func (r *reloadable[T]) get() *T { return r.current.Load() }
-
-// load reads the files and, when they differ from the last read, parses
-// them and replaces the current value. Each distinct state of the files,
-// unreadable included, is tried once, so a bad change is reported once,
-// not at every poll. changed reports whether a new state was seen.
+// load loads the files if they changed (reload.Files.Load), and logs and
+// counts a new value.
 func (r *reloadable[T]) load() (changed bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	contents := make([][]byte, len(r.files))
-	h := sha256.New()
-	var readErr error
-	for i, f := range r.files {
-		if contents[i], readErr = os.ReadFile(f); readErr != nil {
-			h.Write([]byte(readErr.Error()))
-			break
-		}
-		h.Write(contents[i])
-		h.Write([]byte{0}) // so moving bytes from one file to the next is a change
+	changed, info, err := r.Load()
+	if changed && err == nil {
+		r.metrics.certificate(r.metricName, info.notAfter)
+		r.logger.Info("loaded the "+r.what, info.attrs...)
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if sum == r.lastSum {
-		return false, nil
-	}
-	r.lastSum = sum
-	if readErr != nil {
-		return true, fmt.Errorf("reading the %s: %w", r.what, readErr)
-	}
-	v, info, err := r.parse(contents)
-	if err != nil {
-		return true, fmt.Errorf("the %s in %v does not load: %w", r.what, r.files, err)
-	}
-	r.current.Store(v)
-	r.metrics.certificate(r.metricName, info.notAfter)
-	r.logger.Info("loaded the "+r.what, info.attrs...)
-	return true, nil
+	return changed, err
 }
 
 // reloadIfChanged is load for a running server: a change that does not
@@ -106,66 +72,52 @@ func (r *reloadable[T]) reloadIfChanged() {
 // newKeyPairReloader loads the serving certificate and key, and logs which
 // one is served.
 func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger, m *metrics) *reloadable[tls.Certificate] {
-	return &reloadable[tls.Certificate]{
-		what:       "serving certificate",
-		files:      []string{certFile, keyFile},
-		logger:     logger,
-		metrics:    m,
-		metricName: "serving",
-		parse: func(c [][]byte) (*tls.Certificate, loaded, error) {
-			pair, err := tls.X509KeyPair(c[0], c[1])
-			if err != nil {
-				return nil, loaded{}, err
-			}
-			leaf := pair.Leaf // parsed by X509KeyPair
-			attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
-			warnIfExpiring(logger, "serving certificate", leaf)
-			return &pair, loaded{attrs, leaf.NotAfter}, nil
-		},
-	}
+	return newReloadable("serving certificate", "serving", logger, m, func(c [][]byte) (*tls.Certificate, loaded, error) {
+		pair, err := tls.X509KeyPair(c[0], c[1])
+		if err != nil {
+			return nil, loaded{}, err
+		}
+		leaf := pair.Leaf // parsed by X509KeyPair
+		attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
+		warnIfExpiring(logger, "serving certificate", leaf)
+		return &pair, loaded{attrs, leaf.NotAfter}, nil
+	}, certFile, keyFile)
 }
 
 // newCAReloader loads a PEM bundle of CA certificates, such as the client
 // CA; metricName names it in the metrics.
 func newCAReloader(what, metricName, file string, logger *slog.Logger, m *metrics) *reloadable[x509.CertPool] {
-	return &reloadable[x509.CertPool]{
-		what:       what,
-		files:      []string{file},
-		logger:     logger,
-		metrics:    m,
-		metricName: metricName,
-		parse: func(c [][]byte) (*x509.CertPool, loaded, error) {
-			pool := x509.NewCertPool()
-			var subjects []string
-			var firstExpiry time.Time
-			for rest := c[0]; ; {
-				var block *pem.Block
-				if block, rest = pem.Decode(rest); block == nil {
-					if len(bytes.TrimSpace(rest)) > 0 {
-						return nil, loaded{}, errors.New("trailing data that is not PEM")
-					}
-					break
+	return newReloadable(what, metricName, logger, m, func(c [][]byte) (*x509.CertPool, loaded, error) {
+		pool := x509.NewCertPool()
+		var subjects []string
+		var firstExpiry time.Time
+		for rest := c[0]; ; {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				if len(bytes.TrimSpace(rest)) > 0 {
+					return nil, loaded{}, errors.New("trailing data that is not PEM")
 				}
-				if block.Type != "CERTIFICATE" {
-					continue
-				}
-				cert, err := x509.ParseCertificate(block.Bytes)
-				if err != nil {
-					return nil, loaded{}, err
-				}
-				pool.AddCert(cert)
-				subjects = append(subjects, cert.Subject.String())
-				if firstExpiry.IsZero() || cert.NotAfter.Before(firstExpiry) {
-					firstExpiry = cert.NotAfter
-				}
-				warnIfExpiring(logger, what, cert)
+				break
 			}
-			if len(subjects) == 0 {
-				return nil, loaded{}, errors.New("no PEM certificate in it")
+			if block.Type != "CERTIFICATE" {
+				continue
 			}
-			return pool, loaded{[]any{"subjects", subjects}, firstExpiry}, nil
-		},
-	}
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, loaded{}, err
+			}
+			pool.AddCert(cert)
+			subjects = append(subjects, cert.Subject.String())
+			if firstExpiry.IsZero() || cert.NotAfter.Before(firstExpiry) {
+				firstExpiry = cert.NotAfter
+			}
+			warnIfExpiring(logger, what, cert)
+		}
+		if len(subjects) == 0 {
+			return nil, loaded{}, errors.New("no PEM certificate in it")
+		}
+		return pool, loaded{[]any{"subjects", subjects}, firstExpiry}, nil
+	}, file)
 }
 
 func warnIfExpiring(logger *slog.Logger, what string, cert *x509.Certificate) {
@@ -198,7 +150,7 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 		MinVersion:   minVersion,
 		CipherSuites: tls12CipherSuites,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return pair.get(), nil
+			return pair.Get(), nil
 		},
 		// The apiserver speaks HTTP/1.1 to every service-mode webhook and
 		// every non-loopback URL; offering h2 would only add attack surface.
@@ -220,7 +172,7 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 				intermediates.AddCert(c)
 			}
 			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				Roots:         clientCAs.get(),
+				Roots:         clientCAs.Get(),
 				Intermediates: intermediates,
 				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 			})
