@@ -2,15 +2,13 @@ package main
 
 // The authorization half: POST /authorize answers kube-apiserver's
 // authorization webhook, which POSTs a SubjectAccessReview before it serves
-// a request and reads only the status of the answer. The contract is the
-// apiserver's, in k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go
-// (WebhookAuthorizer.Authorize, v1.37.1):
-//
-//   - status.allowed true allows the request; no later authorizer runs;
-//   - status.denied true (with allowed false) denies it; no later authorizer
-//     runs, and status.reason reaches the user in the Forbidden message;
+// a request and reads only the answer's status, as
+// k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go
+// (WebhookAuthorizer.Authorize, v1.37.1) says:
+//   - allowed allows the request; denied (alone) denies it, status.reason
+//     ending the user's Forbidden message; no later authorizer runs;
 //   - neither is no opinion: the next authorizer (RBAC) decides;
-//   - both is a malformed answer, which it treats as a deny with an error;
+//   - both is malformed, which it treats as a deny with an error;
 //   - an answer other than HTTP 200, or none, is the authorizer's
 //     failurePolicy (NoOpinion or Deny), after a retry of 429s, 5xx and
 //     dropped connections (k8s.io/apiserver/pkg/util/webhook,
@@ -31,24 +29,22 @@ import (
 	"github.com/example/webhook/convert"
 )
 
-// authorizeFunc decides on one SubjectAccessReview. It sees neither HTTP nor
-// globals, and answers with noOpinion, deniedBecause or allowedBecause. spec
-// has exactly one of ResourceAttributes and NonResourceAttributes. ctx ends
-// at the apiserver's deadline for this call. policy.go makes them.
+// authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
+// one of ResourceAttributes and NonResourceAttributes, with noOpinion,
+// deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
+// globals, and ctx ends at the apiserver's deadline. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
 // Responses. Each authorize function ends in one of these.
 
 // noOpinion neither allows nor denies: the apiserver asks the next
-// authorizer in its configuration, and forbids the request if none allows
-// it.
+// authorizer, and forbids the request if none allows it.
 func noOpinion() authorizationv1.SubjectAccessReviewStatus {
 	return authorizationv1.SubjectAccessReviewStatus{}
 }
 
-// deniedBecause denies the request outright: no later authorizer is asked,
-// so RBAC cannot allow it. The apiserver ends its Forbidden message, which
-// kubectl prints, with reason.
+// deniedBecause denies the request outright, so RBAC cannot allow it. The
+// apiserver ends its Forbidden message, which kubectl prints, with reason.
 func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
 	return authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: reason}
 }
@@ -82,8 +78,8 @@ const wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v
 var authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
 
 // subjectAccessReviews is the kind of review of an authorize function: a
-// SubjectAccessReview of authorization.k8s.io/v1 or v1beta1, answered in the
-// same version with only its status, the one part the apiserver reads.
+// SubjectAccessReview of v1 or v1beta1, answered in the same version with
+// only its status, the one part the apiserver reads.
 func subjectAccessReviews(authorize authorizeFunc) reviewKind {
 	return reviewKind{name: wantSubjectAccessReview, review: func(ctx context.Context, body []byte) outcome {
 		gvk, spec, err := decodeSubjectAccessReview(body)
@@ -115,9 +111,8 @@ func subjectAccessReviews(authorize authorizeFunc) reviewKind {
 	}}
 }
 
-// decodeSubjectAccessReview decodes a SubjectAccessReview of either version
-// and returns the version it came in with its spec as authorization.k8s.io/v1,
-// the one type the authorize functions see.
+// decodeSubjectAccessReview is decodeReview for a SubjectAccessReview: its
+// version, and its spec as authorization.k8s.io/v1.
 func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
 	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
 	if err != nil {
@@ -154,7 +149,7 @@ func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorization
 }
 
 // authorizationAttrs names a SubjectAccessReview for its log line: who, which
-// verb, on what. Never its groups, extra or uid: the apiserver's own audit log
+// verb, on what. Never its groups, extra or uid: the apiserver's audit log
 // has those, and extra may carry tokens' claims.
 func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.Attr {
 	attrs := make([]slog.Attr, 0, 6)

@@ -13,16 +13,11 @@ import (
 
 // How a review's body is read. The apiserver writes a review from memory
 // the moment it has sent the headers, so a body that pauses or trickles is
-// not the apiserver's, and the budget must not be held by bytes promised
-// but never sent.
-//
-// A body of up to smallBodyBytes, which is most reviews (testdata/ holds
-// reviews of 2 to 14 KB as the apiserver sent them), is read into a buffer
-// of its own, as net/http gives every connection buffers of its own: it is
-// bounded with the connections (maxConnections), not by the budget.
-//
-// A larger body first delivers its first smallBodyBytes the same way, then
-// waits for its turn: one large body is read at a time. With the turn it
+// not the apiserver's, and must not hold the budget with bytes it never
+// sends. A body of up to smallBodyBytes, most reviews (testdata/ holds the
+// apiserver's of 2 to 14 KB), is read into a buffer of its own, bounded
+// with the connections (maxConnections), not by the budget. A larger one
+// then waits for its turn (one large body is read at a time) and with it
 // takes room in the byte budget as its bytes arrive, its buffer doubling
 // each time it fills, so it never holds room for more than twice what it
 // has received. Once complete it gives up the turn and keeps its room
@@ -66,8 +61,7 @@ const (
 )
 
 // bodyOutcome is what reading a body came to: the body and the room it
-// holds in the budget (given back once it is answered), or the answer to
-// give instead of a review.
+// holds in the budget until answered, or the answer to give instead.
 type bodyOutcome struct {
 	body []byte
 	held int64
