@@ -72,18 +72,9 @@ func (a validationAction) String() string {
 	return "deny"
 }
 
-// validationActionFlag is -validation-action.
-type validationActionFlag struct{ action *validationAction }
-
-func (f validationActionFlag) String() string {
-	if f.action == nil {
-		return "deny"
-	}
-	return f.action.String()
-}
-
-// Set takes deny, warn, audit, or warn,audit in either order.
-func (f validationActionFlag) Set(s string) error {
+// Set is -validation-action's: it takes deny, warn, audit, or warn,audit
+// in either order.
+func (a *validationAction) Set(s string) error {
 	parts := strings.Split(s, ",")
 	slices.Sort(parts)
 	if joined := strings.Join(parts, ","); joined == "audit,warn" {
@@ -91,7 +82,7 @@ func (f validationActionFlag) Set(s string) error {
 	}
 	for _, v := range validationActions {
 		if v.name == s {
-			*f.action = v.action
+			*a = v.action
 			return nil
 		}
 	}
