@@ -26,9 +26,9 @@ import (
 	"github.com/example/webhook/limits"
 )
 
-// admitFunc decides on one admission request. It sees neither HTTP nor
-// globals, never returns nil, and leaves the response's UID to serve. ctx
-// ends at the apiserver's deadline for this call. policy.go makes them.
+// admitFunc decides on one admission request, never returning nil. It sees
+// neither HTTP nor globals, leaves the UID to serve, and its ctx ends at
+// the apiserver's deadline. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 // Responses. Each admit function ends in one of these.
@@ -72,8 +72,8 @@ func denied(message string) *admissionv1.AdmissionResponse {
 }
 
 // errored refuses a request the webhook could not judge, such as one whose
-// object does not decode. The HTTP answer is still 200: the review itself
-// was fine, and the apiserver shows the message only from a review.
+// object does not decode, still with HTTP 200: the apiserver shows the
+// message only from a review.
 func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -87,8 +87,7 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 // they read, as decoding a whole object costs as much again as the review.
 
 // objectMetadata is the part of an object's metadata that most policies
-// read; the namespace is the request's (req.Namespace). A policy that reads
-// more of the object decodes it with decodeObject into a struct of its own.
+// read; the namespace is req.Namespace. For more, use decodeObject.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`
@@ -100,10 +99,9 @@ type objectMetadata struct {
 	Missing bool `json:"-"`
 }
 
-// objectMeta decodes the metadata of the object under review, obj being
-// req.Object or req.OldObject. It works for any kind, custom resources
-// included, and skips the rest of metadata, managedFields above all, which
-// is most of the work of decoding it.
+// objectMeta decodes the metadata of req.Object or req.OldObject, of any
+// kind, skipping the rest of metadata: managedFields above all, most of
+// the work of decoding it.
 func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
 	var partial struct {
 		Metadata *objectMetadata `json:"metadata"`
@@ -194,13 +192,11 @@ const (
 const overloadStatus = http.StatusTooManyRequests
 
 // overloadMargin is how long before a request's deadline it stops waiting
-// for the byte budget, so that its answer still reaches the apiserver in
-// time.
+// for the byte budget, so that its answer still arrives in time.
 const overloadMargin = 250 * time.Millisecond
 
 // reviewServer is what every review route shares: the log, the metrics,
-// and the byte budget with the turn of large bodies (body.go). With only a
-// logger it serves with neither metrics nor budget.
+// and the byte budget with the turn of large bodies (body.go).
 type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
@@ -310,9 +306,8 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 	return kind.review(ctx, read.body)
 }
 
-// requestContext ends the request's context at the deadline the apiserver
-// sets with ?timeout= (a Go duration, such as "10s"). Without it, the
-// largest webhook timeout applies.
+// requestContext ends the request's context at the apiserver's ?timeout=
+// (a Go duration, such as "10s"), or else at maxWebhookTimeout.
 func requestContext(r *http.Request) (context.Context, context.CancelFunc, error) {
 	timeout := maxWebhookTimeout
 	if q, ok := timeoutParameter(r.URL.RawQuery); ok {
@@ -326,9 +321,8 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc, error
 	return ctx, cancel, nil
 }
 
-// timeoutParameter returns the first timeout=VALUE of a raw query string.
-// It reads the one parameter it needs instead of building the map of all of
-// them, as r.URL.Query() does on every review (two allocations).
+// timeoutParameter returns the first timeout=VALUE of a raw query string,
+// without r.URL.Query()'s map of them all (two allocations per review).
 func timeoutParameter(rawQuery string) (string, bool) {
 	for rest := rawQuery; rest != ""; {
 		var pair string
@@ -370,8 +364,7 @@ func notA(gvk schema.GroupVersionKind, want string) error {
 
 // callSafely calls decide and turns a panic into log attributes instead of
 // a dropped connection. The panic's value is logged only when the runtime
-// made it: a value the policy made may hold the object's contents, which
-// may be a Secret's.
+// made it: one the policy made may hold a Secret's contents.
 func callSafely[T any](decide func() T) (result T, panicked []any) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -407,8 +400,7 @@ func writeStatus(w http.ResponseWriter, code int, message string) {
 	_, _ = w.Write(out)
 }
 
-// reasonForCode maps the HTTP codes this webhook answers with to the
-// machine-readable reason Kubernetes clients switch on.
+// reasonForCode is the reason Kubernetes clients switch on for each code.
 func reasonForCode(code int32) metav1.StatusReason {
 	switch code {
 	case http.StatusBadRequest:
@@ -456,10 +448,9 @@ func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
 // admissionReviews is the kind of review of an admit function: an
-// AdmissionReview of admission.k8s.io/v1 or v1beta1, answered in the same
-// version with the request's uid. A review whose object the admit function
-// cannot judge is still answered with 200: "respond 200 whenever an
-// AdmissionResponse can be sent; the true status is in response.status".
+// AdmissionReview of v1 or v1beta1, answered in the same version with the
+// request's uid, and with 200 whenever an AdmissionResponse can be sent
+// (the true status is in response.status).
 func admissionReviews(admit admitFunc) reviewKind {
 	return admissionReviewsActing(admit, validationAction{})
 }
@@ -507,9 +498,8 @@ func admissionReviewsActing(admit admitFunc, action validationAction) reviewKind
 	}}
 }
 
-// decodeReview decodes an AdmissionReview of either version and returns the
-// version it came in with its request as admission.k8s.io/v1, the one type
-// the admit functions see.
+// decodeReview decodes an AdmissionReview of either version: its version,
+// and its request as admission.k8s.io/v1, the one type admit functions see.
 func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
 	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
@@ -532,8 +522,7 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 	return *gvk, req, nil
 }
 
-// encodeReview encodes an AdmissionReview holding only resp, in the version
-// the request came in.
+// encodeReview encodes an AdmissionReview of resp in the request's version.
 func encodeReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
 	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
 		return json.Marshal(&admissionv1beta1.AdmissionReview{

@@ -1,8 +1,7 @@
 // Command webhook is a Kubernetes admission and authorization webhook: POST
-// /mutate answers with a JSON Patch, POST /validate allows or denies, POST
-// /authorize answers the apiserver's SubjectAccessReviews, and GET /ping
-// answers probes. What it admits, changes and denies is the policy, all of
-// it in policy.go; this file holds the server's own flags and its lifecycle.
+// /mutate patches, /validate allows or denies, /authorize answers
+// SubjectAccessReviews, and GET /ping answers probes. The policy is all in
+// policy.go; this file holds the server's flags and its lifecycle.
 package main
 
 import (
@@ -120,14 +119,11 @@ type config struct {
 	listen   string
 	certFile string
 	keyFile  string
-	// certConfigured is true when the certificate came from a flag or the
-	// environment, and so must not be replaced by a development one.
-	certConfigured bool
-	// policy is what policy.go's flags configured.
-	policy policy
-	// validationAction is what /validate does with the policy's denials
-	// (rollout.go).
-	validationAction validationAction
+	// certConfigured is true for a certificate from a flag or the
+	// environment, never replaced by a development one.
+	certConfigured   bool
+	policy           policy           // what policy.go's flags configured
+	validationAction validationAction // what /validate does with denials (rollout.go)
 
 	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
@@ -206,10 +202,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 }
 
 // run is the whole program: it serves until ctx is done, then shuts down
-// gracefully. It returns instead of exiting, so tests drive it directly.
-// stdin is for subcommands that read a file named "-".
-// `webhook certs ...` makes certificates instead (see runCerts), and
-// `webhook doctor ...` diagnoses a webhook configuration (package doctor).
+// gracefully, returning instead of exiting so that tests drive it. `webhook
+// certs` (runCerts) and `webhook doctor` (package doctor, which reads stdin
+// for a file named "-") run instead when named.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return runCerts(args[1:], time.Now(), stdout, stderr)
@@ -402,11 +397,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return nil
 }
 
-// serverErrorLog is net/http's error log: warnings, but for failed TLS
-// handshakes, which a client that connects and sends nothing, or anything
-// but TLS, makes one of per connection: at debug level, so that such a
-// client cannot flood the log. webhook_connections_closed_total counts
-// those that timed out.
+// serverErrorLog is net/http's error log: warnings, but failed TLS
+// handshakes, one per connection of a client that sends nothing or not TLS,
+// at debug level, so that it cannot flood the log.
+// webhook_connections_closed_total counts those that timed out.
 func serverErrorLog(logger *slog.Logger) *log.Logger {
 	return log.New(logWriterFunc(func(p []byte) (int, error) {
 		level := slog.LevelWarn
@@ -422,9 +416,9 @@ type logWriterFunc func([]byte) (int, error)
 
 func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
 
-// loadOrCreateKeyPair loads the serving certificate. When none is
-// configured and the default one does not exist, it first makes a
-// development one, so that a new user's `go run .` serves at once.
+// loadOrCreateKeyPair loads the serving certificate, first making a
+// development one when none is configured and the default does not exist,
+// so that a new user's `go run .` serves at once.
 func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
 		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
