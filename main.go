@@ -27,6 +27,7 @@ import (
 
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
+	"github.com/example/webhook/reload"
 )
 
 const (
@@ -341,29 +342,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		"max_inflight_bytes", cfg.maxInflightBytes, "validation_action", cfg.validationAction, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
-	stopReloading := make(chan struct{})
-	reloaderDone := make(chan struct{})
-	go func() {
-		defer close(reloaderDone)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		tick := time.NewTicker(certPollInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopReloading:
-				return
-			case <-hup:
-				logger.Info("SIGHUP: re-reading certificates")
-			case <-tick.C:
-			}
-			for _, r := range reloadables {
-				r.reloadIfChanged()
-			}
+	stopReloading := reload.Poll(certPollInterval, func() { logger.Info("SIGHUP: re-reading certificates") }, func() {
+		for _, r := range reloadables {
+			r.reloadIfChanged()
 		}
-	}()
-	defer func() { close(stopReloading); <-reloaderDone }()
+	})
+	defer stopReloading()
 
 	select {
 	case err := <-serveErr:

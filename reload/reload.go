@@ -10,8 +10,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"os/signal"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 )
 
 // Files is a value parsed from files, replaced when their content changes.
@@ -71,4 +74,29 @@ func (f *Files[T, I]) Load() (changed bool, info I, err error) {
 	}
 	f.current.Store(v)
 	return true, info, nil
+}
+
+// Poll calls reload every interval, and on SIGHUP after calling hup, until
+// the stop it returns is called; stop returns once reload has.
+func Poll(interval time.Duration, hup, reload func()) (stop func()) {
+	done, stopped := make(chan struct{}), make(chan struct{})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGHUP)
+	go func() {
+		defer close(stopped)
+		defer signal.Stop(sig)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-sig:
+				hup()
+			case <-tick.C:
+			}
+			reload()
+		}
+	}()
+	return func() { close(done); <-stopped }
 }

@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestLoad changes a file through good and bad states: each new state is
@@ -55,5 +58,35 @@ func TestLoad(t *testing.T) {
 	}
 	if _, _, err := f.Load(); err == nil || !strings.HasPrefix(err.Error(), "reading the test value: ") {
 		t.Errorf("a missing file: got %v, want an error reading it", err)
+	}
+}
+
+// TestPoll: reload runs on the timer, and at once on SIGHUP after hup;
+// neither runs once stop has returned.
+func TestPoll(t *testing.T) {
+	var hups, reloads atomic.Int32
+	stop := Poll(20*time.Millisecond, func() { hups.Add(1) }, func() { reloads.Add(1) })
+	waitFor := func(what string, n *atomic.Int32, want int32) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); n.Load() < want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: got %d calls, want %d", what, n.Load(), want)
+			}
+		}
+	}
+	waitFor("reload on the timer", &reloads, 2)
+	self, err := os.FindProcess(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := self.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("hup on SIGHUP", &hups, 1)
+	stop()
+	after := reloads.Load()
+	time.Sleep(60 * time.Millisecond)
+	if got := reloads.Load(); got != after {
+		t.Errorf("reload ran %d times after stop, want none", got-after)
 	}
 }
