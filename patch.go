@@ -139,9 +139,8 @@ type objectPatch struct {
 	err    error
 }
 
-// patchObject starts a patch of obj, req.Object. It decodes the whole
-// object once more, as JSON, so only policies that patch below metadata
-// pay for it; setLabels and setAnnotations do not need it.
+// patchObject starts a patch of obj, req.Object, decoding it whole once
+// more: setLabels and setAnnotations do without that cost.
 func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
 	p := &objectPatch{}
 	if err := decodeObject(obj, &p.object); err != nil {
@@ -153,19 +152,17 @@ func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
 	return p, nil
 }
 
-// set makes the field at path hold value, creating the parents that are
-// missing or null. When value and the field are both objects, each field
-// of value is set in turn and the field's others are kept; any other value
-// replaces the field's (a list as a whole: appendTo adds to one).
+// set makes the field at path hold value, creating missing or null
+// parents. An object value is set field by field into an object there,
+// keeping its other fields; any other value, a list too, replaces it.
 func (p *objectPatch) set(value any, path ...string) { p.change(value, path, false) }
 
-// setDefault is set only where the field is missing or null: a default.
-// A value that is an object sets each of its fields so, into an object the
-// object has: the fields it has keep their values.
+// setDefault is set only where the field is missing or null, field by
+// field for an object value: the fields the object has keep their values.
 func (p *objectPatch) setDefault(value any, path ...string) { p.change(value, path, true) }
 
-// appendTo appends value to the list at path, creating the list, and the
-// parents that are missing, when the object has none.
+// appendTo appends value to the list at path, creating the list and its
+// missing parents when the object has none.
 func (p *objectPatch) appendTo(value any, path ...string) {
 	v, ok := p.jsonValue(value)
 	if !ok || !p.hasPath(path) {

@@ -1,22 +1,20 @@
 package main
 
-// Rolling a policy out: -validation-action says what becomes of the
-// policy's denials on /validate, so that a new policy can run against live
-// traffic, its would-be denials seen and counted, before it refuses
-// anything: the choice of ValidatingAdmissionPolicy's validationActions
-// (Deny, Warn, Audit), Gatekeeper's enforcementAction and Kyverno's
-// validationFailureAction.
+// Rolling a policy out: -validation-action lets a new policy run against
+// live traffic, its would-be denials seen and counted, before it refuses
+// anything, as ValidatingAdmissionPolicy's validationActions (Deny, Warn,
+// Audit), Gatekeeper's enforcementAction and Kyverno's
+// validationFailureAction do.
 //
-// What the apiserver does with an answer's warnings and audit annotations
-// is in k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/validating/
-// dispatcher.go (webhookDispatcher.callHook), for v1 and v1beta1 answers
-// alike (pkg/admission/plugin/webhook/request/admissionreview.go,
-// VerifyAdmissionResponse): each warning reaches the client as a
-// "Warning: 299" header (warning.AddWarning), which kubectl prints,
-// allowed or not; each audit annotation is stored as "<webhook-name>/<key>"
-// by Attributes.AddAnnotation (pkg/admission/attributes.go) at level
-// Metadata, so it is in every audit event of the request recorded at
-// Metadata or above.
+// What the apiserver does with warnings and audit annotations is in
+// k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/validating/
+// dispatcher.go (webhookDispatcher.callHook), for v1 and v1beta1 alike
+// (pkg/admission/plugin/webhook/request/admissionreview.go,
+// VerifyAdmissionResponse): each warning reaches the client as a "Warning:
+// 299" header (warning.AddWarning), which kubectl prints, allowed or not;
+// each audit annotation is stored as "<webhook-name>/<key>"
+// (Attributes.AddAnnotation, pkg/admission/attributes.go) at level
+// Metadata, in every audit event of the request at Metadata or above.
 
 import (
 	"errors"
@@ -33,26 +31,20 @@ import (
 // validationAction is what /validate does with a denial of the policy's:
 // the zero value denies it; warn and audit allow it instead, and tell the
 // user (warn), the apiserver's audit log (audit), or both. The policy never
-// knows which.
+// knows which. It is /validate's alone: a mutating route refuses because
+// it cannot make the object right, and softening that would store the
+// object unfixed (MutatingAdmissionPolicy has no validationActions either).
 //
-// It is /validate's alone: allowing what a validating policy refuses
-// changes only the verdict, but a mutating route refuses because it cannot
-// make the object right, and softening that would store the object
-// unfixed (ValidatingAdmissionPolicy has validationActions,
-// MutatingAdmissionPolicy none).
-//
-// Only what verdict calls "denied" is softened: the policy's decision that
-// the object is not acceptable. An errored answer (an object that does not
-// decode, the webhook's own failure) is no decision about the object, so
-// it stays a refusal, counted as "errored", under every action: what warn
-// and audit count is exactly what deny will refuse. A panic's 500 is left
-// to failurePolicy.
+// Only what verdict calls "denied", the policy's decision, is softened. An
+// errored answer (an object that does not decode, the webhook's own
+// failure) is no decision about the object: it stays a refusal, counted as
+// "errored", under every action, so that what warn and audit count is
+// exactly what deny will refuse. A panic's 500 is left to failurePolicy.
 type validationAction struct {
 	warn, audit bool
 }
 
-// validationActions are the values -validation-action takes, each with its
-// action.
+// validationActions are the values -validation-action takes.
 var validationActions = []struct {
 	name   string
 	action validationAction
@@ -107,10 +99,9 @@ const (
 	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
 
 	// maxWarningRunes is the most runes of warnings the apiserver passes on
-	// whole for one request (truncateAtTotalRunes, 4096, in
-	// k8s.io/apiserver/pkg/endpoints/filters/warning.go, recorder.AddWarning).
-	// Past that it cuts every warning of the request to its first 256 runes
-	// (truncateItemRunes), so a warning's first words matter most.
+	// whole for one request (truncateAtTotalRunes in
+	// k8s.io/apiserver/pkg/endpoints/filters/warning.go); past that it cuts
+	// each to its first 256 (truncateItemRunes): first words matter most.
 	maxWarningRunes = 4 << 10
 )
 

@@ -23,8 +23,8 @@ const (
 	certPollInterval = 2 * time.Second
 
 	// expiryWarning is how close to NotAfter a loaded certificate makes the
-	// log warn; cert-manager renews at two thirds of the lifetime, so a
-	// certificate this close to expiry means renewal is not happening.
+	// log warn: cert-manager renews at two thirds of the lifetime, so this
+	// close means renewal is not happening.
 	expiryWarning = 7 * 24 * time.Hour
 )
 
@@ -182,11 +182,10 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 	return cfg
 }
 
-// requireClient lets a request through only with a client certificate (one
-// the handshake verified against the client CA) whose Common Name is in
-// allowed; an empty allowed admits any name that CA signed. This is what
-// kube-apiserver does with --requestheader-client-ca-file and
-// --requestheader-allowed-names.
+// requireClient lets a request through only with a client certificate,
+// verified at the handshake, whose Common Name is in allowed (any, when
+// empty), as kube-apiserver's --requestheader-client-ca-file and
+// --requestheader-allowed-names do.
 func requireClient(logger *slog.Logger, allowed []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
