@@ -400,30 +400,25 @@ func writeStatus(w http.ResponseWriter, code int, message string) {
 	_, _ = w.Write(out)
 }
 
-// reasonForCode is the reason Kubernetes clients switch on for each code.
+// reasonForCode is the reason Kubernetes clients switch on for each code
+// the webhook answers with: StatusReasonInternalError for any other.
 func reasonForCode(code int32) metav1.StatusReason {
-	switch code {
-	case http.StatusBadRequest:
-		return metav1.StatusReasonBadRequest
-	case http.StatusUnauthorized:
-		return metav1.StatusReasonUnauthorized
-	case http.StatusForbidden:
-		return metav1.StatusReasonForbidden
-	case http.StatusMethodNotAllowed:
-		return metav1.StatusReasonMethodNotAllowed
-	case http.StatusRequestTimeout:
-		return metav1.StatusReasonTimeout
-	case http.StatusRequestEntityTooLarge:
-		return metav1.StatusReasonRequestEntityTooLarge
-	case http.StatusUnsupportedMediaType:
-		return metav1.StatusReasonUnsupportedMediaType
-	case http.StatusTooManyRequests:
-		return metav1.StatusReasonTooManyRequests
-	case http.StatusServiceUnavailable:
-		return metav1.StatusReasonServiceUnavailable
-	default:
-		return metav1.StatusReasonInternalError
+	if reason, ok := reasonsForCodes[code]; ok {
+		return reason
 	}
+	return metav1.StatusReasonInternalError
+}
+
+var reasonsForCodes = map[int32]metav1.StatusReason{
+	http.StatusBadRequest:            metav1.StatusReasonBadRequest,
+	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,
+	http.StatusForbidden:             metav1.StatusReasonForbidden,
+	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
+	http.StatusRequestTimeout:        metav1.StatusReasonTimeout,
+	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
+	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
+	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
 }
 
 // Admission reviews: AdmissionReview in, AdmissionReview out.

@@ -183,14 +183,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
 	}
 	for _, f := range []struct {
-		path      *string
-		env, def  string
-		flagIsSet bool
-	}{
-		{&cfg.certFile, "TLS_CERT", defaultCertFile, cfg.certFile != ""},
-		{&cfg.keyFile, "TLS_KEY", defaultKeyFile, cfg.keyFile != ""},
-	} {
-		if !f.flagIsSet {
+		path     *string
+		env, def string
+	}{{&cfg.certFile, "TLS_CERT", defaultCertFile}, {&cfg.keyFile, "TLS_KEY", defaultKeyFile}} {
+		if *f.path == "" { // not given as a flag
 			*f.path = getenv(f.env)
 		}
 		if *f.path == "" {
