@@ -35,8 +35,6 @@ import (
 // globals, and ctx ends at the apiserver's deadline. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
-// Responses. Each authorize function ends in one of these.
-
 // noOpinion neither allows nor denies: the apiserver asks the next
 // authorizer, and forbids the request if none allows it.
 func noOpinion() authorizationv1.SubjectAccessReviewStatus {
@@ -67,8 +65,6 @@ func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
 		return "no_opinion"
 	}
 }
-
-// SubjectAccessReview in, SubjectAccessReview out.
 
 const wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
 

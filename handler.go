@@ -31,8 +31,6 @@ import (
 // the apiserver's deadline. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
-// Responses. Each admit function ends in one of these.
-
 // allowed admits the request unchanged.
 func allowed() *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true}
@@ -83,11 +81,10 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// Reading the object under review: admit functions decode only the fields
-// they read, as decoding a whole object costs as much again as the review.
-
 // objectMetadata is the part of an object's metadata that most policies
-// read; the namespace is req.Namespace. For more, use decodeObject.
+// read; the namespace is req.Namespace. For more, decodeObject decodes
+// only the fields a policy reads: the whole object costs as much again as
+// the review.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`
@@ -143,8 +140,7 @@ func decodeObject(obj runtime.RawExtension, into any) error {
 }
 
 // objectName names the object for a message: "namespace/name", or "name"
-// for a cluster-scoped one. On CREATE with generateName the name is not
-// chosen yet, so the prefix is shown instead.
+// if cluster-scoped; on CREATE with generateName, the prefix and "*".
 func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string {
 	name := req.Name
 	if name == "" && meta != nil {
@@ -212,9 +208,8 @@ func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *review
 	return &reviewServer{logger: logger, metrics: m, budget: limits.NewBudget(budgetBytes), turn: limits.NewBudget(1)}
 }
 
-// A reviewKind is one kind of review the generic path serves: admission
-// reviews (admissionReviews) and SubjectAccessReviews (subjectAccessReviews,
-// in authorization.go).
+// A reviewKind is one kind of review the generic path serves:
+// admissionReviews or subjectAccessReviews (authorization.go).
 type reviewKind struct {
 	name string // what a body must be, for messages: wantAdmissionReview
 	// review decodes body, decides, and encodes the answer.
@@ -238,12 +233,11 @@ func failed(code int, message string) outcome {
 	return outcome{code: code, message: message}
 }
 
-// handle returns the handler of one route. It checks the request in a
-// fixed order (method, content type, declared size, timeout, then the body:
-// body.go), answering each failure with its HTTP status and a
-// metav1.Status whose message the apiserver passes to the user. Then kind
-// decodes, decides and encodes: HTTP 200, in the version asked in. One
-// line is logged per review.
+// handle returns the handler of one route. It checks method, content
+// type, declared size, timeout, then the body (body.go), in that order,
+// answering a failure with its HTTP status and a metav1.Status the
+// apiserver passes to the user; then kind decodes, decides and encodes
+// (HTTP 200). One line is logged per review.
 func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -342,8 +336,7 @@ func timeoutParameter(rawQuery string) (string, bool) {
 const maxErrorDetail = 256
 
 // describeDecodeError says why a body is not the review wanted without
-// quoting the body: apimachinery's "Kind is missing" error carries all of
-// it, and it may hold a Secret.
+// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
 func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
 	switch {
 	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
@@ -420,8 +413,6 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
 	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
 }
-
-// Admission reviews: AdmissionReview in, AdmissionReview out.
 
 const wantAdmissionReview = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
 

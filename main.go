@@ -238,8 +238,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		reloadables = append(reloadables, clientCAs)
 	}
 
-	// serving is true from the moment the listener serves with a loaded
-	// certificate until shutdown begins; /ping reports it.
+	// serving is true from serving with a loaded certificate until
+	// shutdown begins; /ping reports it.
 	var serving atomic.Bool
 	reviews := newReviewServer(logger, m, cfg.maxInflightBytes)
 	m.reviewServer = reviews
@@ -267,11 +267,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		_, _ = io.WriteString(w, "pong")
 	})
 
-	// While draining, every answer closes its connection: the client has
-	// read the answer and will not reuse the connection, so nothing races.
-	// (Closing idle connections instead, as SetKeepAlivesEnabled(false)
-	// does, fails any review the apiserver is writing into one just then.
-	// For HTTP/2, net/http turns this header into a graceful GOAWAY.)
+	// While draining, every answer closes its connection, so nothing races:
+	// closing idle ones instead (SetKeepAlivesEnabled(false)) fails a review
+	// the apiserver is writing into one just then. For HTTP/2 net/http
+	// turns this header into a graceful GOAWAY.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !serving.Load() {
 			w.Header().Set("Connection", "close")

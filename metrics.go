@@ -17,9 +17,8 @@ import (
 // carries anything from a request or its client (object, namespace, user,
 // address): every label value is from a small fixed set.
 
-// latencyBuckets are the latency histogram's bounds, in seconds: a review
-// takes well under a millisecond for a small object, tens of milliseconds
-// for a megabyte, and the apiserver gives up at most at 30 s.
+// latencyBuckets are in seconds: a small review takes well under 1 ms, a
+// megabyte tens of ms, and the apiserver gives up at 30 s at most.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // metrics holds every series the webhook exports. A nil *metrics records
@@ -56,8 +55,8 @@ func newMetrics() *metrics {
 	}
 }
 
-// request records a request to route answered with code, and for a review
-// its verdict ("" when there was no review to answer).
+// request records a request to route answered with code, and its verdict
+// ("" without a review).
 func (m *metrics) request(route string, code int, verdict string, took time.Duration) {
 	if m == nil {
 		return

@@ -14,22 +14,19 @@ package main
 //   - the responses allowed, allowedWithWarning (for a deprecation or a
 //     soft limit), denied, patched and errored (handler.go), and
 //     noOpinion, deniedBecause and allowedBecause (authorization.go). A
-//     denial is what the operator's -validation-action makes it: refused,
+//     denial is what the operator's -validation-action makes it (refused,
 //     or let through with a warning or an audit annotation while the
-//     policy rolls out; the policy never needs to know which;
-//   - objectMeta, which decodes the fields of metadata most policies read
-//     (the namespace is req.Namespace), decodeObject, which decodes any
-//     other fields into a struct of yours, and objectName, which names the
-//     object for a message (handler.go);
-//   - setLabels and setAnnotations, which build the JSON Patch that sets
-//     entries of metadata.labels or metadata.annotations from a
-//     []keyValue (patch.go);
-//   - patchObject, which builds the JSON Patch for any other field: its
-//     set and setDefault set a field deep in the object, creating the
-//     parents it lacks; appendTo appends to a list, creating it; a path
-//     such as "spec", "containers", strconv.Itoa(i), "securityContext"
-//     reaches a field of the i-th element (patch.go; docs/patching.md
-//     works an example).
+//     policy rolls out); the policy never needs to know which;
+//   - objectMeta, the fields of metadata most policies read (the namespace
+//     is req.Namespace), decodeObject, any other fields into a struct of
+//     yours, and objectName, the object's name for a message (handler.go);
+//   - setLabels and setAnnotations, the JSON Patch that sets entries of
+//     metadata.labels or metadata.annotations from a []keyValue (patch.go);
+//   - patchObject, the JSON Patch for any other field: set and setDefault
+//     set a field deep in the object, creating missing parents; appendTo
+//     appends to a list, creating it; a path such as "spec", "containers",
+//     strconv.Itoa(i), "securityContext" reaches a field of the i-th
+//     element (patch.go; docs/patching.md works an example).
 
 import (
 	"context"
