@@ -32,10 +32,8 @@ import (
 // (parseFlags), so it always fits. TestLargeBodiesDoNotDeadlock drives many
 // large bodies at once through a budget that fits one.
 //
-// Every read is held to the clock (limits.BodyClock): a body that sends
-// nothing for bodyStallTimeout, or arrives slower than minBodyRate after
-// its first bodyStallTimeout, is cut at once and its room given back. Time
-// spent waiting for the turn or for room is the server's, not the client's.
+// Every read is held to limits.BodyClock, which cuts a body that stalls or
+// trickles (bodyStallTimeout, minBodyRate), and its room is given back.
 const (
 	// smallBodyBytes is the body read without the budget: one TLS record,
 	// the most one read from the connection returns.
@@ -53,10 +51,9 @@ const (
 	// still has 8 s.
 	minBodyRate = 1 << 20
 
-	// maxWaitingBodies is how many large bodies may wait for their turn.
-	// Waiting costs a client nothing but a connection, so the line is kept
-	// to half the connections: the other half stay free for the
-	// apiserver's next reviews and the kubelet's probes.
+	// maxWaitingBodies is how many large bodies may wait for their turn:
+	// half the connections, as waiting costs a client nothing but one; the
+	// other half stay free for the apiserver's next reviews and the probes.
 	maxWaitingBodies = maxConnections / 2
 )
 
@@ -68,8 +65,7 @@ type bodyOutcome struct {
 	fail *outcome
 }
 
-// readBody reads the body of r (see the top of this file). want says what
-// the body must be, for messages.
+// readBody reads the body of r (see above); want is what it must be.
 func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, clock *limits.BodyClock, want string) bodyOutcome {
 	// The most the body can be: its declared length, which net/http holds
 	// it to, or, for a body of unknown length, maxBodyBytes.

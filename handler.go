@@ -38,8 +38,8 @@ func allowed() *admissionv1.AdmissionResponse {
 
 // allowedWithWarning admits the request unchanged and warns the user, for
 // a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
-// it to one line, its point first (legibleWarnings says why). A policy
-// that patches and warns sets the Warnings of patched's answer itself.
+// it to one line, its point first (legibleWarnings says why). To patch and
+// warn, set the Warnings of patched's answer.
 func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
 }
@@ -172,19 +172,16 @@ const (
 // deadline, without Retry-After. kube-apiserver v1.37.1 calls an admission
 // webhook with client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/
 // plugin/webhook/validating/dispatcher.go, callHook; mutating likewise),
-// which retries a 429 or 5xx only when it carries Retry-After
-// (k8s.io/client-go/rest/with_retry.go, checkWait and IsNextRetry). Without
-// it the Status's message becomes the call's error, and failurePolicy
-// decides: with Fail the write is refused with "failed calling webhook
-// ...: <this message>". A retry could not be served in the overloadMargin
-// left and would only add load (e2e TestOverloadAnswer sees one request per
-// refused write; with Retry-After: 0 the user saw "context deadline
-// exceeded" instead). 429, not 503, so that the apiserver's
+// which retries a 429 or 5xx only with Retry-After
+// (k8s.io/client-go/rest/with_retry.go, checkWait and IsNextRetry); without
+// it, this Status's message is the error failurePolicy judges. A retry
+// could not be served in the overloadMargin left and would only add load
+// (e2e TestOverloadAnswer; with Retry-After: 0 the user saw "context
+// deadline exceeded" instead). 429, not 503, so that
 // apiserver_admission_webhook_rejection_count{rejection_code} tells it from
-// the 503 it records for a webhook it cannot reach (dispatcher.go:
+// the 503 of a webhook it cannot reach (dispatcher.go,
 // NewServiceUnavailable). On /authorize the apiserver retries a 429 with
-// backoff whatever the headers (k8s.io/apiserver/pkg/util/webhook,
-// DefaultShouldRetry), and a SubjectAccessReview soon finds room.
+// backoff whatever the headers (authorization.go), and soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
 // overloadMargin is how long before a request's deadline it stops waiting
@@ -197,8 +194,7 @@ type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
 	// budget bounds the bytes of large reviews being read and decoded at
-	// once, and so the memory they take: decoding a review costs a few
-	// times its size. nil: no bound.
+	// once (defaultMaxInflightBytes says why); nil: no bound.
 	budget *limits.Budget
 	turn   *limits.Budget // of one: the large body being read; set with budget
 }

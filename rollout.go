@@ -107,8 +107,8 @@ const (
 
 // apply turns resp, a denial, into the answer a, and returns its verdict:
 // "denied" (resp unchanged), "warned", "audited" or "warned_and_audited".
-// The policy's own warnings and audit annotations are kept, and resp is not
-// modified: a policy may return the same answer to every request.
+// The policy's warnings and audit annotations are kept in a copy: a policy
+// may return the same answer to every request.
 func (a validationAction) apply(resp *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
 	if !a.warn && !a.audit {
 		return resp, "denied"
@@ -141,13 +141,11 @@ func (a validationAction) apply(resp *admissionv1.AdmissionResponse) (*admission
 }
 
 // legibleWarnings returns warnings as the apiserver will pass them on. It
-// drops, without a word, a warning that is not valid UTF-8 or has a
-// control character, newlines and tabs included
-// (k8s.io/apimachinery/pkg/util/net/http.go, NewWarningHeader; the
-// recorder ignores its error), so each such character becomes a space or
-// U+FFFD here, and a warning longer than it passes whole is cut with "…".
-// warnings is copied before any change, and returned as it is when none
-// is needed.
+// drops, without a word, a warning that is not valid UTF-8 or has a control
+// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
+// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
+// a warning longer than maxWarningRunes is cut with "…". warnings is
+// copied before any change, and returned as it is when none is needed.
 func legibleWarnings(warnings []string) []string {
 	var out []string
 	for i, w := range warnings {

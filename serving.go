@@ -17,9 +17,8 @@ import (
 
 const (
 	// certPollInterval is how often the certificate files are read for a
-	// change. A Secret volume changes by swapping a ..data symlink, which a
-	// watch on one file's inode misses; reading two small files costs
-	// nothing.
+	// change (reload says why reading beats watching): two small files
+	// every two seconds cost nothing.
 	certPollInterval = 2 * time.Second
 
 	// expiryWarning is how close to NotAfter a loaded certificate makes the
