@@ -43,9 +43,8 @@ const (
 	// header, gives its place back soon.
 	readHeaderTimeout = time.Second
 
-	// readTimeout and writeTimeout bound one review: the apiserver never
-	// waits longer than the largest webhook timeout. (A body is held to a
-	// stricter clock still: body.go.)
+	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a
+	// body is held to a stricter clock still (body.go).
 	readTimeout  = maxWebhookTimeout
 	writeTimeout = maxWebhookTimeout
 

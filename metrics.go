@@ -11,11 +11,10 @@ import (
 	"github.com/example/webhook/promtext"
 )
 
-// The webhook's metrics, written with promtext/. The names follow
-// controller-runtime's controller_runtime_webhook_* with the prefix
-// webhook_, and the label "webhook" is the route's path, as there. No label
-// carries anything from a request or its client (object, namespace, user,
-// address): every label value is from a small fixed set.
+// The webhook's metrics, after controller-runtime's
+// controller_runtime_webhook_* with the prefix webhook_ and the route's
+// path as the label "webhook". No label carries anything from a request or
+// its client (object, namespace, user, address): each is a small fixed set.
 
 // latencyBuckets are in seconds: a small review takes well under 1 ms, a
 // megabyte tens of ms, and the apiserver gives up at 30 s at most.

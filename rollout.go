@@ -6,13 +6,12 @@ package main
 // Audit), Gatekeeper's enforcementAction and Kyverno's
 // validationFailureAction do.
 //
-// What the apiserver does with warnings and audit annotations is in
-// k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/validating/
-// dispatcher.go (webhookDispatcher.callHook), for v1 and v1beta1 alike
-// (pkg/admission/plugin/webhook/request/admissionreview.go,
-// VerifyAdmissionResponse): each warning reaches the client as a "Warning:
-// 299" header (warning.AddWarning), which kubectl prints, allowed or not;
-// each audit annotation is stored as "<webhook-name>/<key>"
+// The apiserver (k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/
+// validating/dispatcher.go, webhookDispatcher.callHook; for v1 and v1beta1
+// alike, pkg/admission/plugin/webhook/request/admissionreview.go,
+// VerifyAdmissionResponse) sends each warning to the client as a "Warning:
+// 299" header (warning.AddWarning), which kubectl prints, allowed or not,
+// and stores each audit annotation as "<webhook-name>/<key>"
 // (Attributes.AddAnnotation, pkg/admission/attributes.go) at level
 // Metadata, in every audit event of the request at Metadata or above.
 
