@@ -18,7 +18,6 @@ import (
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -143,52 +142,6 @@ func TestAuthorizeSeesV1(t *testing.T) {
 			t.Errorf("%s: the spec lost its user", pair[1])
 		}
 	}
-}
-
-// TestSubjectAccessReviewConversion checks that every field of a v1beta1
-// spec survives the copy to v1, so a field added to both versions cannot be
-// forgotten: the test fails until the new field is set here, and then
-// until it is copied.
-func TestSubjectAccessReviewConversion(t *testing.T) {
-	beta := &authorizationv1beta1.SubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1beta1.ResourceAttributes{
-			Namespace: "ns", Verb: "list", Group: "apps", Version: "v1", Resource: "deployments", Subresource: "scale", Name: "web",
-			FieldSelector: &authorizationv1.FieldSelectorAttributes{RawSelector: "a=b", Requirements: []metav1.FieldSelectorRequirement{{Key: "a", Operator: metav1.FieldSelectorOpIn, Values: []string{"b"}}}},
-			LabelSelector: &authorizationv1.LabelSelectorAttributes{RawSelector: "c=d", Requirements: []metav1.LabelSelectorRequirement{{Key: "c", Operator: metav1.LabelSelectorOpIn, Values: []string{"d"}}}},
-		},
-		NonResourceAttributes: &authorizationv1beta1.NonResourceAttributes{Path: "/version", Verb: "get"},
-		User:                  "jane",
-		Groups:                []string{"group1", "group2"},
-		Extra:                 map[string]authorizationv1beta1.ExtraValue{"scopes": {"a", "b"}},
-		UID:                   "uid-1",
-	}
-	for _, v := range []any{*beta, *beta.ResourceAttributes, *beta.NonResourceAttributes} {
-		rv := reflect.ValueOf(v)
-		for i := range rv.NumField() {
-			if rv.Field(i).IsZero() {
-				t.Errorf("%s.%s is not set: set it here, and copy it in specFromV1beta1", rv.Type().Name(), rv.Type().Field(i).Name)
-			}
-		}
-	}
-	got, err := json.Marshal(specFromV1beta1(beta))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// v1beta1 spells spec.groups "group"; otherwise the JSON is the same.
-	want, err := json.Marshal(beta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = bytes.Replace(want, []byte(`"group":["group1"`), []byte(`"groups":["group1"`), 1)
-	var gotMap, wantMap map[string]any
-	_ = json.Unmarshal(got, &gotMap)
-	_ = json.Unmarshal(want, &wantMap)
-	if !reflect.DeepEqual(gotMap, wantMap) {
-		t.Errorf("the spec changed in conversion:\n got %s\nwant %s", got, want)
-	}
-
-	status := authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "r", EvaluationError: "e"}
-	compareJSON(t, "status", status, statusToV1beta1(status))
 }
 
 func TestAuthorizeBadInput(t *testing.T) {

@@ -142,7 +142,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(body.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := admissionCodecs.UniversalDeserializer().Decode(body.body, nil, nil); err != nil {
+				if _, _, err := admissionDecoder.Decode(body.body, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

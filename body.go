@@ -6,43 +6,34 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
+
+	"github.com/example/webhook/limits"
 )
 
 // How a review's body is read. The apiserver writes a review from memory
-// the moment it has sent the headers, so a body that pauses or trickles
-// is not the apiserver's, and the budget must not be held by bytes that
-// were promised but never sent.
-//
-// A body of up to smallBodyBytes, which is most reviews (testdata/ holds
-// reviews of 2 to 14 KB as the apiserver sent them), is read into a buffer
-// of its own, as net/http gives every connection buffers of its own: it is
-// bounded with the connections (maxConnections), not by the budget, and
-// never waits for anything but its bytes.
-//
-// A larger body first delivers its first smallBodyBytes the same way. Then
-// it waits for its turn: one large body is read at a time. With the turn it
-// takes room in the byte budget as its bytes arrive: its buffer doubles
+// the moment it has sent the headers, so a body that pauses or trickles is
+// not the apiserver's, and must not hold the budget with bytes it never
+// sends. A body of up to smallBodyBytes, most reviews (testdata/ holds the
+// apiserver's of 2 to 14 KB), is read into a buffer of its own, bounded
+// with the connections (maxConnections), not by the budget. A larger one
+// then waits for its turn (one large body is read at a time) and with it
+// takes room in the byte budget as its bytes arrive, its buffer doubling
 // each time it fills, so it never holds room for more than twice what it
 // has received. Once complete it gives up the turn and keeps its room
 // until it is answered.
 //
-// Why this cannot deadlock. A deadlock needs requests that each hold room
-// and wait for room that only another of them can free. Here only one
-// request ever waits for room: the holder of the turn. It waits only for
-// requests that are decoding and answering, which wait for nothing and
-// give their room back when answered. The rest hold no room while they
-// wait: small bodies take none, and large ones wait for the turn before
-// they take any. The turn holder needs at most maxBodyBytes, and the
-// budget is never smaller (parseFlags), so it always fits once the
-// requests ahead of it are answered. TestLargeBodiesDoNotDeadlock drives
-// many large bodies at once through a budget that fits one.
+// Why this cannot deadlock: only one request ever waits for room, the
+// holder of the turn, and it waits only for requests that are decoding and
+// answering, which wait for nothing and give their room back when
+// answered. The rest hold no room while they wait: small bodies take none,
+// and large ones wait for the turn before they take any. The turn holder
+// needs at most maxBodyBytes, and the budget is never smaller
+// (parseFlags), so it always fits. TestLargeBodiesDoNotDeadlock drives many
+// large bodies at once through a budget that fits one.
 //
-// Every read is held to the clock: a body that sends nothing for
-// bodyStallTimeout, or arrives slower than minBodyRate after its first
-// bodyStallTimeout, is cut at once and its room given back. Time spent
-// waiting for the turn or for room is the server's, not the client's.
+// Every read is held to limits.BodyClock, which cuts a body that stalls or
+// trickles (bodyStallTimeout, minBodyRate), and its room is given back.
 const (
 	// smallBodyBytes is the body read without the budget: one TLS record,
 	// the most one read from the connection returns.
@@ -51,116 +42,41 @@ const (
 	// bodyStallTimeout is how long a body may send nothing. The only pause
 	// in a body the apiserver writes from memory is a lost TCP segment,
 	// resent after Linux's shortest retransmission timeout, 200 ms; one
-	// second allows that twice over, and is still short enough that a
-	// client cannot hold anything for long by stopping.
+	// second allows that twice over.
 	bodyStallTimeout = time.Second
 
 	// minBodyRate is the slowest a body may arrive, in bytes per second,
 	// averaged from its start after bodyStallTimeout of grace. 1 MiB/s is
 	// 8 Mbit/s, a hundredth of a datacenter link: the largest review, 7 MiB,
-	// still has 8 s. A client that trickles a byte at a time, never
-	// stalling, is cut after the grace.
+	// still has 8 s.
 	minBodyRate = 1 << 20
 
-	// maxWaitingBodies is how many large bodies may wait for their turn.
-	// Waiting costs a client nothing but a connection, so the line is kept
-	// to half the connections: the other half stay free for the
-	// apiserver's next reviews and the kubelet's probes.
+	// maxWaitingBodies is how many large bodies may wait for their turn:
+	// half the connections, as waiting costs a client nothing but one; the
+	// other half stay free for the apiserver's next reviews and the probes.
 	maxWaitingBodies = maxConnections / 2
 )
 
-// errBodyCut is the error of a body cut by the clock; reason is "stalled"
-// or "too_slow", the label of webhook_request_bodies_cut_total.
-type errBodyCut struct{ reason string }
-
-func (e *errBodyCut) Error() string {
-	if e.reason == "stalled" {
-		return fmt.Sprintf("the request body stopped arriving: no byte for %s", bodyStallTimeout)
-	}
-	return fmt.Sprintf("the request body arrived slower than %d KiB/s", minBodyRate>>10)
-}
-
-// bodyClock reads a request body and holds every read to the clock (see
-// above). It is used by value, on the stack: the 2 KB review's path makes
-// no allocation for it.
-type bodyClock struct {
-	body     io.Reader
-	rc       *http.ResponseController
-	deadline time.Time // the request's own, from ?timeout=
-	start    time.Time // when reading began, moved on by time spent waiting
-	lastByte time.Time
-	received int64
-}
-
-func newBodyClock(r *http.Request, rc *http.ResponseController, deadline time.Time) bodyClock {
-	now := time.Now()
-	return bodyClock{body: r.Body, rc: rc, deadline: deadline, start: now, lastByte: now}
-}
-
-// paused moves the clock on by time the server made the body wait.
-func (c *bodyClock) paused(d time.Duration) {
-	c.start = c.start.Add(d)
-	c.lastByte = c.lastByte.Add(d)
-}
-
-// read reads into p, at most until the next byte is due.
-func (c *bodyClock) read(p []byte) (int, error) {
-	due, reason := c.lastByte.Add(bodyStallTimeout), "stalled"
-	if slow := c.start.Add(bodyStallTimeout + time.Duration(c.received)*time.Second/minBodyRate); slow.Before(due) {
-		due, reason = slow, "too_slow"
-	}
-	if c.deadline.Before(due) {
-		due, reason = c.deadline, ""
-	}
-	// Not every writer has a connection (tests' recorders): then the
-	// server's own ReadTimeout is the only clock.
-	_ = c.rc.SetReadDeadline(due)
-	n, err := c.body.Read(p)
-	if n > 0 {
-		c.received += int64(n)
-		c.lastByte = time.Now()
-	}
-	if err != nil && reason != "" && errors.Is(err, os.ErrDeadlineExceeded) {
-		return n, &errBodyCut{reason}
-	}
-	return n, err
-}
-
-// readFull fills p, or fails.
-func (c *bodyClock) readFull(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		m, err := c.read(p[n:])
-		n += m
-		if err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
-			return n, err
-		}
-	}
-	return n, nil
-}
-
 // bodyOutcome is what reading a body came to: the body and the room it
-// holds in the budget (given back once it is answered), or the answer to
-// give instead of a review.
+// holds in the budget until answered, or the answer to give instead.
 type bodyOutcome struct {
 	body []byte
 	held int64
 	fail *outcome
 }
 
-// readBody reads the body of r (see the top of this file). want says what
-// the body must be, for messages.
-func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, clock *bodyClock, want string) bodyOutcome {
+// readBody reads the body of r (see above); want is what it must be.
+func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, clock *limits.BodyClock, want string) bodyOutcome {
 	// The most the body can be: its declared length, which net/http holds
 	// it to, or, for a body of unknown length, maxBodyBytes.
 	known := r.ContentLength >= 0
 	ceiling := r.ContentLength
 	if !known {
 		ceiling = maxBodyBytes
-		clock.body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+		clock.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
 	}
 	body := make([]byte, min(ceiling, smallBodyBytes))
-	n, err := clock.readFull(body)
+	n, err := clock.ReadFull(body)
 	body = body[:n]
 	switch {
 	case !known && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
@@ -174,23 +90,23 @@ func (s *reviewServer) readBody(ctx context.Context, w http.ResponseWriter, r *h
 	}
 
 	// A large body: wait for the turn, then take room as the bytes arrive.
-	if _, waiting := s.turn.state(); waiting >= maxWaitingBodies {
+	if _, waiting := s.turn.State(); waiting >= maxWaitingBodies {
 		return s.overloaded(clock, ceiling, "too many large reviews were waiting to be read")
 	}
 	waitCtx, cancel := waitContext(ctx)
 	defer cancel()
 	waitStart := time.Now()
-	if err := s.turn.acquire(waitCtx, 1); err != nil {
+	if err := s.turn.Acquire(waitCtx, 1); err != nil {
 		return s.overloaded(clock, ceiling, "it found no turn among the large reviews being read before its deadline")
 	}
-	defer s.turn.release(1)
-	clock.paused(time.Since(waitStart))
+	defer s.turn.Release(1)
+	clock.Paused(time.Since(waitStart))
 	return s.readRest(clock, body, ceiling, known, waitCtx, want)
 }
 
 // readRest reads the rest of a large body, doubling its buffer each time
 // it fills; room for each new buffer is taken before it is made.
-func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, known bool, waitCtx context.Context, want string) bodyOutcome {
+func (s *reviewServer) readRest(clock *limits.BodyClock, body []byte, ceiling int64, known bool, waitCtx context.Context, want string) bodyOutcome {
 	var held int64
 	for {
 		if len(body) == cap(body) {
@@ -200,7 +116,7 @@ func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, kn
 				}
 				// A body of unknown length must end here.
 				var probe [1]byte
-				n, err := clock.read(probe[:])
+				n, err := clock.Read(probe[:])
 				if n == 0 && errors.Is(err, io.EOF) {
 					return s.complete(body, held, want)
 				}
@@ -216,18 +132,18 @@ func (s *reviewServer) readRest(clock *bodyClock, body []byte, ceiling int64, kn
 			next := min(2*int64(cap(body)), ceiling)
 			if s.budget != nil {
 				waitStart := time.Now()
-				if err := s.budget.acquire(waitCtx, next-held); err != nil {
+				if err := s.budget.Acquire(waitCtx, next-held); err != nil {
 					s.giveBack(held)
 					return s.overloaded(clock, ceiling, "it found no room among the reviews in flight before its deadline")
 				}
-				clock.paused(time.Since(waitStart))
+				clock.Paused(time.Since(waitStart))
 				held = next
 			}
 			grown := make([]byte, len(body), next)
 			copy(grown, body)
 			body = grown
 		}
-		n, err := clock.read(body[len(body):cap(body)])
+		n, err := clock.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		switch {
 		case errors.Is(err, io.EOF) && !known:
@@ -253,7 +169,7 @@ func (s *reviewServer) complete(body []byte, held int64, want string) bodyOutcom
 
 func (s *reviewServer) giveBack(held int64) {
 	if held > 0 {
-		s.budget.release(held)
+		s.budget.Release(held)
 	}
 }
 
@@ -269,13 +185,13 @@ func waitContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // bodyFailed answers a body that could not be read.
 func bodyFailed(err error, want string) bodyOutcome {
 	var o outcome
-	var cut *errBodyCut
+	var cut *limits.CutError
 	switch {
 	case errors.As(err, new(*http.MaxBytesError)):
 		o = failed(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most %s can be", maxBodyBytes, want))
 	case errors.As(err, &cut):
 		o = failed(http.StatusRequestTimeout, err.Error())
-		o.cut = cut.reason
+		o.cut = cut.Reason
 	default:
 		o = failed(http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err))
 	}
@@ -283,20 +199,19 @@ func bodyFailed(err error, want string) bodyOutcome {
 }
 
 // overloaded answers a large review that cannot be read before its
-// deadline: overloadStatus, with no Retry-After (see overloadStatus), and a
-// message that says what to change. why completes "this review was
-// refused because".
-func (s *reviewServer) overloaded(clock *bodyClock, ceiling int64, why string) bodyOutcome {
+// deadline with overloadStatus and a message that says what to change. why
+// completes "this review was refused because".
+func (s *reviewServer) overloaded(clock *limits.BodyClock, ceiling int64, why string) bodyOutcome {
 	s.metrics.budgetRejection()
 	// Read the rest of the body, still on the clock, so that the client is
 	// done sending before it reads the answer: closing on unread data
 	// could reset the connection under the answer.
 	var scratch [4 << 10]byte
-	for clock.received < ceiling {
-		if _, err := clock.read(scratch[:]); err != nil {
+	for clock.Received() < ceiling {
+		if _, err := clock.Read(scratch[:]); err != nil {
 			break
 		}
 	}
-	o := failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s (large reviews are read one at a time, at most %d bytes of them at once: -max-inflight-bytes); retry the request", ceiling, why, s.budget.capacity))
+	o := failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s (large reviews are read one at a time, at most %d bytes of them at once: -max-inflight-bytes); retry the request", ceiling, why, s.budget.Capacity()))
 	return bodyOutcome{fail: &o}
 }

@@ -41,7 +41,7 @@ func newBodyTestServer(t *testing.T, budgetBytes int64) *bodyTestServer {
 	go func() {
 		defer close(done)
 		for {
-			if used, _ := s.budget.state(); used > s.peak.Load() {
+			if used, _ := s.budget.State(); used > s.peak.Load() {
 				s.peak.Store(used)
 			}
 			select {
@@ -113,7 +113,7 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 			var held int64
 			var s *reviewServer
 			admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-				held, _ = s.budget.state()
+				held, _ = s.budget.State()
 				return allowed()
 			}
 			s = newReviewServer(discardLogger, nil, maxBodyBytes)
@@ -128,7 +128,7 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 			if w.Code != http.StatusOK || held != tc.want {
 				t.Errorf("got HTTP %d holding %d bytes while admitting, want 200 and %d", w.Code, held, tc.want)
 			}
-			if used, _ := s.budget.state(); used != 0 {
+			if used, _ := s.budget.State(); used != 0 {
 				t.Errorf("%d bytes still held after the answer", used)
 			}
 		})
@@ -196,13 +196,13 @@ func TestStalledAfterMostOfTheBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	for used, _ := s.budget.state(); used != maxBodyBytes; used, _ = s.budget.state() {
+	for used, _ := s.budget.State(); used != maxBodyBytes; used, _ = s.budget.State() {
 		if time.Since(sent) > 5*time.Second {
 			t.Fatalf("the body never held its room: %d bytes held", used)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for used, _ := s.budget.state(); used != 0; used, _ = s.budget.state() {
+	for used, _ := s.budget.State(); used != 0; used, _ = s.budget.State() {
 		if time.Since(sent) > bodyStallTimeout+time.Second {
 			t.Fatalf("%d bytes still held %s after the last byte, want them back after %s", used, time.Since(sent), bodyStallTimeout)
 		}
@@ -260,7 +260,7 @@ func TestLargeReviewOverload(t *testing.T) {
 	body := largeReview(t, 100<<10)
 	t.Run("no room", func(t *testing.T) {
 		s := newBodyTestServer(t, maxBodyBytes)
-		if err := s.budget.acquire(context.Background(), maxBodyBytes); err != nil {
+		if err := s.budget.Acquire(context.Background(), maxBodyBytes); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -276,24 +276,24 @@ func TestLargeReviewOverload(t *testing.T) {
 			t.Errorf("webhook_inflight_rejected_total = %v, want 1", got)
 		}
 		// Once there is room, a large review is served.
-		s.budget.release(maxBodyBytes)
+		s.budget.Release(maxBodyBytes)
 		conn = s.send(t, "?timeout=5s", len(body))
 		conn.Write(body)
 		checkReview(t, "/validate", decodeReviewIn(t, body), answer(t, conn))
 	})
 	t.Run("too many waiting", func(t *testing.T) {
 		s := newBodyTestServer(t, maxBodyBytes)
-		if err := s.turn.acquire(context.Background(), 1); err != nil {
+		if err := s.turn.Acquire(context.Background(), 1); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for range maxWaitingBodies {
 			wg.Add(1)
-			go func() { defer wg.Done(); _ = s.turn.acquire(ctx, 1) }()
+			go func() { defer wg.Done(); _ = s.turn.Acquire(ctx, 1) }()
 		}
 		defer func() { cancel(); wg.Wait() }()
-		for _, waiting := s.turn.state(); waiting < maxWaitingBodies; _, waiting = s.turn.state() {
+		for _, waiting := s.turn.State(); waiting < maxWaitingBodies; _, waiting = s.turn.State() {
 			time.Sleep(time.Millisecond)
 		}
 		start := time.Now()

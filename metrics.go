@@ -4,33 +4,24 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/example/webhook/limits"
 	"github.com/example/webhook/promtext"
 )
 
-// The webhook's metrics, in the Prometheus text exposition format 0.0.4,
-// written with promtext/ (the root module depends on nothing beyond the
-// standard library, k8s.io/api and k8s.io/apimachinery). The names follow
-// controller-runtime's controller_runtime_webhook_* with the prefix
-// webhook_, and the label "webhook" is the route's path, as there.
-//
-// No label carries anything from a request or its client: routes, HTTP
-// codes, verdicts, reasons and certificate names are a small fixed set,
-// and a review's object, namespace and user, and a client's address,
-// never become a label.
+// The webhook's metrics, after controller-runtime's
+// controller_runtime_webhook_* with the prefix webhook_ and the route's
+// path as the label "webhook". No label carries anything from a request or
+// its client (object, namespace, user, address): each is a small fixed set.
 
-// latencyBuckets are the upper bounds, in seconds, of the latency
-// histogram: a review takes well under a millisecond for a small object and
-// tens of milliseconds for a megabyte, and the apiserver gives up at
-// timeoutSeconds (at most 30 s).
+// latencyBuckets are in seconds: a small review takes well under 1 ms, a
+// megabyte tens of ms, and the apiserver gives up at 30 s at most.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
 // metrics holds every series the webhook exports. A nil *metrics records
-// nothing, so the generic path needs no metrics to run (the tests' own
-// handlers have none).
+// nothing: the tests' own handlers have none.
 type metrics struct {
 	requests *promtext.CounterVec   // HTTP requests by route and code
 	reviews  *promtext.CounterVec   // reviews by route and verdict
@@ -42,7 +33,7 @@ type metrics struct {
 	budgetRejected atomic.Uint64
 	bodiesCut      *promtext.CounterVec // bodies cut by the clock, by reason
 
-	connections       *connLimiter         // nil without one
+	connections       *limits.Listener     // the review port's; nil without one
 	connectionsClosed *promtext.CounterVec // closed by the server before a request, by reason
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
@@ -63,39 +54,21 @@ func newMetrics() *metrics {
 	}
 }
 
-// request records a request to route answered with code, and for a review
-// its verdict ("" when there was no review to answer).
+// request records a request to route answered with code, and its verdict
+// ("" without a review).
 func (m *metrics) request(route string, code int, verdict string, took time.Duration) {
 	if m == nil {
 		return
 	}
-	m.requests.Add(1, route, codeLabel(code))
+	m.requests.Add(1, route, promtext.CodeLabel(code))
 	if verdict != "" {
 		m.reviews.Add(1, route, verdict)
 	}
 	m.latency.Observe(took.Seconds(), route)
 }
 
-// codeLabels spells out every HTTP status code once, because
-// strconv.Itoa allocates for numbers over 99: one allocation per review.
-var codeLabels = func() (labels [600]string) {
-	for code := range labels {
-		labels[code] = strconv.Itoa(code)
-	}
-	return labels
-}()
-
-// codeLabel is an HTTP status code as a label value.
-func codeLabel(code int) string {
-	if code >= 0 && code < len(codeLabels) {
-		return codeLabels[code]
-	}
-	return strconv.Itoa(code)
-}
-
-// inFlightAdd counts requests to route in flight: +1 as one arrives, -1
-// once it is answered. (Not a func returned for defer: that closure would
-// cost an allocation per review.)
+// inFlightAdd counts requests to route in flight, +1 or -1. (Not a func
+// returned for defer: that closure would cost an allocation per review.)
 func (m *metrics) inFlightAdd(route string, delta int64) {
 	if m != nil {
 		m.inFlight.Add(delta, route)
@@ -123,17 +96,10 @@ func (m *metrics) bodyCut(reason string) {
 }
 
 // connectionClosed counts a connection the server closed before it sent a
-// request: reason is "header_timeout" or "capacity" (connections.go).
+// request: reason is "header_timeout" or "capacity" (limits.Listener).
 func (m *metrics) connectionClosed(reason string) {
 	if m != nil {
 		m.connectionsClosed.Add(1, reason)
-	}
-}
-
-// setConnections reports the review port's connections from l.
-func (m *metrics) setConnections(l *connLimiter) {
-	if m != nil {
-		m.connections = l
 	}
 }
 
@@ -150,8 +116,8 @@ func (m *metrics) reloadFailed(name string) {
 	}
 }
 
-// ServeHTTP writes every series in the text format, sorted, so that two
-// scrapes of the same state are the same bytes.
+// ServeHTTP writes every series, sorted: two scrapes of one state are the
+// same bytes.
 func (m *metrics) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -178,10 +144,10 @@ func (m *metrics) write(w io.Writer) {
 	m.panics.Write(w, "webhook_panics_total")
 
 	if s := m.reviewServer; s != nil && s.budget != nil {
-		used, waitingRoom := s.budget.state()
-		_, waitingTurn := s.turn.state()
+		used, waitingRoom := s.budget.State()
+		_, waitingTurn := s.turn.State()
 		family(w, "webhook_inflight_budget_bytes", "gauge", "The most bytes of large review bodies held at once (-max-inflight-bytes).")
-		sample(w, "webhook_inflight_budget_bytes", "", float64(s.budget.capacity))
+		sample(w, "webhook_inflight_budget_bytes", "", float64(s.budget.Capacity()))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
 		sample(w, "webhook_inflight_bytes", "", float64(used))
 		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for their turn to be read, or for room in the budget.")
@@ -194,9 +160,9 @@ func (m *metrics) write(w io.Writer) {
 
 	if m.connections != nil {
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
-		sample(w, "webhook_connections_open", "", float64(m.connections.count()))
+		sample(w, "webhook_connections_open", "", float64(m.connections.Open()))
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")
-		sample(w, "webhook_connections_limit", "", float64(m.connections.max))
+		sample(w, "webhook_connections_limit", "", float64(m.connections.Max()))
 	}
 	family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), or to make room at the limit (capacity).")
 	m.connectionsClosed.Write(w, "webhook_connections_closed_total")

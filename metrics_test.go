@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/webhook/limits"
 	"github.com/example/webhook/promtext"
 	admissionv1 "k8s.io/api/admission/v1"
 )
@@ -63,6 +65,14 @@ func TestMetricsCountReviews(t *testing.T) {
 	post(reviews.handle("/authorize", subjectAccessReviews(allowingAuthorize)), "/authorize", []byte(`{}`))
 	m.certificate("serving", time.Unix(1893456000, 0))
 	m.reloadFailed("serving")
+	// The review port's listener, as run wires it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	m.connections = limits.NewListener(ln, 4, freshGrace, idleGrace, m.connectionClosed)
+	m.connectionClosed("capacity")
 
 	got := scrape(t, m)
 	for series, want := range map[string]float64{
@@ -88,6 +98,9 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_inflight_rejected_total`:                                         0,
 		`webhook_certificate_expiration_timestamp_seconds{certificate="serving"}`: 1893456000,
 		`webhook_certificate_reload_errors_total{certificate="serving"}`:          1,
+		`webhook_connections_open`:                                                0,
+		`webhook_connections_limit`:                                               4,
+		`webhook_connections_closed_total{reason="capacity"}`:                     1,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s: got %v (present: %v), want %v", series, v, ok, want)

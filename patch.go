@@ -12,12 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/json"
 )
 
-// patchOp is one JSON Patch (RFC 6902) operation. The kube-apiserver applies
-// the list with gopkg.in/evanphx/json-patch.v4, so only what that library
-// accepts is built here.
-//
-// Value has no omitempty: a label or annotation may be the empty string,
-// and an "add" without a value is an invalid operation.
+// patchOp is one JSON Patch (RFC 6902) operation, as the kube-apiserver's
+// gopkg.in/evanphx/json-patch.v4 accepts it. Value has no omitempty: a
+// label may be the empty string, and an "add" without a value is invalid.
 type patchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
@@ -25,9 +22,8 @@ type patchOp struct {
 }
 
 // pointerEscaper escapes one reference token of a JSON Pointer (RFC 6901,
-// section 3): "~" becomes "~0" and "/" becomes "~1". strings.Replacer
-// replaces in one pass, so "~1" in a key becomes "~01" and is never read
-// back as "/".
+// section 3): "~" becomes "~0" and "/" becomes "~1", in one pass, so "~1"
+// in a key becomes "~01" and is never read back as "/".
 var pointerEscaper = strings.NewReplacer("~", "~0", "/", "~1")
 
 // jsonPointer joins reference tokens into a JSON Pointer, escaping each one.
@@ -63,22 +59,16 @@ func setAnnotations(meta *objectMetadata, want []keyValue) []patchOp {
 }
 
 // setMetadataEntries returns the operations that make the string map
-// metadata.<field> hold every entry of want while keeping all its others.
-// noMetadata says the object has no metadata at all; have is the map as the
-// object has it, nil when it has none.
-//
-// The shape of the patch depends on what the object already has, because
-// RFC 6902 "add" needs the parent to exist and replaces the target when it
-// does:
+// metadata.<field> hold every entry of want while keeping all its others;
+// have is the map as the object has it (nil when it has none). RFC 6902
+// "add" needs the parent to exist and replaces the target when it does, so:
 //   - no metadata: one add of /metadata holding the map;
 //   - no metadata.<field>: one add of the whole map (an add of
 //     /metadata/<field>/<key> would fail with "doc is missing path");
-//   - otherwise: one add per key that is missing or different, which leaves
-//     every other entry alone. (An add of the whole map here would replace,
-//     and so delete, the entries the object already has.)
+//   - otherwise: one add per key missing or different (an add of the whole
+//     map would delete the entries the object has).
 //
-// Nothing to change gives no operations, so a second pass over the patched
-// object is a no-op.
+// Nothing to change gives no operations: a second pass is a no-op.
 func setMetadataEntries(noMetadata bool, field string, have map[string]string, want []keyValue) []patchOp {
 	if len(want) == 0 {
 		return nil
@@ -128,33 +118,29 @@ func entriesMap(kvs []keyValue) map[string]string {
 //
 // A path is the field names from the top of the object, as in YAML; a
 // decimal token selects an element of a list the object has
-// (strconv.Itoa(i)); a list it lacks is made by appendTo. It knows
-// what the object has because it reads the object as sent, and it applies
-// each change to that copy as it goes, so every patch applies whatever the
-// object has:
-//   - a parent that is missing or null is created by one "add" of the
-//     innermost one missing, holding the rest (an "add" below it would
-//     fail in the apiserver with "doc is missing path");
+// (strconv.Itoa(i)); appendTo makes a list it lacks. It reads the object
+// as sent and applies each change to that copy as it goes, so that every
+// patch applies whatever the object has:
+//   - the innermost parent missing or null is created by one "add" holding
+//     the rest (an "add" below it would fail with "doc is missing path");
 //   - a parent the object has is never replaced, so its other fields stay,
-//     those the webhook's k8s.io/api does not know (a newer apiserver's)
-//     among them: a value that is an object, such as a typed
-//     corev1.SecurityContext, is set field by field into the object there;
-//   - a value the object already has gives no operation, so a second pass
+//     those the webhook's k8s.io/api does not know among them: an object
+//     value, such as a typed corev1.SecurityContext, is set field by field;
+//   - a value the object already has gives no operation: a second pass
 //     over the patched object is a no-op.
 //
 // A value is anything encoding/json encodes: typed structs from k8s.io/api
-// (fields left empty are omitted), maps, strings, numbers and booleans.
-// Errors, such as a path through a string or to an element a list does not
-// have, are kept and returned by patch, so a policy checks once.
+// (empty fields omitted), maps, strings, numbers and booleans. Errors, such
+// as a path through a string, are kept and returned by patch, so a policy
+// checks once.
 type objectPatch struct {
 	object any // the object as sent, with the operations so far applied
 	ops    []patchOp
 	err    error
 }
 
-// patchObject starts a patch of obj, req.Object. It decodes the whole
-// object once more, as JSON, so only policies that patch below metadata
-// pay for it; setLabels and setAnnotations do not need it.
+// patchObject starts a patch of obj, req.Object, decoding it whole once
+// more: setLabels and setAnnotations do without that cost.
 func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
 	p := &objectPatch{}
 	if err := decodeObject(obj, &p.object); err != nil {
@@ -166,19 +152,17 @@ func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
 	return p, nil
 }
 
-// set makes the field at path hold value, creating the parents that are
-// missing or null. When value and the field are both objects, each field
-// of value is set in turn and the field's others are kept; any other value
-// replaces the field's (a list as a whole: appendTo adds to one).
+// set makes the field at path hold value, creating missing or null
+// parents. An object value is set field by field into an object there,
+// keeping its other fields; any other value, a list too, replaces it.
 func (p *objectPatch) set(value any, path ...string) { p.change(value, path, false) }
 
-// setDefault is set only where the field is missing or null: a default.
-// A value that is an object sets each of its fields so, into an object the
-// object has: the fields it has keep their values.
+// setDefault is set only where the field is missing or null, field by
+// field for an object value: the fields the object has keep their values.
 func (p *objectPatch) setDefault(value any, path ...string) { p.change(value, path, true) }
 
-// appendTo appends value to the list at path, creating the list, and the
-// parents that are missing, when the object has none.
+// appendTo appends value to the list at path, creating the list and its
+// missing parents when the object has none.
 func (p *objectPatch) appendTo(value any, path ...string) {
 	v, ok := p.jsonValue(value)
 	if !ok || !p.hasPath(path) {

@@ -49,6 +49,24 @@ func FormatValue(v float64) string {
 	}
 }
 
+// CodeLabel is an HTTP status code as a label value, as client_golang's
+// promhttp labels requests by code.
+func CodeLabel(code int) string {
+	if code >= 0 && code < len(codeLabels) {
+		return codeLabels[code]
+	}
+	return strconv.Itoa(code)
+}
+
+// codeLabels spells out every HTTP status code once, because
+// strconv.Itoa allocates for numbers over 99: one allocation per request.
+var codeLabels = func() (labels [600]string) {
+	for code := range labels {
+		labels[code] = strconv.Itoa(code)
+	}
+	return labels
+}()
+
 // labelEscaper escapes a label value as the text format requires.
 var labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 

@@ -79,3 +79,14 @@ func TestProcess(t *testing.T) {
 		t.Errorf("go_goroutines = %v, want at least this one", g)
 	}
 }
+
+func TestCodeLabel(t *testing.T) {
+	for _, code := range []int{-1, 0, 200, 429, 599, 600, 1000} {
+		if got, want := CodeLabel(code), strconv.Itoa(code); got != want {
+			t.Errorf("CodeLabel(%d): got %q, want %q", code, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { CodeLabel(200) }); n != 0 {
+		t.Errorf("CodeLabel(200) allocated %v times, want 0", n)
+	}
+}

@@ -1,4 +1,4 @@
-package main
+package limits
 
 import (
 	"bufio"
@@ -7,17 +7,41 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// limitedServer serves plain HTTP through a connLimiter of max
-// connections: / answers at once, /block waits for release.
+// The graces the tests run with: the webhook's own (its connections.go).
+const (
+	freshGrace = 250 * time.Millisecond
+	idleGrace  = time.Second
+)
+
+// closedCounter counts the connections a Listener closed, by reason.
+type closedCounter struct {
+	mu       sync.Mutex
+	byReason map[string]int
+}
+
+func (c *closedCounter) closed(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byReason[reason]++
+}
+
+func (c *closedCounter) count(reason string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byReason[reason]
+}
+
+// limitedServer serves plain HTTP through a Listener of max connections:
+// / answers at once, /block waits for release.
 type limitedServer struct {
 	addr    string
-	m       *metrics
-	limiter *connLimiter
+	closed  *closedCounter
+	limiter *Listener
 	release chan struct{}
 	entered chan struct{} // a request to /block is being served
 }
@@ -28,15 +52,15 @@ func newLimitedServer(t *testing.T, max int) *limitedServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &limitedServer{addr: ln.Addr().String(), m: newMetrics(), release: make(chan struct{}), entered: make(chan struct{}, max)}
-	s.limiter = newConnLimiter(ln, max, s.m)
+	s := &limitedServer{addr: ln.Addr().String(), closed: &closedCounter{byReason: map[string]int{}}, release: make(chan struct{}), entered: make(chan struct{}, max)}
+	s.limiter = NewListener(ln, max, freshGrace, idleGrace, s.closed.closed)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
 		s.entered <- struct{}{}
 		<-s.release
 	})
-	srv := &http.Server{Handler: mux, ConnState: s.limiter.connState, IdleTimeout: time.Minute}
+	srv := &http.Server{Handler: mux, ConnState: s.limiter.ConnState, IdleTimeout: time.Minute}
 	go srv.Serve(s.limiter)
 	t.Cleanup(func() { close(s.release); srv.Close() })
 	return s
@@ -76,9 +100,9 @@ func closedByServer(conn net.Conn) bool {
 func (s *limitedServer) waitOpen(t *testing.T, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for s.limiter.count() != want {
+	for s.limiter.Open() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("got %d connections open, want %d", s.limiter.count(), want)
+			t.Fatalf("got %d connections open, want %d", s.limiter.Open(), want)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -109,7 +133,7 @@ func TestManyHalfOpenConnections(t *testing.T) {
 			t.Errorf("half-open connection %d was closed, want only the oldest", i+1)
 		}
 	}
-	if got := scrape(t, s.m)[`webhook_connections_closed_total{reason="capacity"}`]; got != 1 {
+	if got := s.closed.count("capacity"); got != 1 {
 		t.Errorf("connections closed at the cap: got %v, want 1", got)
 	}
 }
@@ -215,10 +239,10 @@ func TestServingConnectionsAreNeverCut(t *testing.T) {
 			t.Errorf("a request being served: %v, want it answered", err)
 		}
 	}
-	if got := scrape(t, s.m)[`webhook_connections_open`]; got != max {
-		t.Errorf("webhook_connections_open = %v, want %d", got, max)
+	if got := s.limiter.Open(); got != max {
+		t.Errorf("connections open: got %d, want %d", got, max)
 	}
-	if !strings.Contains(fmt.Sprint(scrape(t, s.m)), "webhook_connections_limit") {
-		t.Error("no webhook_connections_limit")
+	if got := s.limiter.Max(); got != max {
+		t.Errorf("Max: got %d, want %d", got, max)
 	}
 }

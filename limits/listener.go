@@ -1,4 +1,11 @@
-package main
+// Package limits holds the generic machinery the webhook's server uses to
+// bound what clients can make it hold: a listener that caps the
+// connections open (Listener), a first-come-first-served weighted
+// semaphore (Budget), and a body reader held to a stall timeout and a
+// floor rate (BodyClock). It knows nothing of webhooks: the root package
+// says how many connections, how long the graces, how many bytes and how
+// slow a body, and why.
+package limits
 
 import (
 	"container/list"
@@ -11,57 +18,36 @@ import (
 	"time"
 )
 
-// maxConnections is the most connections the review port holds open at
-// once. Each costs memory whatever it sends: net/http's and crypto/tls's
-// buffers, a goroutine's stack, and up to smallBodyBytes of body (body.go).
-// bench/README.md measures it ("Hostile clients"): 256 connections, on
-// top of the byte budget's worst case, stay under the Deployment's 64 MiB
-// limit. It is also far more than the apiservers need: each keeps at most
-// 25 idle connections to a webhook host (CONTRACT.md), and a review takes
-// milliseconds.
-const maxConnections = 256
-
-// freshGrace and idleGrace are how long a connection is spared at the cap
-// (see connLimiter): a new one that has not yet sent its first request
-// header, which takes the apiserver and the kubelet milliseconds even when
-// the webhook is busy; and an idle one since its last answer, which under
-// load the apiserver reuses within milliseconds, so that the one
-// connection a client is likeliest to be writing into is never closed.
-const (
-	freshGrace = 250 * time.Millisecond
-	idleGrace  = time.Second
-)
-
-// connLimiter is the review port's listener: it keeps at most max
-// connections open. At the cap it makes room by closing a connection that
-// is not serving a request and has had its chance:
+// Listener keeps at most max connections open. At the cap it makes room
+// by closing a connection that is not serving a request and has had its
+// chance:
 //
 //  1. one that has not sent a complete request header freshGrace after it
-//     was accepted, the oldest first: the apiserver sends its headers
-//     within milliseconds of connecting, so this is a client that
-//     dribbles them (or sends nothing) to hold a place;
+//     was accepted, the oldest first: a client such as the apiserver sends
+//     its headers within milliseconds of connecting, so this is a client
+//     that dribbles them (or sends nothing) to hold a place;
 //  2. one idle for longer than idleGrace, the one idle the longest first,
 //     as nginx closes kept-alive connections at its worker_connections
 //     limit: Go's client, the apiserver's, reuses its most recently used
 //     idle connection first, so the connections idle the longest are
-//     those it has stopped using, or a client's that sent one review and
+//     those it has stopped using, or a client's that sent one request and
 //     holds on.
 //
 // A request being served is never cut, nor a connection that is new or
-// was used a moment ago: its client, the apiserver or the kubelet, may be
-// sending on it right now, and a review written into a connection as it
-// closes fails. When no connection qualifies, the next one waits in the
-// kernel's backlog until one does or one closes: at most the graces, or
-// the time a request takes. Refusing it instead would fail a call that a
-// moment's wait serves. bench/README.md ("Hostile clients") runs floods
-// of each kind.
+// was used a moment ago: its client may be sending on it right now, and a
+// request written into a connection as it closes fails. When no
+// connection qualifies, the next one waits in the kernel's backlog until
+// one does or one closes: at most the graces, or the time a request
+// takes. Refusing it instead would fail a call that a moment's wait
+// serves.
 //
-// The listener learns each connection's state from http.Server.ConnState
-// (connState).
-type connLimiter struct {
+// The listener learns each connection's state from http.Server.ConnState,
+// which must be set to its ConnState method.
+type Listener struct {
 	net.Listener
-	max     int
-	metrics *metrics
+	max                   int
+	freshGrace, idleGrace time.Duration
+	closed                func(reason string)
 
 	mu    sync.Mutex
 	open  int           // connections open
@@ -75,7 +61,7 @@ type connLimiter struct {
 // limitedConn is a connection the limiter holds a place for.
 type limitedConn struct {
 	net.Conn
-	limiter *connLimiter
+	limiter *Listener
 	// in and elem are where it waits while it may be closed at the cap
 	// (limiter.fresh or limiter.idle); nil while it serves a request.
 	in       *list.List
@@ -84,17 +70,25 @@ type limitedConn struct {
 	released bool      // its place is given back; under limiter.mu
 }
 
-func newConnLimiter(ln net.Listener, max int, m *metrics) *connLimiter {
-	l := &connLimiter{Listener: ln, max: max, metrics: m, freed: make(chan struct{}, 1), done: make(chan struct{})}
-	m.setConnections(l)
-	return l
+// NewListener returns ln holding at most max connections, sparing at the
+// cap one that is fresh for freshGrace and one idle for idleGrace.
+// closed, when not nil, is called for each connection the listener closes
+// before it sent a complete request: reason is "capacity" for one closed
+// to make room, "header_timeout" for one that net/http's
+// ReadHeaderTimeout closed.
+func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, closed func(reason string)) *Listener {
+	if closed == nil {
+		closed = func(string) {}
+	}
+	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, closed: closed,
+		freed: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Accept accepts the next connection once there is room for it, closing
-// a connection that is not serving if the port is full.
-func (l *connLimiter) Accept() (net.Conn, error) {
-	// Wait before accepting, so that a client the port has no room for
-	// waits in the kernel's backlog rather than in this process.
+// a connection that is not serving if the listener is full.
+func (l *Listener) Accept() (net.Conn, error) {
+	// Wait before accepting, so that a client there is no room for waits
+	// in the kernel's backlog rather than in this process.
 	if err := l.waitForRoom(); err != nil {
 		return nil, err
 	}
@@ -133,19 +127,19 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		// The raw connection, without TLS's close_notify, which could
 		// block on a client that does not read.
 		victim.Conn.Close()
-		l.metrics.connectionClosed("capacity")
+		l.closed("capacity")
 	}
 	return lc, nil
 }
 
 // victimLocked returns the connection to close at the cap, or nil and how
 // long until one may qualify.
-func (l *connLimiter) victimLocked() (*limitedConn, time.Duration) {
-	wait := idleGrace
+func (l *Listener) victimLocked() (*limitedConn, time.Duration) {
+	wait := l.idleGrace
 	for _, q := range []struct {
 		list  *list.List
 		grace time.Duration
-	}{{&l.fresh, freshGrace}, {&l.idle, idleGrace}} {
+	}{{&l.fresh, l.freshGrace}, {&l.idle, l.idleGrace}} {
 		if e := q.list.Front(); e != nil {
 			c := e.Value.(*limitedConn)
 			waited := time.Since(c.since)
@@ -158,9 +152,9 @@ func (l *connLimiter) victimLocked() (*limitedConn, time.Duration) {
 	return nil, wait
 }
 
-// waitForRoom returns once the port has room for one more connection, or
-// a connection it can close to make some.
-func (l *connLimiter) waitForRoom() error {
+// waitForRoom returns once there is room for one more connection, or a
+// connection that can be closed to make some.
+func (l *Listener) waitForRoom() error {
 	for {
 		l.mu.Lock()
 		room, wait := l.open < l.max, time.Duration(0)
@@ -180,7 +174,7 @@ func (l *connLimiter) waitForRoom() error {
 }
 
 // waitFor waits for a connection to close or to go idle, or for d.
-func (l *connLimiter) waitFor(d time.Duration) error {
+func (l *Listener) waitFor(d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -192,7 +186,7 @@ func (l *connLimiter) waitFor(d time.Duration) error {
 	return nil
 }
 
-func (l *connLimiter) signalFreed() {
+func (l *Listener) signalFreed() {
 	select {
 	case l.freed <- struct{}{}:
 	default:
@@ -200,22 +194,25 @@ func (l *connLimiter) signalFreed() {
 }
 
 // Close closes the listener and wakes an Accept waiting for room.
-func (l *connLimiter) Close() error {
+func (l *Listener) Close() error {
 	l.once.Do(func() { close(l.done) })
 	return l.Listener.Close()
 }
 
-// count returns the connections open, for the metrics.
-func (l *connLimiter) count() int {
+// Open returns the number of connections open.
+func (l *Listener) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open
 }
 
-// connState is the server's http.Server.ConnState: it moves a connection
-// between the lists, and counts one that timed out before it sent a
-// complete request.
-func (l *connLimiter) connState(nc net.Conn, state http.ConnState) {
+// Max returns the most connections the listener holds open at once.
+func (l *Listener) Max() int { return l.max }
+
+// ConnState is the server's http.Server.ConnState: it moves a connection
+// between the lists, and gives back the place of one that is closed or
+// hijacked.
+func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	if tc, ok := nc.(*tls.Conn); ok {
 		nc = tc.NetConn()
 	}
@@ -268,7 +265,7 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		fresh := c.in == &c.limiter.fresh
 		c.limiter.mu.Unlock()
 		if fresh {
-			c.limiter.metrics.connectionClosed("header_timeout")
+			c.limiter.closed("header_timeout")
 		}
 	}
 	return n, err
