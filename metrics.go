@@ -96,7 +96,7 @@ func (m *metrics) bodyCut(reason string) {
 }
 
 // connectionClosed counts a connection the server closed before it sent a
-// request: reason is "header_timeout" or "capacity" (limits.Listener).
+// request: reason is "header_timeout", "capacity" or "refused" (limits.Listener).
 func (m *metrics) connectionClosed(reason string) {
 	if m != nil {
 		m.connectionsClosed.Add(1, reason)
@@ -164,7 +164,7 @@ func (m *metrics) write(w io.Writer) {
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")
 		sample(w, "webhook_connections_limit", "", float64(m.connections.Max()))
 	}
-	family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), or to make room at the limit (capacity).")
+	family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), to make room at the limit (capacity), or at once, the limit full of connections within their grace (refused).")
 	m.connectionsClosed.Write(w, "webhook_connections_closed_total")
 
 	family(w, "webhook_certificate_expiration_timestamp_seconds", "gauge", "When each certificate last loaded expires (for a CA bundle, its first to expire), in Unix seconds.")

@@ -35,11 +35,15 @@ import (
 //
 // A request being served is never cut, nor a connection that is new or
 // was used a moment ago: its client may be sending on it right now, and a
-// request written into a connection as it closes fails. When no
-// connection qualifies, the next one waits in the kernel's backlog until
-// one does or one closes: at most the graces, or the time a request
-// takes. Refusing it instead would fail a call that a moment's wait
-// serves.
+// request written into a connection as it closes fails. When the listener
+// is full of connections still within their grace, the newcomer is closed
+// at once, before its handshake ("refused"): left to wait, it would queue
+// in the kernel's backlog behind everything a flood of connections has
+// queued there, and the kubelet's probe would time out; closed, the
+// backlog stays short, and the next newcomer finds a connection to close
+// as soon as one's grace is over. Only when every connection is serving a
+// request does the newcomer wait, in the backlog: that is load, not a
+// flood, and a request finishes in milliseconds.
 //
 // The listener learns each connection's state from http.Server.ConnState,
 // which must be set to its ConnState method.
@@ -74,8 +78,8 @@ type limitedConn struct {
 // cap one that is fresh for freshGrace and one idle for idleGrace.
 // closed, when not nil, is called for each connection the listener closes
 // before it sent a complete request: reason is "capacity" for one closed
-// to make room, "header_timeout" for one that net/http's
-// ReadHeaderTimeout closed.
+// to make room, "refused" for a newcomer closed at once, "header_timeout"
+// for one that net/http's ReadHeaderTimeout closed.
 func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, closed func(reason string)) *Listener {
 	if closed == nil {
 		closed = func(string) {}
@@ -85,25 +89,37 @@ func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, 
 }
 
 // Accept accepts the next connection once there is room for it, closing
-// a connection that is not serving if the listener is full.
+// a connection that is not serving if the listener is full, or refusing
+// the newcomer (see Listener).
 func (l *Listener) Accept() (net.Conn, error) {
-	// Wait before accepting, so that a client there is no room for waits
-	// in the kernel's backlog rather than in this process.
-	if err := l.waitForRoom(); err != nil {
-		return nil, err
-	}
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	lc := &limitedConn{Conn: c, limiter: l}
-	// Only now that a connection has come is one closed for it: net/http
-	// calls Accept again as soon as it has one, long before the next
-	// arrives. In between, the one that was there to close may have begun
-	// a request; then this connection waits, unserved, like one in the
-	// backlog.
-	var victim *limitedConn
 	for {
+		// Wait before accepting, so that a client there is no room for
+		// waits in the kernel's backlog rather than in this process.
+		if err := l.waitForRoom(); err != nil {
+			return nil, err
+		}
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		lc, err := l.admit(c)
+		if err != nil {
+			return nil, err
+		}
+		if lc != nil {
+			return lc, nil
+		}
+	}
+}
+
+// admit gives c a place, closing another connection to make one, or
+// refuses it (nil, nil). Only now that a connection has come is one closed
+// for it: net/http calls Accept again as soon as it has one, long before
+// the next arrives. In between, the one that was there to close may have
+// begun a request; then c waits, unserved, like one in the backlog.
+func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
+	var victim *limitedConn
+	for waited := false; ; waited = true {
 		l.mu.Lock()
 		if l.open < l.max {
 			break
@@ -113,14 +129,22 @@ func (l *Listener) Accept() (net.Conn, error) {
 			victim.releaseLocked()
 			break
 		}
+		unused := l.fresh.Len() + l.idle.Len()
 		l.mu.Unlock()
+		// A newcomer that came when every connection was serving waits
+		// its turn, even once one of them is between requests.
+		if unused > 0 && !waited {
+			c.Close()
+			l.closed("refused")
+			return nil, nil
+		}
 		if err := l.waitFor(wait); err != nil {
 			c.Close()
 			return nil, err
 		}
 	}
+	lc := &limitedConn{Conn: c, limiter: l, since: time.Now()}
 	l.open++
-	lc.since = time.Now()
 	lc.in, lc.elem = &l.fresh, l.fresh.PushBack(lc)
 	l.mu.Unlock()
 	if victim != nil {
@@ -153,21 +177,16 @@ func (l *Listener) victimLocked() (*limitedConn, time.Duration) {
 }
 
 // waitForRoom returns once there is room for one more connection, or a
-// connection that can be closed to make some.
+// connection that is not serving, to close or to refuse the next for.
 func (l *Listener) waitForRoom() error {
 	for {
 		l.mu.Lock()
-		room, wait := l.open < l.max, time.Duration(0)
-		if !room {
-			var c *limitedConn
-			c, wait = l.victimLocked()
-			room = c != nil
-		}
+		room := l.open < l.max || l.fresh.Len()+l.idle.Len() > 0
 		l.mu.Unlock()
 		if room {
 			return nil
 		}
-		if err := l.waitFor(wait); err != nil {
+		if err := l.waitFor(l.idleGrace); err != nil {
 			return err
 		}
 	}
