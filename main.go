@@ -74,7 +74,7 @@ const (
 	// webhook is busy; and an idle one since its last answer, which under
 	// load the apiserver reuses within milliseconds.
 	freshGrace = 250 * time.Millisecond
-	idleGrace  = time.Second
+	idleGrace  = 500 * time.Millisecond
 
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.

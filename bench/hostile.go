@@ -152,13 +152,14 @@ type slowClientsResult struct {
 	steadyFailures       []string // the first few
 	probes, probesOK     int
 	probeMax             time.Duration
+	probeFailedAt        []time.Duration // when each failed probe was sent, from the start of the load
 	attempts             int64
 	peakRSSMB            float64
 }
 
 // runSlowClients runs the steady client alone, then beside each hostile
 // kind, then beside all of them at once, each against a fresh webhook.
-func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, d time.Duration) ([]slowClientsResult, []connCost, error) {
+func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, d time.Duration, only string) ([]slowClientsResult, []connCost, error) {
 	review, err := os.ReadFile(filepath.Join(bodies, "deployment-2k.json"))
 	if err != nil {
 		return nil, nil, err
@@ -183,6 +184,9 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 	loads = append(loads, hostileKinds)
 	var results []slowClientsResult
 	for _, kinds := range loads {
+		if only != "" && !strings.Contains(loadName(kinds), only) {
+			continue
+		}
 		wh, err := start("webhook", webhookBin, certArgs, probeClient)
 		if err != nil {
 			return nil, nil, err
@@ -193,20 +197,15 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200, p99 %s, /ping %d/%d, at most %s; %d attempts; peak RSS %.1f MiB\n",
-			r.load, r.steadyOK, r.steadySent, r.steadyP99.Round(time.Millisecond), r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.attempts, r.peakRSSMB)
+		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200, p99 %s, /ping %d/%d, at most %s, failed at %v; %d attempts; peak RSS %.1f MiB\n",
+			r.load, r.steadyOK, r.steadySent, r.steadyP99.Round(time.Millisecond), r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.probeFailedAt, r.attempts, r.peakRSSMB)
 		results = append(results, r)
 	}
 	return results, costs, nil
 }
 
 func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, review []byte, d time.Duration) slowClientsResult {
-	r := slowClientsResult{load: "none"}
-	if len(kinds) == 1 {
-		r.load = kinds[0].name
-	} else if len(kinds) > 1 {
-		r.load = "all of them at once"
-	}
+	r := slowClientsResult{load: loadName(kinds)}
 	// The steady client, like an apiserver, has its connection open when
 	// the hostile clients come: one review first.
 	steady := &http.Client{Timeout: 6 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 4}}
@@ -236,6 +235,7 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 	go func() {
 		defer wg.Done()
 		client := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}
+		loadStart := time.Now()
 		for tick := time.NewTicker(probeInterval); ; {
 			select {
 			case <-ctx.Done():
@@ -254,6 +254,8 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 			r.probes++
 			if ok {
 				r.probesOK++
+			} else {
+				r.probeFailedAt = append(r.probeFailedAt, begin.Sub(loadStart).Round(10*time.Millisecond))
 			}
 			r.probeMax = max(r.probeMax, took)
 			probeMu.Unlock()
@@ -311,6 +313,17 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 	}
 	r.attempts = min(h.attempts.Load(), maxAttempts)
 	return r
+}
+
+// loadName names a load of these kinds.
+func loadName(kinds []hostileKind) string {
+	switch len(kinds) {
+	case 0:
+		return "none"
+	case 1:
+		return kinds[0].name
+	}
+	return "all of them at once"
 }
 
 // connCost is what one connection costs the webhook in a given state.
@@ -456,6 +469,9 @@ func renderSlowClients(results []slowClientsResult, costs []connCost, d time.Dur
 	for _, r := range results {
 		for _, f := range r.steadyFailures {
 			fmt.Fprintf(&b, "\n- %s: a steady review failed: %s", r.load, f)
+		}
+		if len(r.probeFailedAt) > 0 {
+			fmt.Fprintf(&b, "\n- %s: /ping failed when probed %v after the load began", r.load, r.probeFailedAt)
 		}
 	}
 	fmt.Fprintf(&b, "\nWhat one connection costs (resident memory, %d connections opened at once, above the idle webhook's):\n\n| state | KiB per connection |\n|---|---|\n", costConnections)

@@ -89,7 +89,7 @@ func run() error {
 	out := flag.String("out", "results", "`directory` for results.md and latency.png")
 	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
 	duration := flag.Duration("duration", 3*time.Second, "length of one wrk run, in whole seconds (wrk's unit)")
-	only := flag.String("only", "", "run only the scenarios whose name contains this `text`, such as update-1m")
+	only := flag.String("only", "", "run only the scenarios (or, with -slow-clients, the loads) whose name contains this `text`, such as update-1m")
 	slowClients := flag.Bool("slow-clients", false, "run only the slow-clients scenario (about 8 minutes): hostile clients of each kind beside a steady one, written to results/slow-clients.md")
 	slowFor := flag.Duration("slow-clients-for", 60*time.Second, "how long each load of the slow-clients scenario runs")
 	flag.Parse()
@@ -153,7 +153,7 @@ func run() error {
 		if *smoke {
 			d = 2 * time.Second
 		}
-		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d)
+		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d, *only)
 		if err != nil {
 			return err
 		}
