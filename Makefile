@@ -12,18 +12,24 @@ test: check unit fuzz e2e e2e-oldest
 unit:
 	$(GO) test -race -count=1 ./...
 
+# gofmt, go vet of the three modules, and that every relative link and
+# #anchor in README.md, docs/ and bench/README.md points somewhere.
 check:
 	@out=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd e2e && $(GO) vet ./...
 	cd bench && $(GO) vet ./...
+	$(GO) test -count=1 -run '^(TestDocLinks|TestHeadingAnchors)$$' .
 
-# The generic path, /authorize's, then the policy: go test fuzzes one
-# target at a time.
+# The generic path, /authorize's, the policy, then the tests' JSON Patch
+# applier against the apiserver's (e2e/jsonpatch): go test fuzzes one target
+# at a time.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 15s .
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime 10s .
 	$(GO) test -run '^$$' -fuzz '^FuzzPolicy$$' -fuzztime 15s .
+	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApplyOps$$' -fuzztime 10s ./jsonpatch
+	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime 5s ./jsonpatch
 
 # The whole suite against the newest kube-apiserver in e2e/kube
 # (docs/versions.md).

@@ -2,15 +2,13 @@ package main
 
 // The authorization half: POST /authorize answers kube-apiserver's
 // authorization webhook, which POSTs a SubjectAccessReview before it serves
-// a request and reads only the status of the answer. The contract is the
-// apiserver's, in k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go
-// (WebhookAuthorizer.Authorize, v1.37.1):
-//
-//   - status.allowed true allows the request; no later authorizer runs;
-//   - status.denied true (with allowed false) denies it; no later authorizer
-//     runs, and status.reason reaches the user in the Forbidden message;
+// a request and reads only the answer's status, as
+// k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go
+// (WebhookAuthorizer.Authorize, v1.37.1) says:
+//   - allowed allows the request; denied (alone) denies it, status.reason
+//     ending the user's Forbidden message; no later authorizer runs;
 //   - neither is no opinion: the next authorizer (RBAC) decides;
-//   - both is a malformed answer, which it treats as a deny with an error;
+//   - both is malformed, which it treats as a deny with an error;
 //   - an answer other than HTTP 200, or none, is the authorizer's
 //     failurePolicy (NoOpinion or Deny), after a retry of 429s, 5xx and
 //     dropped connections (k8s.io/apiserver/pkg/util/webhook,
@@ -25,32 +23,26 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/convert"
 )
 
-// authorizeFunc decides on one SubjectAccessReview. It sees neither HTTP nor
-// globals, and answers with noOpinion, deniedBecause or allowedBecause. spec
-// has exactly one of ResourceAttributes and NonResourceAttributes. ctx ends
-// at the apiserver's deadline for this call. policy.go makes them.
+// authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
+// one of ResourceAttributes and NonResourceAttributes, with noOpinion,
+// deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
+// globals, and ctx ends at the apiserver's deadline. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
-// ---------------------------------------------------------------------------
-// Responses. Each authorize function ends in one of these.
-// ---------------------------------------------------------------------------
-
 // noOpinion neither allows nor denies: the apiserver asks the next
-// authorizer in its configuration, and forbids the request if none allows
-// it.
+// authorizer, and forbids the request if none allows it.
 func noOpinion() authorizationv1.SubjectAccessReviewStatus {
 	return authorizationv1.SubjectAccessReviewStatus{}
 }
 
-// deniedBecause denies the request outright: no later authorizer is asked,
-// so RBAC cannot allow it. The apiserver ends its Forbidden message, which
-// kubectl prints, with reason.
+// deniedBecause denies the request outright, so RBAC cannot allow it. The
+// apiserver ends its Forbidden message, which kubectl prints, with reason.
 func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
 	return authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: reason}
 }
@@ -74,28 +66,16 @@ func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
 	}
 }
 
-// ---------------------------------------------------------------------------
-// SubjectAccessReview in, SubjectAccessReview out.
-// ---------------------------------------------------------------------------
-
 const wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
 
-// authorizationCodecs decodes SubjectAccessReview in the two versions the
-// apiserver sends (the authorizer's subjectAccessReviewVersion). Nothing else
-// is registered, so any other kind, an AdmissionReview included, fails to
-// decode.
-var authorizationCodecs = func() serializer.CodecFactory {
-	scheme := runtime.NewScheme()
-	// AddToScheme only fails on conflicting registrations, which two
-	// distinct group versions cannot have.
-	_ = authorizationv1.AddToScheme(scheme)
-	_ = authorizationv1beta1.AddToScheme(scheme)
-	return serializer.NewCodecFactory(scheme)
-}()
+// authorizationDecoder decodes SubjectAccessReview in the two versions the
+// apiserver sends (the authorizer's subjectAccessReviewVersion); any other
+// kind, an AdmissionReview included, fails to decode.
+var authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
 
 // subjectAccessReviews is the kind of review of an authorize function: a
-// SubjectAccessReview of authorization.k8s.io/v1 or v1beta1, answered in the
-// same version with only its status, the one part the apiserver reads.
+// SubjectAccessReview of v1 or v1beta1, answered in the same version with
+// only its status, the one part the apiserver reads.
 func subjectAccessReviews(authorize authorizeFunc) reviewKind {
 	return reviewKind{name: wantSubjectAccessReview, review: func(ctx context.Context, body []byte) outcome {
 		gvk, spec, err := decodeSubjectAccessReview(body)
@@ -127,11 +107,10 @@ func subjectAccessReviews(authorize authorizeFunc) reviewKind {
 	}}
 }
 
-// decodeSubjectAccessReview decodes a SubjectAccessReview of either version
-// and returns the version it came in with its spec as authorization.k8s.io/v1,
-// the one type the authorize functions see.
+// decodeSubjectAccessReview is decodeReview for a SubjectAccessReview: its
+// version, and its spec as authorization.k8s.io/v1.
 func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
-	obj, gvk, err := authorizationCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantSubjectAccessReview)
 	}
@@ -140,10 +119,8 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 	case *authorizationv1.SubjectAccessReview:
 		spec = &review.Spec
 	case *authorizationv1beta1.SubjectAccessReview:
-		spec = specFromV1beta1(&review.Spec)
-	default:
-		// Registering any API group also registers a few unversioned meta
-		// kinds, such as v1 Status, so the decoder accepts those too.
+		spec = convert.SpecFromV1beta1(&review.Spec)
+	default: // an unversioned meta kind (decoderOf)
 		return schema.GroupVersionKind{}, nil, notA(*gvk, wantSubjectAccessReview)
 	}
 	// The apiserver sets exactly one (WebhookAuthorizer.Authorize); an
@@ -162,13 +139,13 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
 	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
 	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
-		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: statusToV1beta1(status)})
+		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
 	}
 	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
 }
 
 // authorizationAttrs names a SubjectAccessReview for its log line: who, which
-// verb, on what. Never its groups, extra or uid: the apiserver's own audit log
+// verb, on what. Never its groups, extra or uid: the apiserver's audit log
 // has those, and extra may carry tokens' claims.
 func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.Attr {
 	attrs := make([]slog.Attr, 0, 6)
@@ -189,51 +166,4 @@ func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.At
 	}
 	// "path" is the route's in every review line.
 	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
-}
-
-// ---------------------------------------------------------------------------
-// authorization.k8s.io/v1beta1 has the same fields as v1, but spec.groups is
-// spelt "group" in JSON; the apiserver sends it when the authorizer's
-// subjectAccessReviewVersion is v1beta1. These copy between the two, field by
-// field, as the apiserver's own v1SpecToV1beta1Spec does.
-// ---------------------------------------------------------------------------
-
-func specFromV1beta1(in *authorizationv1beta1.SubjectAccessReviewSpec) *authorizationv1.SubjectAccessReviewSpec {
-	out := &authorizationv1.SubjectAccessReviewSpec{
-		User:   in.User,
-		Groups: in.Groups,
-		UID:    in.UID,
-	}
-	if ra := in.ResourceAttributes; ra != nil {
-		out.ResourceAttributes = &authorizationv1.ResourceAttributes{
-			Namespace:     ra.Namespace,
-			Verb:          ra.Verb,
-			Group:         ra.Group,
-			Version:       ra.Version,
-			Resource:      ra.Resource,
-			Subresource:   ra.Subresource,
-			Name:          ra.Name,
-			FieldSelector: ra.FieldSelector,
-			LabelSelector: ra.LabelSelector,
-		}
-	}
-	if nra := in.NonResourceAttributes; nra != nil {
-		out.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: nra.Path, Verb: nra.Verb}
-	}
-	if in.Extra != nil {
-		out.Extra = make(map[string]authorizationv1.ExtraValue, len(in.Extra))
-		for k, v := range in.Extra {
-			out.Extra[k] = authorizationv1.ExtraValue(v)
-		}
-	}
-	return out
-}
-
-func statusToV1beta1(in authorizationv1.SubjectAccessReviewStatus) authorizationv1beta1.SubjectAccessReviewStatus {
-	return authorizationv1beta1.SubjectAccessReviewStatus{
-		Allowed:         in.Allowed,
-		Denied:          in.Denied,
-		Reason:          in.Reason,
-		EvaluationError: in.EvaluationError,
-	}
 }

@@ -18,7 +18,6 @@ import (
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
-	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -83,23 +82,36 @@ func checkSubjectAccessReview(t testing.TB, name string, body []byte, w *httptes
 	return out
 }
 
+// TestAuthorizeFixtures sends every SubjectAccessReview in
+// testdata/authorization/, whoever it is for, and the plumbing's own, to
+// each kind of answer.
 func TestAuthorizeFixtures(t *testing.T) {
 	tests := []struct {
 		name                  string
 		authorize             authorizeFunc
 		wantAllowed, wantDeny bool
-		wantReason            string
+		wantReason            string // with USER for the review's user
 	}{
 		{"allow", allowingAuthorize, true, false, "the plumbing tests allow everything"},
-		{"deny", denyingAuthorize, false, true, "the plumbing tests deny alice"},
+		{"deny", denyingAuthorize, false, true, "the plumbing tests deny USER"},
 		{"no opinion", indifferentAuthorize, false, false, ""},
 	}
-	for name, body := range subjectAccessReviewFixtures(t) {
+	all := subjectAccessReviewFixtures(t)
+	for name, body := range plumbingSubjectAccessReviews(t) {
+		all["plumbing-"+name] = body
+	}
+	for name, body := range all {
+		var review struct {
+			Spec struct{ User string } `json:"spec"`
+		}
+		if err := json.Unmarshal(body, &review); err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range tests {
 			t.Run(name+"/"+tc.name, func(t *testing.T) {
 				out := checkSubjectAccessReview(t, name, body, post(serveAuthorize(discardLogger, tc.authorize), "/authorize?timeout=3s", body))
 				s := out.Status
-				if s.Allowed != tc.wantAllowed || s.Denied != tc.wantDeny || s.Reason != tc.wantReason {
+				if want := strings.ReplaceAll(tc.wantReason, "USER", review.Spec.User); s.Allowed != tc.wantAllowed || s.Denied != tc.wantDeny || s.Reason != want {
 					t.Errorf("got status %+v, want allowed=%v denied=%v reason %q", s, tc.wantAllowed, tc.wantDeny, tc.wantReason)
 				}
 			})
@@ -110,7 +122,7 @@ func TestAuthorizeFixtures(t *testing.T) {
 // TestAuthorizeSeesV1 checks that an authorize function is given the
 // review's spec as authorization.k8s.io/v1, whatever version it came in.
 func TestAuthorizeSeesV1(t *testing.T) {
-	all := subjectAccessReviewFixtures(t)
+	all := plumbingSubjectAccessReviews(t)
 	for _, pair := range [][2]string{{"v1-get-configmap", "v1beta1-get-configmap"}, {"v1-get-version", "v1beta1-get-version"}} {
 		var specs [2]*authorizationv1.SubjectAccessReviewSpec
 		for i, name := range pair {
@@ -123,10 +135,6 @@ func TestAuthorizeSeesV1(t *testing.T) {
 		if specs[0] == nil || specs[1] == nil {
 			t.Fatalf("%v: the authorize function was not called", pair)
 		}
-		// The recordings differ in the group that routed them, by version.
-		for _, s := range specs {
-			s.Groups = nil
-		}
 		if !reflect.DeepEqual(specs[0], specs[1]) {
 			t.Errorf("%s gave %+v, %s gave %+v; want the same", pair[0], specs[0], pair[1], specs[1])
 		}
@@ -136,57 +144,10 @@ func TestAuthorizeSeesV1(t *testing.T) {
 	}
 }
 
-// TestSubjectAccessReviewConversion checks that every field of a v1beta1
-// spec survives the copy to v1, so a field added to both versions cannot be
-// forgotten: the test fails until the new field is set here, and then
-// until it is copied.
-func TestSubjectAccessReviewConversion(t *testing.T) {
-	beta := &authorizationv1beta1.SubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1beta1.ResourceAttributes{
-			Namespace: "ns", Verb: "list", Group: "apps", Version: "v1", Resource: "deployments", Subresource: "scale", Name: "web",
-			FieldSelector: &authorizationv1.FieldSelectorAttributes{RawSelector: "a=b", Requirements: []metav1.FieldSelectorRequirement{{Key: "a", Operator: metav1.FieldSelectorOpIn, Values: []string{"b"}}}},
-			LabelSelector: &authorizationv1.LabelSelectorAttributes{RawSelector: "c=d", Requirements: []metav1.LabelSelectorRequirement{{Key: "c", Operator: metav1.LabelSelectorOpIn, Values: []string{"d"}}}},
-		},
-		NonResourceAttributes: &authorizationv1beta1.NonResourceAttributes{Path: "/version", Verb: "get"},
-		User:                  "jane",
-		Groups:                []string{"group1", "group2"},
-		Extra:                 map[string]authorizationv1beta1.ExtraValue{"scopes": {"a", "b"}},
-		UID:                   "uid-1",
-	}
-	for _, v := range []any{*beta, *beta.ResourceAttributes, *beta.NonResourceAttributes} {
-		rv := reflect.ValueOf(v)
-		for i := range rv.NumField() {
-			if rv.Field(i).IsZero() {
-				t.Errorf("%s.%s is not set: set it here, and copy it in specFromV1beta1", rv.Type().Name(), rv.Type().Field(i).Name)
-			}
-		}
-	}
-	got, err := json.Marshal(specFromV1beta1(beta))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// v1beta1 spells spec.groups "group"; otherwise the JSON is the same.
-	want, err := json.Marshal(beta)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = bytes.Replace(want, []byte(`"group":["group1"`), []byte(`"groups":["group1"`), 1)
-	var gotMap, wantMap map[string]any
-	_ = json.Unmarshal(got, &gotMap)
-	_ = json.Unmarshal(want, &wantMap)
-	if !reflect.DeepEqual(gotMap, wantMap) {
-		t.Errorf("the spec changed in conversion:\n got %s\nwant %s", got, want)
-	}
-
-	status := authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "r", EvaluationError: "e"}
-	compareJSON(t, "status", status, statusToV1beta1(status))
-}
-
 func TestAuthorizeBadInput(t *testing.T) {
-	all := subjectAccessReviewFixtures(t)
-	review := all["v1-get-configmap"]
+	review := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
 	huge := bytes.Repeat([]byte(" "), maxBodyBytes+1)
-	admission := fixtures(t)["v1-deployment-create"]
+	admission := plumbingReviews(t)["v1-deployment-create"]
 	sar := func(spec string) io.Reader {
 		return strings.NewReader(`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":` + spec + `}`)
 	}
@@ -236,14 +197,14 @@ func TestAuthorizeBadInput(t *testing.T) {
 // apiserver retries and then settles by the authorizer's failurePolicy;
 // the panic's own value is not logged.
 func TestAuthorizePanicIsAnswered(t *testing.T) {
-	body := subjectAccessReviewFixtures(t)["v1-get-configmap"]
+	body := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
 	var logs bytes.Buffer
 	panicking := func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
 		panic("token=hunter2")
 	}
 	w := post(serveAuthorize(slog.New(slog.NewTextHandler(&logs, nil)), panicking), "/authorize", body)
 	checkStatusBody(t, w, http.StatusInternalServerError, metav1.StatusReasonInternalError)
-	for _, want := range []string{"panicked", "user=alice", "panic.type=string"} {
+	for _, want := range []string{"panicked", "user=" + plumbingUser, "panic.type=string"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("log %q does not contain %q", logs.String(), want)
 		}
@@ -257,7 +218,7 @@ func TestAuthorizePanicIsAnswered(t *testing.T) {
 // set as a deny and an error (WebhookAuthorizer.Authorize), so the plumbing
 // never sends one: it denies, saying why.
 func TestAllowedAndDeniedIsADenial(t *testing.T) {
-	body := subjectAccessReviewFixtures(t)["v1-get-configmap"]
+	body := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
 	both := func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
 		return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "confused"}
 	}
@@ -274,13 +235,14 @@ func TestAllowedAndDeniedIsADenial(t *testing.T) {
 // TestAuthorizeLogLine checks the one log line per decision: who, which
 // verb, on what, and the verdict; never the user's groups, extra or uid.
 func TestAuthorizeLogLine(t *testing.T) {
+	user := "user=" + plumbingUser
 	tests := map[string][]string{
-		"v1-get-configmap":        {"user=alice", "verb=get", "resource=configmaps", "namespace=authz", "verdict=denied"},
-		"v1beta1-get-configmap":   {"user=alice", "verb=get", "resource=configmaps", "namespace=authz", "verdict=denied"},
-		"v1-get-deployment-scale": {"user=alice", "verb=get", "resource=apps/deployments", "subresource=scale", "verdict=denied"},
-		"v1-get-version":          {"user=alice", "verb=get", "request_path=/version", "verdict=denied"},
+		"v1-get-configmap":        {user, "verb=get", "resource=configmaps", "namespace=plumbing", "verdict=denied"},
+		"v1beta1-get-configmap":   {user, "verb=get", "resource=configmaps", "namespace=plumbing", "verdict=denied"},
+		"v1-get-deployment-scale": {user, "verb=get", "resource=apps/deployments", "subresource=scale", "verdict=denied"},
+		"v1-get-version":          {user, "verb=get", "request_path=/version", "verdict=denied"},
 	}
-	all := subjectAccessReviewFixtures(t)
+	all := plumbingSubjectAccessReviews(t)
 	for name, want := range tests {
 		var logs bytes.Buffer
 		checkSubjectAccessReview(t, name, all[name], post(serveAuthorize(slog.New(slog.NewTextHandler(&logs, nil)), denyingAuthorize), "/authorize", all[name]))
@@ -293,7 +255,7 @@ func TestAuthorizeLogLine(t *testing.T) {
 				t.Errorf("%s: log line %s has no %q", name, lines[0], w)
 			}
 		}
-		for _, f := range []string{"developers", "system:authenticated", "groups", "extra", "uid", "the plumbing tests deny"} {
+		for _, f := range []string{"plumbing-testers", "system:authenticated", "groups", "extra", "uid", "the plumbing tests deny"} {
 			if strings.Contains(lines[0], f) {
 				t.Errorf("%s: log line %s has %q, which is beyond the review's attributes", name, lines[0], f)
 			}
@@ -317,6 +279,9 @@ func FuzzAuthorize(f *testing.F) {
 // the format.
 func addSubjectAccessReviewSeeds(f *testing.F) {
 	for _, b := range subjectAccessReviewFixtures(f) {
+		f.Add(b)
+	}
+	for _, b := range plumbingSubjectAccessReviews(f) {
 		f.Add(b)
 	}
 	for _, s := range []string{``, `{}`, `null`, `{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview"}`,

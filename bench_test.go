@@ -15,8 +15,8 @@ import (
 
 var writeBenchBodies = flag.String("write-bench-bodies", "", "write the benchmark bodies into this `directory` (used by bench/)")
 
-// benchBodies are the reviews the benchmarks send, made from the captured
-// fixtures: a Deployment CREATE as the apiserver sends it (2–3 KB), a Pod
+// benchBodies are the reviews the benchmarks send, made from the
+// plumbing's captured reviews: a Deployment CREATE as the apiserver sends it (2–3 KB), a Pod
 // of about 100 KB, and an UPDATE of about 1 MB carrying object and
 // oldObject.
 func benchBodies(tb testing.TB) []struct {
@@ -24,7 +24,7 @@ func benchBodies(tb testing.TB) []struct {
 	body []byte
 } {
 	tb.Helper()
-	all := fixtures(tb)
+	all := plumbingReviews(tb)
 	var deployment bytes.Buffer
 	if err := json.Compact(&deployment, all["v1-deployment-create"]); err != nil {
 		tb.Fatal(err)
@@ -99,12 +99,12 @@ func TestWriteBenchBodies(t *testing.T) {
 }
 
 // BenchmarkHandler is the whole of /mutate and /validate for one review,
-// with policy.go's policy as the binary runs it: take bytes of the budget,
-// read, decode, admit, encode, count in the metrics, log (to a discarding
+// with policy.go's policy as the binary runs it: read (with room in the
+// budget for a large body), decode, admit, encode, count in the metrics, log (to a discarding
 // handler).
 func BenchmarkHandler(b *testing.B) {
 	p := policyWithDefaults(b)
-	reviews := &reviewServer{logger: discardLogger, metrics: newMetrics(), budget: newByteBudget(defaultMaxInflightBytes)}
+	reviews := newReviewServer(discardLogger, newMetrics(), defaultMaxInflightBytes)
 	for _, body := range benchBodies(b) {
 		for _, route := range []struct {
 			name  string
@@ -142,7 +142,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(int64(len(body.body)))
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := admissionCodecs.UniversalDeserializer().Decode(body.body, nil, nil); err != nil {
+				if _, _, err := admissionDecoder.Decode(body.body, nil, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

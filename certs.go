@@ -135,20 +135,19 @@ func writeDevCertificates(dir string, now time.Time) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, f := range []struct {
-		name string
-		data []byte
-		perm os.FileMode
-	}{
-		{"ca.crt", ca.certPEM, 0o644},
-		{"tls.key", serving.keyPEM, 0o600},
-		{"tls.crt", serving.certPEM, 0o644},
-	} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data, f.perm); err != nil {
-			return err
-		}
+	if err := writeFileAtomic(filepath.Join(dir, "ca.crt"), ca.certPEM, 0o644); err != nil {
+		return err
 	}
-	return nil
+	return writeKeyPair(dir, "tls", serving)
+}
+
+// writeKeyPair writes kp into dir as name.key and name.crt, the key first:
+// a watcher that sees the new certificate finds its key.
+func writeKeyPair(dir, name string, kp *keyPair) error {
+	if err := writeFileAtomic(filepath.Join(dir, name+".key"), kp.keyPEM, 0o600); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, name+".crt"), kp.certPEM, 0o644)
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames it
@@ -229,10 +228,7 @@ func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
 		if ca, err = newCA("webhook CA", now, *caValidity); err != nil {
 			return err
 		}
-		if err := writeFileAtomic(filepath.Join(*dir, "ca.key"), ca.keyPEM, 0o600); err != nil {
-			return err
-		}
-		if err := writeFileAtomic(filepath.Join(*dir, "ca.crt"), ca.certPEM, 0o644); err != nil {
+		if err := writeKeyPair(*dir, "ca", ca); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.cert.NotAfter.Format(time.DateOnly))
@@ -248,11 +244,7 @@ func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// The key first: a watcher that sees the new certificate finds its key.
-	if err := writeFileAtomic(filepath.Join(*dir, "tls.key"), serving.keyPEM, 0o600); err != nil {
-		return err
-	}
-	if err := writeFileAtomic(filepath.Join(*dir, "tls.crt"), serving.certPEM, 0o644); err != nil {
+	if err := writeKeyPair(*dir, "tls", serving); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote a serving certificate for %s to %s (valid until %s); caBundle on stdout\n",

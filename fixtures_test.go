@@ -2,7 +2,10 @@ package main
 
 // Test helpers that the plumbing's tests and the policy's tests share:
 // reviews as the apiserver sends them (captured in testdata/, or made by
-// hand with newReview), posting them, and reading the answers.
+// hand with newReview), posting them, and reading the answers; and what
+// every policy's tests use: TestFixtures with the goldens, the policy's
+// flags, and SubjectAccessReviews made by hand. policy_test.go holds only
+// what one policy decides.
 
 import (
 	"bytes"
@@ -19,8 +22,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/example/webhook/jsonpatch"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -319,46 +324,18 @@ func decodePatch(t testing.TB, patch []byte) []patchOp {
 	return ops
 }
 
-// applyPatch applies "add" operations as RFC 6902 and the apiserver's
-// json-patch library do: the parent must exist, and an existing member is
-// replaced. It fails the test on anything else.
+// applyPatch applies ops to doc as the kube-apiserver applies a webhook's
+// patch (package jsonpatch), failing the test where the apiserver would
+// refuse the patch.
 func applyPatch(t testing.TB, doc json.RawMessage, ops []patchOp) json.RawMessage {
 	t.Helper()
-	var root any
-	if err := json.Unmarshal(doc, &root); err != nil {
-		t.Fatal(err)
-	}
-	for _, op := range ops {
-		if op.Op != "add" {
-			t.Fatalf("unexpected operation %q", op.Op)
-		}
-		if !strings.HasPrefix(op.Path, "/") {
-			t.Fatalf("path %q is not a JSON Pointer", op.Path)
-		}
-		tokens := strings.Split(op.Path[1:], "/")
-		parent := root
-		for _, tok := range tokens[:len(tokens)-1] {
-			m, ok := parent.(map[string]any)
-			if !ok {
-				t.Fatalf("patch %s: parent of %q is not an object", op.Path, tok)
-			}
-			if parent, ok = m[unescapePointer(tok)]; !ok || parent == nil {
-				t.Fatalf("patch %s: missing path at %q (the apiserver would fail this patch)", op.Path, tok)
-			}
-		}
-		m, ok := parent.(map[string]any)
-		if !ok {
-			t.Fatalf("patch %s: target's parent is not an object", op.Path)
-		}
-		// Round-trip the value so it is the same kind of tree as the doc.
-		raw, _ := json.Marshal(op.Value)
-		var v any
-		_ = json.Unmarshal(raw, &v)
-		m[unescapePointer(tokens[len(tokens)-1])] = v
-	}
-	out, err := json.Marshal(root)
+	patch, err := json.Marshal(ops)
 	if err != nil {
 		t.Fatal(err)
+	}
+	out, err := jsonpatch.Apply(doc, patch)
+	if err != nil {
+		t.Fatalf("the apiserver would refuse the patch %s: %v", patch, err)
 	}
 	return out
 }
@@ -448,4 +425,144 @@ func policyWithDefaults(tb testing.TB) policy {
 		tb.Fatal(err)
 	}
 	return p
+}
+
+// ---------------------------------------------------------------------------
+// What every policy's tests use: the fixtures through the policy, goldens,
+// the policy's flags, and SubjectAccessReviews made by hand.
+// ---------------------------------------------------------------------------
+
+// TestFixtures sends every review in testdata/ to /mutate and /validate as
+// the binary runs them, with no flags, and checks each answer against
+// fixtureExpectations and its golden file in testdata/golden/ (go test -run
+// TestFixtures -update . rewrites them). Each patch must apply to the
+// object and give no patch a second time, as the apiserver may call a
+// mutating webhook again (reinvocationPolicy: IfNeeded); each denial is a
+// 403 with a message.
+func TestFixtures(t *testing.T) {
+	p := policyWithDefaults(t)
+	mutateHandler := serve(discardLogger, mutate(p))
+	validateHandler := serve(discardLogger, validate(p))
+	all := fixtures(t)
+	for name := range fixtureExpectations {
+		if _, ok := all[name]; !ok {
+			t.Errorf("fixture %s has expectations but no testdata/%s.json", name, name)
+		}
+	}
+	for name, body := range all {
+		t.Run(name, func(t *testing.T) {
+			want, ok := fixtureExpectations[name]
+			if !ok {
+				t.Fatalf("testdata/%s.json has no entry in fixtureExpectations", name)
+			}
+			in := decodeReviewIn(t, body)
+
+			w := post(mutateHandler, "/mutate?timeout=10s", body)
+			out := checkReview(t, "/mutate", in, w)
+			checkGolden(t, name+".mutate", w)
+			ops := decodePatch(t, out.Response.Patch)
+			if len(ops) != want.mutateOps {
+				t.Errorf("/mutate: got %d patch operations %s, want %d", len(ops), out.Response.Patch, want.mutateOps)
+			}
+			patchedObject := in.Request.Object
+			if len(ops) > 0 {
+				patchedObject = applyPatch(t, in.Request.Object, ops)
+				again := checkReview(t, "/mutate again", in, post(mutateHandler, "/mutate", withObject(t, body, patchedObject)))
+				if again.Response.Patch != nil {
+					t.Errorf("/mutate of the patched object: got patch %s, want none", again.Response.Patch)
+				}
+			}
+
+			w = post(validateHandler, "/validate", body)
+			out = checkReview(t, "/validate", in, w)
+			checkGolden(t, name+".validate", w)
+			if out.Response.Allowed != want.validateAllowed {
+				t.Errorf("/validate: got allowed=%v, want %v (status %+v)", out.Response.Allowed, want.validateAllowed, out.Response.Status)
+			}
+			if s := out.Response.Status; !out.Response.Allowed && (s == nil || s.Code != http.StatusForbidden || s.Reason != metav1.StatusReasonForbidden || s.Message == "") {
+				t.Errorf("/validate denial: got status %+v, want code 403, reason Forbidden and a message", s)
+			}
+			out = checkReview(t, "/validate after /mutate", in, post(validateHandler, "/validate", withObject(t, body, patchedObject)))
+			if out.Response.Allowed != want.allowedAfterMutate {
+				t.Errorf("/validate after /mutate: got allowed=%v, want %v (status %+v)", out.Response.Allowed, want.allowedAfterMutate, out.Response.Status)
+			}
+		})
+	}
+}
+
+// checkGolden compares the answer with testdata/golden/<name>.json, which
+// holds the HTTP status, the review, and its patch decoded for reading.
+func checkGolden(t *testing.T, name string, w *httptest.ResponseRecorder) {
+	t.Helper()
+	type golden struct {
+		HTTPStatus int             `json:"httpStatus"`
+		Patch      json.RawMessage `json:"decodedPatch,omitempty"`
+		Review     json.RawMessage `json:"review"`
+	}
+	g := golden{HTTPStatus: w.Code, Review: w.Body.Bytes()}
+	if p := decodeReviewIn(t, w.Body.Bytes()).Response; p != nil && p.Patch != nil {
+		g.Patch = p.Patch
+	}
+	got, err := json.MarshalIndent(g, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	path := filepath.Join("testdata", "golden", name+".json")
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run TestFixtures -update . writes it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("answer differs from %s (go test -run TestFixtures -update . rewrites it):\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// parsePolicyFlags parses args with the policy's flags alone.
+func parsePolicyFlags(args ...string) (policy, string, error) {
+	var p policy
+	var out bytes.Buffer
+	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	flags.SetOutput(&out)
+	p.addFlags(flags)
+	err := flags.Parse(args)
+	return p, out.String(), err
+}
+
+// checkFlagError checks that the policy's flags refuse args with an error
+// (or usage text) that mentions each of want.
+func checkFlagError(t *testing.T, args, want []string) {
+	t.Helper()
+	_, printed, err := parsePolicyFlags(args...)
+	if err == nil {
+		t.Fatalf("flags %q: got no error, want one", args)
+	}
+	got := err.Error() + "\n" + printed
+	for _, w := range want {
+		if !strings.Contains(got, w) {
+			t.Errorf("flags %q: got %.300q…, want it to mention %q", args, got, w)
+		}
+	}
+}
+
+// resourceReview is the spec of a SubjectAccessReview for a resource, as
+// the apiserver sends it for user in groups.
+func resourceReview(user string, groups []string, verb, apiGroup, resource, subresource, namespace, name string) *authorizationv1.SubjectAccessReviewSpec {
+	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
+		Verb: verb, Group: apiGroup, Version: "v1", Resource: resource, Subresource: subresource, Namespace: namespace, Name: name,
+	}}
+}
+
+// pathReview is the spec of a SubjectAccessReview for a non-resource path.
+func pathReview(user string, groups []string, verb, path string) *authorizationv1.SubjectAccessReviewSpec {
+	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path}}
 }

@@ -24,12 +24,15 @@ func FuzzServe(f *testing.F) {
 	})
 }
 
-// addReviewSeeds seeds a fuzzer of (body, validating) with every fixture in
-// testdata/ for both routes, and with bodies at the edges of the format.
+// addReviewSeeds seeds a fuzzer of (body, validating) with every review in
+// testdata/ and testdata/plumbing/ for both routes, and with bodies at the
+// edges of the format.
 func addReviewSeeds(f *testing.F) {
-	for _, b := range fixtures(f) {
-		f.Add(b, false)
-		f.Add(b, true)
+	for _, set := range []map[string][]byte{fixtures(f), plumbingReviews(f)} {
+		for _, b := range set {
+			f.Add(b, false)
+			f.Add(b, true)
+		}
 	}
 	for _, s := range []string{``, `{}`, `[]`, `null`, `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{}}`,
 		`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE","object":{"metadata":{"labels":null}}}}`,
@@ -39,4 +42,23 @@ func addReviewSeeds(f *testing.F) {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
 	}
+}
+
+// FuzzPolicy feeds arbitrary bodies to the policy's routes: whatever comes
+// in, the policy answers (never a panic, which serve answers with 500), in
+// the request's version and with its uid, and /validate never patches.
+func FuzzPolicy(f *testing.F) {
+	addReviewSeeds(f)
+	p := policyWithDefaults(f)
+	handlers := map[bool]http.Handler{
+		false: serve(discardLogger, mutate(p)),
+		true:  serve(discardLogger, validate(p)),
+	}
+	f.Fuzz(func(t *testing.T, body []byte, validating bool) {
+		route := "/mutate"
+		if validating {
+			route = "/validate"
+		}
+		checkAnyAnswer(t, route, body, post(handlers[validating], route, body))
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -22,20 +21,27 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/convert"
+	"github.com/example/webhook/limits"
 )
 
-// admitFunc decides on one admission request. It sees neither HTTP nor
-// globals, never returns nil, and leaves the response's UID to serve. ctx
-// ends at the apiserver's deadline for this call. policy.go makes them.
+// admitFunc decides on one admission request, never returning nil. It sees
+// neither HTTP nor globals, leaves the UID to serve, and its ctx ends at
+// the apiserver's deadline. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
-
-// ---------------------------------------------------------------------------
-// Responses. Each admit function ends in one of these.
-// ---------------------------------------------------------------------------
 
 // allowed admits the request unchanged.
 func allowed() *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true}
+}
+
+// allowedWithWarning admits the request unchanged and warns the user, for
+// a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
+// it to one line, its point first (legibleWarnings says why). To patch and
+// warn, set the Warnings of patched's answer.
+func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
 }
 
 // patched admits the request with ops applied. With no ops it sets neither
@@ -64,8 +70,8 @@ func denied(message string) *admissionv1.AdmissionResponse {
 }
 
 // errored refuses a request the webhook could not judge, such as one whose
-// object does not decode. The HTTP answer is still 200: the review itself
-// was fine, and the apiserver shows the message only from a review.
+// object does not decode, still with HTTP 200: the apiserver shows the
+// message only from a review.
 func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -75,14 +81,10 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// ---------------------------------------------------------------------------
-// Reading the object under review. Admit functions decode only the fields
-// they read: decoding a whole object costs as much again as the review.
-// ---------------------------------------------------------------------------
-
 // objectMetadata is the part of an object's metadata that most policies
-// read; the namespace is the request's (req.Namespace). A policy that reads
-// more of the object decodes it with decodeObject into a struct of its own.
+// read; the namespace is req.Namespace. For more, decodeObject decodes
+// only the fields a policy reads: the whole object costs as much again as
+// the review.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`
@@ -94,10 +96,9 @@ type objectMetadata struct {
 	Missing bool `json:"-"`
 }
 
-// objectMeta decodes the metadata of the object under review, obj being
-// req.Object or req.OldObject. It works for any kind, custom resources
-// included, and skips the rest of metadata, managedFields above all, which
-// is most of the work of decoding it.
+// objectMeta decodes the metadata of req.Object or req.OldObject, of any
+// kind, skipping the rest of metadata: managedFields above all, most of
+// the work of decoding it.
 func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
 	var partial struct {
 		Metadata *objectMetadata `json:"metadata"`
@@ -139,8 +140,7 @@ func decodeObject(obj runtime.RawExtension, into any) error {
 }
 
 // objectName names the object for a message: "namespace/name", or "name"
-// for a cluster-scoped one. On CREATE with generateName the name is not
-// chosen yet, so the prefix is shown instead.
+// if cluster-scoped; on CREATE with generateName, the prefix and "*".
 func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string {
 	name := req.Name
 	if name == "" && meta != nil {
@@ -155,9 +155,7 @@ func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string 
 	return req.Namespace + "/" + name
 }
 
-// ---------------------------------------------------------------------------
 // HTTP ⇄ review: one generic path for every kind of review and route.
-// ---------------------------------------------------------------------------
 
 const (
 	// maxBodyBytes caps what a review may be. The apiserver accepts request
@@ -171,79 +169,59 @@ const (
 )
 
 // overloadStatus answers a review that cannot be served before its
-// deadline, and it is sent without Retry-After. This is what
-// kube-apiserver v1.37.1 does with it. The admission dispatchers call the
+// deadline, without Retry-After. kube-apiserver v1.37.1 calls an admission
 // webhook with client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/
 // plugin/webhook/validating/dispatcher.go, callHook; mutating likewise),
-// which retries an answered request only when it is a 429 or any 5xx that
-// carries Retry-After (k8s.io/client-go/rest/with_retry.go, checkWait and
-// IsNextRetry): up to 10 times (request.go, maxRetries), each after the
-// header's seconds, all within the same timeoutSeconds. Without the header
-// a 429 and a 503 fare alike: no retry; the Status sent here becomes the
-// call's error, and failurePolicy decides. With Fail the write is refused
-// with "failed calling webhook ...: <this message>"; with Ignore it goes on
-// without this webhook. No Retry-After, because this answer leaves only
-// overloadMargin of the deadline: a retry could not be served in time and
-// would only add another copy of the review to the load that caused it
-// (e2e TestOverloadAnswer sees one request per refused write). Tried with
-// Retry-After: 0, the apiserver sent the review again at once, and the
-// user saw "context deadline exceeded" instead of this message. 429 rather
-// than 503, because the apiserver records the code in
-// apiserver_admission_webhook_rejection_count{rejection_code}, where 429
-// says "overloaded" apart from the 503 it records itself when the webhook
-// cannot be reached at all (dispatcher.go: NewServiceUnavailable). On
-// /authorize the apiserver's authorization webhook client retries a 429
-// with backoff whatever the headers (k8s.io/apiserver/pkg/util/webhook,
-// DefaultShouldRetry; from 500 ms, 5 steps); a SubjectAccessReview is a
-// few hundred bytes, so its retry soon finds room.
+// which retries a 429 or 5xx only with Retry-After
+// (k8s.io/client-go/rest/with_retry.go, checkWait and IsNextRetry); without
+// it, this Status's message is the error failurePolicy judges. A retry
+// could not be served in the overloadMargin left and would only add load
+// (e2e TestOverloadAnswer; with Retry-After: 0 the user saw "context
+// deadline exceeded" instead). 429, not 503, so that
+// apiserver_admission_webhook_rejection_count{rejection_code} tells it from
+// the 503 of a webhook it cannot reach (dispatcher.go,
+// NewServiceUnavailable). On /authorize the apiserver retries a 429 with
+// backoff whatever the headers (authorization.go), and soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
-// readBodyTimeout is how long a body may take to arrive once the request
-// has its room in the budget. The apiserver sends a review from memory at
-// once: the largest, 7 MiB, takes well under a second even at 100 Mbit/s.
-const readBodyTimeout = 10 * time.Second
-
 // overloadMargin is how long before a request's deadline it stops waiting
-// for the byte budget, so that its answer still reaches the apiserver in
-// time.
+// for the byte budget, so that its answer still arrives in time.
 const overloadMargin = 250 * time.Millisecond
 
-// reviewServer is what every review route shares: the log, the metrics and
-// the byte budget. With only a logger it serves with neither of the others.
+// reviewServer is what every review route shares: the log, the metrics,
+// and the byte budget with the turn of large bodies (body.go).
 type reviewServer struct {
 	logger  *slog.Logger
-	metrics *metrics    // nil: nothing is counted
-	budget  *byteBudget // nil: no bound on the bytes in flight
-	// bodyTimeout is how long a body may take to arrive; zero is
-	// readBodyTimeout. Tests shorten it.
-	bodyTimeout time.Duration
+	metrics *metrics // nil: nothing is counted
+	// budget bounds the bytes of large reviews being read and decoded at
+	// once (defaultMaxInflightBytes says why); nil: no bound.
+	budget *limits.Budget
+	turn   *limits.Budget // of one: the large body being read; set with budget
 }
 
-// A reviewKind is one kind of review the generic path serves: admission
-// reviews (admissionReviews) and SubjectAccessReviews (subjectAccessReviews,
-// in authorization.go).
+// newReviewServer serves with metrics and a budget of budgetBytes.
+func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *reviewServer {
+	return &reviewServer{logger: logger, metrics: m, budget: limits.NewBudget(budgetBytes), turn: limits.NewBudget(1)}
+}
+
+// A reviewKind is one kind of review the generic path serves:
+// admissionReviews or subjectAccessReviews (authorization.go).
 type reviewKind struct {
-	// name is what a body must be, for error messages: "an AdmissionReview
-	// of admission.k8s.io/v1 or admission.k8s.io/v1beta1".
-	name string
+	name string // what a body must be, for messages: wantAdmissionReview
 	// review decodes body, decides, and encodes the answer.
 	review func(ctx context.Context, body []byte) outcome
 }
 
 // outcome is what one request came to.
 type outcome struct {
-	code int    // the HTTP status
-	body []byte // the encoded review for code 200; otherwise a Status is written with message
-	// message is the Status's message when code is not 200.
-	message string
-	// verdict is the review's, for the log line and the metrics; "" when
-	// no review was answered.
-	verdict string
-	// attrs say what the review was, for its log line: its uid, kind,
-	// name, user. Never the object or any value of it: it may be a Secret.
-	attrs []slog.Attr
-	// panicked, when not nil, is what to log of a panic of the policy.
-	panicked []any
+	code    int    // the HTTP status
+	body    []byte // the encoded review for code 200
+	message string // otherwise, the message of the Status written
+	verdict string // the review's, for the log line and the metrics; "" without one
+	// attrs name the review for its log line (admissionAttrs).
+	attrs    []slog.Attr
+	panicked []any  // when not nil, what to log of a panic of the policy
+	cut      string // why the body clock cut the body ("stalled", "too_slow"), or ""
 }
 
 // failed is the outcome of a request that has no review to answer.
@@ -251,12 +229,11 @@ func failed(code int, message string) outcome {
 	return outcome{code: code, message: message}
 }
 
-// handle returns the handler of one route. It checks the request in a
-// fixed order (method, content type, declared size, timeout, room in the
-// budget, body), answering each failure with the HTTP status that names it
-// and a metav1.Status body, whose message the apiserver passes to the
-// user. Then kind decodes the body, decides and encodes its answer: HTTP
-// 200, in the version it was asked in. One line is logged per review.
+// handle returns the handler of one route. It checks method, content
+// type, declared size, timeout, then the body (body.go), in that order,
+// answering a failure with its HTTP status and a metav1.Status the
+// apiserver passes to the user; then kind decodes, decides and encodes
+// (HTTP 200). One line is logged per review.
 func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -269,6 +246,11 @@ func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
 				s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(o.attrs, slog.Any("err", err))...)
 			}
 		} else {
+			if o.cut != "" {
+				// The client has stopped sending: nothing more will be read.
+				w.Header().Set("Connection", "close")
+				s.metrics.bodyCut(o.cut)
+			}
 			writeStatus(w, o.code, o.message)
 		}
 		took := time.Since(start)
@@ -304,94 +286,18 @@ func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind review
 		return failed(http.StatusBadRequest, err.Error())
 	}
 	defer cancel()
-	if s.budget != nil {
-		// A body of unknown length may be as long as any.
-		n := r.ContentLength
-		if n < 0 {
-			n = maxBodyBytes
-		}
-		if err := s.waitForBudget(ctx, n); err != nil {
-			s.metrics.budgetRejection()
-			return overloaded(w, r, n, s.budget.capacity)
-		}
-		defer s.budget.release(n)
+	deadline, _ := ctx.Deadline()
+	clock := limits.NewBodyClock(r, http.NewResponseController(w), deadline, bodyStallTimeout, minBodyRate)
+	read := s.readBody(ctx, w, r, &clock, kind.name)
+	if read.fail != nil {
+		return *read.fail
 	}
-	// The apiserver writes a review from memory in one go and gives up at
-	// the deadline; a body still arriving then is not worth holding its
-	// share of the budget, nor a connection, for the server's ReadTimeout.
-	// Nor is one that has not arrived within readBodyTimeout: otherwise a
-	// client that declares a large body and sends none holds its bytes of
-	// the budget, and everything queued behind it, until its deadline.
-	bodyTimeout := readBodyTimeout
-	if s.bodyTimeout > 0 {
-		bodyTimeout = s.bodyTimeout
-	}
-	deadline := time.Now().Add(bodyTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	_ = http.NewResponseController(w).SetReadDeadline(deadline)
-	body, err := readBody(w, r, kind.name)
-	if err != nil {
-		if errors.As(err, new(*http.MaxBytesError)) {
-			return failed(http.StatusRequestEntityTooLarge, err.Error())
-		}
-		return failed(http.StatusBadRequest, err.Error())
-	}
-	return kind.review(ctx, body)
+	defer s.giveBack(read.held)
+	return kind.review(ctx, read.body)
 }
 
-// waitForBudget takes n bytes of the budget, waiting for room until a
-// little before the request's deadline.
-func (s *reviewServer) waitForBudget(ctx context.Context, n int64) error {
-	if s.budget.tryAcquire(n) {
-		return nil
-	}
-	waitCtx := ctx
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		waitCtx, cancel = context.WithDeadline(ctx, deadline.Add(-overloadMargin))
-		defer cancel()
-	}
-	return s.budget.acquire(waitCtx, n)
-}
-
-// overloaded answers a request that found no room in the budget before
-// its deadline, without reading it into memory: overloadStatus, with no
-// Retry-After, and a message that says what to change.
-func overloaded(w http.ResponseWriter, r *http.Request, n, capacity int64) outcome {
-	// Read the body to its end, a little at a time, so that the client is
-	// done sending before it reads the answer; closing on unread data
-	// could reset the connection under the answer.
-	_, _ = io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	return failed(overloadStatus, fmt.Sprintf("the webhook is busy: this %d-byte review found no room among the reviews in flight (at most %d bytes at once, -max-inflight-bytes) before its deadline; retry the request", n, capacity))
-}
-
-// readBody reads the whole body, at most maxBodyBytes of it. want says
-// what the body must be, for the message when it is empty.
-func readBody(w http.ResponseWriter, r *http.Request, want string) (body []byte, err error) {
-	if r.ContentLength >= 0 {
-		// The apiserver declares the length, and net/http reads no more
-		// than declared: one buffer of the final size, filled once.
-		body = make([]byte, r.ContentLength)
-		_, err = io.ReadFull(r.Body, body)
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
-	}
-	switch {
-	case errors.As(err, new(*http.MaxBytesError)):
-		return nil, fmt.Errorf("request body is larger than %d bytes, the most %s can be: %w", maxBodyBytes, want, err)
-	case err != nil:
-		return nil, fmt.Errorf("reading the request body: %w", err)
-	case len(body) == 0:
-		return nil, fmt.Errorf("request body is empty: expected %s", want)
-	}
-	return body, nil
-}
-
-// requestContext ends the request's context at the deadline the apiserver
-// sets with ?timeout= (a Go duration, such as "10s"). Without it, the
-// largest webhook timeout applies.
+// requestContext ends the request's context at the apiserver's ?timeout=
+// (a Go duration, such as "10s"), or else at maxWebhookTimeout.
 func requestContext(r *http.Request) (context.Context, context.CancelFunc, error) {
 	timeout := maxWebhookTimeout
 	if q, ok := timeoutParameter(r.URL.RawQuery); ok {
@@ -405,9 +311,8 @@ func requestContext(r *http.Request) (context.Context, context.CancelFunc, error
 	return ctx, cancel, nil
 }
 
-// timeoutParameter returns the first timeout=VALUE of a raw query string.
-// It reads the one parameter it needs instead of building the map of all of
-// them, as r.URL.Query() does on every review (two allocations).
+// timeoutParameter returns the first timeout=VALUE of a raw query string,
+// without r.URL.Query()'s map of them all (two allocations per review).
 func timeoutParameter(rawQuery string) (string, bool) {
 	for rest := rawQuery; rest != ""; {
 		var pair string
@@ -427,8 +332,7 @@ func timeoutParameter(rawQuery string) (string, bool) {
 const maxErrorDetail = 256
 
 // describeDecodeError says why a body is not the review wanted without
-// quoting the body: apimachinery's "Kind is missing" error carries all of
-// it, and it may hold a Secret.
+// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
 func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
 	switch {
 	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
@@ -449,8 +353,7 @@ func notA(gvk schema.GroupVersionKind, want string) error {
 
 // callSafely calls decide and turns a panic into log attributes instead of
 // a dropped connection. The panic's value is logged only when the runtime
-// made it: a value the policy made may hold the object's contents, which
-// may be a Secret's.
+// made it: one the policy made may hold a Secret's contents.
 func callSafely[T any](decide func() T) (result T, panicked []any) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -486,54 +389,57 @@ func writeStatus(w http.ResponseWriter, code int, message string) {
 	_, _ = w.Write(out)
 }
 
-// reasonForCode maps the HTTP codes this webhook answers with to the
-// machine-readable reason Kubernetes clients switch on.
+// reasonForCode is the reason Kubernetes clients switch on for each code
+// the webhook answers with: StatusReasonInternalError for any other.
 func reasonForCode(code int32) metav1.StatusReason {
-	switch code {
-	case http.StatusBadRequest:
-		return metav1.StatusReasonBadRequest
-	case http.StatusUnauthorized:
-		return metav1.StatusReasonUnauthorized
-	case http.StatusForbidden:
-		return metav1.StatusReasonForbidden
-	case http.StatusMethodNotAllowed:
-		return metav1.StatusReasonMethodNotAllowed
-	case http.StatusRequestEntityTooLarge:
-		return metav1.StatusReasonRequestEntityTooLarge
-	case http.StatusUnsupportedMediaType:
-		return metav1.StatusReasonUnsupportedMediaType
-	case http.StatusTooManyRequests:
-		return metav1.StatusReasonTooManyRequests
-	case http.StatusServiceUnavailable:
-		return metav1.StatusReasonServiceUnavailable
-	default:
-		return metav1.StatusReasonInternalError
+	if reason, ok := reasonsForCodes[code]; ok {
+		return reason
 	}
+	return metav1.StatusReasonInternalError
 }
 
-// ---------------------------------------------------------------------------
-// Admission reviews: AdmissionReview in, AdmissionReview out.
-// ---------------------------------------------------------------------------
+var reasonsForCodes = map[int32]metav1.StatusReason{
+	http.StatusBadRequest:            metav1.StatusReasonBadRequest,
+	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,
+	http.StatusForbidden:             metav1.StatusReasonForbidden,
+	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
+	http.StatusRequestTimeout:        metav1.StatusReasonTimeout,
+	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
+	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
+	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
+}
 
 const wantAdmissionReview = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
 
-// admissionCodecs decodes AdmissionReview in the two versions the apiserver
-// sends. Nothing else is registered, so any other kind fails to decode.
-var admissionCodecs = func() serializer.CodecFactory {
+// decoderOf decodes the kinds that add register, in the versions they
+// register, and nothing else: any other kind fails to decode, but for a
+// few unversioned meta kinds, such as v1 Status, that registering any API
+// group registers too. (AddToScheme fails only on conflicting
+// registrations, which distinct group versions cannot have.)
+func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 	scheme := runtime.NewScheme()
-	// AddToScheme only fails on conflicting registrations, which two
-	// distinct group versions cannot have.
-	_ = admissionv1.AddToScheme(scheme)
-	_ = admissionv1beta1.AddToScheme(scheme)
-	return serializer.NewCodecFactory(scheme)
-}()
+	for _, f := range add {
+		_ = f(scheme)
+	}
+	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
+}
+
+// admissionDecoder decodes AdmissionReview in the two versions the
+// apiserver sends.
+var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
 // admissionReviews is the kind of review of an admit function: an
-// AdmissionReview of admission.k8s.io/v1 or v1beta1, answered in the same
-// version with the request's uid. A review whose object the admit function
-// cannot judge is still answered with 200: "respond 200 whenever an
-// AdmissionResponse can be sent; the true status is in response.status".
+// AdmissionReview of v1 or v1beta1, answered in the same version with the
+// request's uid, and with 200 whenever an AdmissionResponse can be sent
+// (the true status is in response.status).
 func admissionReviews(admit admitFunc) reviewKind {
+	return admissionReviewsActing(admit, validationAction{})
+}
+
+// admissionReviewsActing is admissionReviews with action applied to the
+// admit function's denials: /validate's is -validation-action (rollout.go).
+func admissionReviewsActing(admit admitFunc, action validationAction) reviewKind {
 	return reviewKind{name: wantAdmissionReview, review: func(ctx context.Context, body []byte) outcome {
 		gvk, req, err := decodeReview(body)
 		if err != nil {
@@ -551,6 +457,11 @@ func admissionReviews(admit admitFunc) reviewKind {
 			// which the apiserver rejects with a less helpful message.
 			resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
 		}
+		v := verdict(resp)
+		if v == "denied" {
+			resp, v = action.apply(resp)
+		}
+		resp.Warnings = legibleWarnings(resp.Warnings)
 		resp.UID = req.UID
 		out, err := encodeReview(gvk, resp)
 		if err != nil {
@@ -561,15 +472,18 @@ func admissionReviews(admit admitFunc) reviewKind {
 		if resp.Result != nil && resp.Result.Code != 0 {
 			attrs = append(attrs, slog.Int("code", int(resp.Result.Code)))
 		}
-		return outcome{code: http.StatusOK, body: out, verdict: verdict(resp), attrs: attrs}
+		if len(resp.Warnings) > 0 {
+			// How many, not what: a warning may quote the object.
+			attrs = append(attrs, slog.Int("warnings", len(resp.Warnings)))
+		}
+		return outcome{code: http.StatusOK, body: out, verdict: v, attrs: attrs}
 	}}
 }
 
-// decodeReview decodes an AdmissionReview of either version and returns the
-// version it came in with its request as admission.k8s.io/v1, the one type
-// the admit functions see.
+// decodeReview decodes an AdmissionReview of either version: its version,
+// and its request as admission.k8s.io/v1, the one type admit functions see.
 func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
-	obj, gvk, err := admissionCodecs.UniversalDeserializer().Decode(body, nil, nil)
+	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
 	}
@@ -579,11 +493,9 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 		req = review.Request
 	case *admissionv1beta1.AdmissionReview:
 		if review.Request != nil {
-			req = requestFromV1beta1(review.Request)
+			req = convert.RequestFromV1beta1(review.Request)
 		}
-	default:
-		// Registering any API group also registers a few unversioned meta
-		// kinds, such as v1 Status, so the decoder accepts those too.
+	default: // an unversioned meta kind (decoderOf)
 		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
 	}
 	if req == nil {
@@ -592,13 +504,12 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 	return *gvk, req, nil
 }
 
-// encodeReview encodes an AdmissionReview holding only resp, in the version
-// the request came in.
+// encodeReview encodes an AdmissionReview of resp in the request's version.
 func encodeReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
 	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
 		return json.Marshal(&admissionv1beta1.AdmissionReview{
 			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-			Response: responseToV1beta1(resp),
+			Response: convert.ResponseToV1beta1(resp),
 		})
 	}
 	return json.Marshal(&admissionv1.AdmissionReview{
@@ -632,9 +543,10 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 }
 
 // verdict names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request (errored answers
-// with 400 for an object that does not decode, and a webhook's own failure
-// is a 5xx); any other refusal is "denied".
+// "errored" when the webhook could not judge the request (a 400 for an
+// object that does not decode, or a 5xx); any other refusal is "denied".
+// validationAction.apply may make a denial "warned", "audited" or
+// "warned_and_audited".
 func verdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
@@ -646,46 +558,4 @@ func verdict(resp *admissionv1.AdmissionResponse) string {
 	default:
 		return "denied"
 	}
-}
-
-// ---------------------------------------------------------------------------
-// admission.k8s.io/v1beta1 has the same fields as v1; the apiserver may
-// still send it to webhooks that list only "v1beta1" in
-// admissionReviewVersions. These copy between the two, field by field.
-// ---------------------------------------------------------------------------
-
-func requestFromV1beta1(in *admissionv1beta1.AdmissionRequest) *admissionv1.AdmissionRequest {
-	return &admissionv1.AdmissionRequest{
-		UID:                in.UID,
-		Kind:               in.Kind,
-		Resource:           in.Resource,
-		SubResource:        in.SubResource,
-		RequestKind:        in.RequestKind,
-		RequestResource:    in.RequestResource,
-		RequestSubResource: in.RequestSubResource,
-		Name:               in.Name,
-		Namespace:          in.Namespace,
-		Operation:          admissionv1.Operation(in.Operation),
-		UserInfo:           in.UserInfo,
-		Object:             in.Object,
-		OldObject:          in.OldObject,
-		DryRun:             in.DryRun,
-		Options:            in.Options,
-	}
-}
-
-func responseToV1beta1(in *admissionv1.AdmissionResponse) *admissionv1beta1.AdmissionResponse {
-	out := &admissionv1beta1.AdmissionResponse{
-		UID:              in.UID,
-		Allowed:          in.Allowed,
-		Result:           in.Result,
-		Patch:            in.Patch,
-		AuditAnnotations: in.AuditAnnotations,
-		Warnings:         in.Warnings,
-	}
-	if in.PatchType != nil {
-		pt := admissionv1beta1.PatchType(*in.PatchType)
-		out.PatchType = &pt
-	}
-	return out
 }

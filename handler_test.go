@@ -22,7 +22,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 )
@@ -109,7 +108,7 @@ func TestServeFixtures(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	deployment := all["v1-deployment-create"]
 	secret := all["v1-secret-create"]
 	huge := bytes.Repeat([]byte(" "), maxBodyBytes+1)
@@ -167,7 +166,7 @@ func TestBadInput(t *testing.T) {
 }
 
 func TestUndecodableObject(t *testing.T) {
-	all := fixtures(t)
+	all := plumbingReviews(t)
 	tests := []struct {
 		name, fixture string
 		object        string // replaces request.object; "" removes it
@@ -211,7 +210,7 @@ func TestUndecodableObject(t *testing.T) {
 // the apiserver never sends but a hand-made request can: a patch must make
 // the whole path, and a denial must still name the object.
 func TestObjectWithoutMetadata(t *testing.T) {
-	body := withObject(t, fixtures(t)["v1-widget-create"], json.RawMessage(`{"apiVersion":"example.com/v1","kind":"Widget"}`))
+	body := withObject(t, plumbingReviews(t)["v1-widget-create"], json.RawMessage(`{"apiVersion":"example.com/v1","kind":"Widget"}`))
 	in := decodeReviewIn(t, body)
 	out := checkReview(t, "/mutate", in, post(serve(discardLogger, patchingAdmit), "/mutate", body))
 	patched := applyPatch(t, in.Request.Object, decodePatch(t, out.Response.Patch))
@@ -225,7 +224,7 @@ func TestObjectWithoutMetadata(t *testing.T) {
 }
 
 func TestPanicIsAnswered(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	uid := decodeReviewIn(t, body).Request.UID
 	tests := []struct {
 		name      string
@@ -266,7 +265,7 @@ func TestPanicIsAnswered(t *testing.T) {
 }
 
 func TestNilResponseIsAnError(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return nil }
 	out := checkReview(t, "/mutate", decodeReviewIn(t, body), post(serve(discardLogger, admit), "/mutate", body))
 	if out.Response.Allowed || out.Response.Status == nil || out.Response.Status.Code != http.StatusInternalServerError {
@@ -275,7 +274,7 @@ func TestNilResponseIsAnError(t *testing.T) {
 }
 
 func TestTimeoutIsTheDeadline(t *testing.T) {
-	body := fixtures(t)["v1-deployment-create"]
+	body := plumbingReviews(t)["v1-deployment-create"]
 	tests := []struct {
 		query    string
 		min, max time.Duration
@@ -314,7 +313,7 @@ func TestLogsNoObjectValues(t *testing.T) {
 		"nginx:1.14.2", // a container image from the Deployments' spec
 		"payments",     // an annotation value
 	}
-	for name, body := range fixtures(t) {
+	for name, body := range plumbingReviews(t) {
 		for _, admit := range []admitFunc{patchingAdmit, denyingAdmit} {
 			var logs bytes.Buffer
 			checkReview(t, name, decodeReviewIn(t, body), post(serve(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/x", body))
@@ -337,42 +336,6 @@ func TestLogsNoObjectValues(t *testing.T) {
 				}
 			}
 		}
-	}
-}
-
-// TestVersionConversion checks that every field survives the copy between
-// v1beta1 and v1, so a field added to both versions cannot be forgotten.
-func TestVersionConversion(t *testing.T) {
-	dryRun := true
-	pt := admissionv1.PatchTypeJSONPatch
-	beta := &admissionv1beta1.AdmissionRequest{
-		UID: "u", Kind: metav1.GroupVersionKind{Kind: "K"}, Resource: metav1.GroupVersionResource{Resource: "r"},
-		SubResource: "s", RequestKind: &metav1.GroupVersionKind{Kind: "RK"}, RequestResource: &metav1.GroupVersionResource{Resource: "rr"},
-		RequestSubResource: "rs", Name: "n", Namespace: "ns", Operation: admissionv1beta1.Update, DryRun: &dryRun,
-	}
-	beta.UserInfo.Username = "user"
-	beta.Object.Raw = []byte(`{"o":1}`)
-	beta.OldObject.Raw = []byte(`{"o":0}`)
-	beta.Options.Raw = []byte(`{"p":1}`)
-	compareJSON(t, "request", beta, requestFromV1beta1(beta))
-
-	v1 := &admissionv1.AdmissionResponse{
-		UID: "u", Allowed: true, Result: &metav1.Status{Message: "m"}, Patch: []byte(`[]`), PatchType: &pt,
-		AuditAnnotations: map[string]string{"a": "b"}, Warnings: []string{"w"},
-	}
-	compareJSON(t, "response", v1, responseToV1beta1(v1))
-}
-
-func compareJSON(t *testing.T, what string, a, b any) {
-	t.Helper()
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	var ma, mb map[string]any
-	_ = json.Unmarshal(ja, &ma)
-	_ = json.Unmarshal(jb, &mb)
-	// Every field was set, so a dropped one shows as a missing key.
-	if len(ma) != len(mb) || !bytes.Equal(ja, jb) {
-		t.Errorf("%s changed in conversion:\n got %s\nwant %s", what, jb, ja)
 	}
 }
 
@@ -442,7 +405,7 @@ func TestDecodeObject(t *testing.T) {
 		} `json:"spec"`
 	}
 	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(fixtures(t)["v1-pod-create"], &review); err != nil {
+	if err := json.Unmarshal(plumbingReviews(t)["v1-pod-create"], &review); err != nil {
 		t.Fatal(err)
 	}
 	if err := decodeObject(review.Request.Object, &pod); err != nil {

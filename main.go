@@ -1,11 +1,11 @@
 // Command webhook is a Kubernetes admission and authorization webhook: POST
-// /mutate answers with a JSON Patch, POST /validate allows or denies, POST
-// /authorize answers the apiserver's SubjectAccessReviews, and GET /ping
-// answers probes. What it admits, changes and denies is the policy, all of
-// it in policy.go; this file holds the server's own flags and its lifecycle.
+// /mutate patches, /validate allows or denies, /authorize answers
+// SubjectAccessReviews, and GET /ping answers probes. The policy is all in
+// policy.go; this file holds the server's flags and its lifecycle.
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -23,6 +24,10 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/example/webhook/doctor"
+	"github.com/example/webhook/limits"
+	"github.com/example/webhook/reload"
 )
 
 const (
@@ -31,24 +36,45 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
-	// readHeaderTimeout cuts off clients that open a connection and dribble
-	// headers; the apiserver sends its few headers at once.
-	readHeaderTimeout = 5 * time.Second
+	// readHeaderTimeout is how long a connection has for its TLS handshake
+	// and a request's headers. The apiserver sends its few headers at once,
+	// after a handshake of one or two round trips: milliseconds. A second is
+	// ample, and short enough that a client that sends nothing, or half a
+	// header, gives its place back soon.
+	readHeaderTimeout = time.Second
 
-	// readTimeout and writeTimeout bound one review. The apiserver never
-	// waits longer than the largest webhook timeout, so neither need be
-	// longer.
+	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a
+	// body is held to a stricter clock still (body.go).
 	readTimeout  = maxWebhookTimeout
 	writeTimeout = maxWebhookTimeout
 
 	// idleTimeout outlives the apiserver's own 90 s idle timeout, so it is
-	// always the client that closes a pooled connection. Were the server to
-	// close first, a review sent on that connection at the same moment
-	// would fail.
+	// always the client that closes a pooled connection: were the server
+	// to, a review sent on it at that moment would fail.
 	idleTimeout = 120 * time.Second
 
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
+
+	// maxConnections is the most connections the review port holds open
+	// (limits.Listener). Each costs buffers, a goroutine's stack and up to
+	// smallBodyBytes of body: bench/README.md ("Hostile clients") measures
+	// 256, on top of the byte budget's worst case, under the Deployment's
+	// 64 MiB limit. The apiservers need far fewer: each keeps at most 25
+	// idle connections to a webhook host (CONTRACT.md).
+	maxConnections = 256
+
+	// maxMetricsConnections is the most connections the metrics port holds
+	// open: Prometheus scrapes over one, and a person's curl needs another.
+	maxMetricsConnections = 16
+
+	// freshGrace and idleGrace are how long a connection is spared when the
+	// port is full: a new one without its first request header, which the
+	// apiserver and the kubelet send within milliseconds even when the
+	// webhook is busy; and an idle one since its last answer, which under
+	// load the apiserver reuses within milliseconds.
+	freshGrace = 250 * time.Millisecond
+	idleGrace  = 500 * time.Millisecond
 
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
@@ -60,13 +86,12 @@ const (
 	http2MaxConcurrentStreams = 100
 	http2MaxReadFrameSize     = 256 << 10
 
-	// defaultMaxInflightBytes is the budget of review bytes read and
-	// decoded at once. Decoding a review takes about three times its size
-	// while it is answered, and the Go runtime lets the heap grow to twice
-	// what is live before it collects, so this keeps the shipped
-	// Deployment (limits.memory 64Mi) well under its limit under any load
-	// (bench/README.md measures it), while one review of the largest size,
-	// maxBodyBytes, always fits.
+	// defaultMaxInflightBytes is the budget of large review bodies (over
+	// smallBodyBytes) held at once, as read and until answered. Decoding a
+	// review takes about three times its size, and the heap grows to twice
+	// what is live before a collection, so this, with maxConnections, keeps
+	// the shipped Deployment under its 64Mi limit under any load
+	// (bench/README.md measures it), while maxBodyBytes always fits.
 	defaultMaxInflightBytes = 8 << 20
 )
 
@@ -74,49 +99,31 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	var exit *exitError
+	var exit *doctor.ExitError
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
 	case errors.As(err, &exit):
-		if exit.err != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", exit.err)
+		if exit.Err != nil {
+			fmt.Fprintln(os.Stderr, "webhook:", exit.Err)
 		}
-		os.Exit(exit.code)
+		os.Exit(exit.Code)
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "webhook:", err)
 		os.Exit(1)
 	}
 }
 
-// exitError is an error that sets the exit status, for a subcommand whose
-// status means more than success or failure (`webhook doctor`: 1 when a
-// check failed, 2 for bad usage). A nil err exits without a message, the
-// subcommand having said everything already.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string {
-	if e.err == nil {
-		return fmt.Sprintf("exit status %d", e.code)
-	}
-	return e.err.Error()
-}
-
-func (e *exitError) Unwrap() error { return e.err }
-
 // config is everything run reads from its flags and environment.
 type config struct {
 	listen   string
 	certFile string
 	keyFile  string
-	// certConfigured is true when the certificate came from a flag or the
-	// environment, and so must not be replaced by a development one.
-	certConfigured bool
-	// policy is what policy.go's flags configured.
-	policy policy
+	// certConfigured is true for a certificate from a flag or the
+	// environment, never replaced by a development one.
+	certConfigured   bool
+	policy           policy           // what policy.go's flags configured
+	validationAction validationAction // what /validate does with denials (rollout.go)
 
 	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
@@ -143,8 +150,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
-	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of reviews read and decoded at once; a review over the budget waits for room until its deadline")
+	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
+	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
 	cfg.policy.addFlags(flags)
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
@@ -174,14 +182,10 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
 	}
 	for _, f := range []struct {
-		path      *string
-		env, def  string
-		flagIsSet bool
-	}{
-		{&cfg.certFile, "TLS_CERT", defaultCertFile, cfg.certFile != ""},
-		{&cfg.keyFile, "TLS_KEY", defaultKeyFile, cfg.keyFile != ""},
-	} {
-		if !f.flagIsSet {
+		path     *string
+		env, def string
+	}{{&cfg.certFile, "TLS_CERT", defaultCertFile}, {&cfg.keyFile, "TLS_KEY", defaultKeyFile}} {
+		if *f.path == "" { // not given as a flag
 			*f.path = getenv(f.env)
 		}
 		if *f.path == "" {
@@ -194,16 +198,15 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 }
 
 // run is the whole program: it serves until ctx is done, then shuts down
-// gracefully. It returns instead of exiting, so tests drive it directly.
-// stdin is for subcommands that read a file named "-".
-// `webhook certs ...` makes certificates instead (see runCerts), and
-// `webhook doctor ...` diagnoses a webhook configuration (see runDoctor).
+// gracefully, returning instead of exiting so that tests drive it. `webhook
+// certs` (runCerts) and `webhook doctor` (package doctor, which reads stdin
+// for a file named "-") run instead when named.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return runCerts(args[1:], time.Now(), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
-		return runDoctor(ctx, args[1:], stdin, stdout, stderr)
+		return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -234,15 +237,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		reloadables = append(reloadables, clientCAs)
 	}
 
-	// serving is true from the moment the listener serves with a loaded
-	// certificate until shutdown begins; /ping reports it.
+	// serving is true from serving with a loaded certificate until
+	// shutdown begins; /ping reports it.
 	var serving atomic.Bool
-	m.budget = newByteBudget(cfg.maxInflightBytes)
-	reviews := &reviewServer{logger: logger, metrics: m, budget: m.budget}
+	reviews := newReviewServer(logger, m, cfg.maxInflightBytes)
+	m.reviewServer = reviews
 	mux := http.NewServeMux()
 	for path, kind := range map[string]reviewKind{
 		"/mutate":   admissionReviews(mutate(cfg.policy)),
-		"/validate": admissionReviews(validate(cfg.policy)),
+		"/validate": admissionReviewsActing(validate(cfg.policy), cfg.validationAction),
 		// The authorization webhook's: the apiserver's
 		// AuthorizationConfiguration points a Webhook authorizer here.
 		"/authorize": subjectAccessReviews(authorize(cfg.policy)),
@@ -263,11 +266,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		_, _ = io.WriteString(w, "pong")
 	})
 
-	// While draining, every answer closes its connection: the client has
-	// read the answer and will not reuse the connection, so nothing races.
-	// (Closing idle connections instead, as SetKeepAlivesEnabled(false)
-	// does, fails any review the apiserver is writing into one just then.
-	// For HTTP/2, net/http turns this header into a graceful GOAWAY.)
+	// While draining, every answer closes its connection, so nothing races:
+	// closing idle ones instead (SetKeepAlivesEnabled(false)) fails a review
+	// the apiserver is writing into one just then. For HTTP/2 net/http
+	// turns this header into a graceful GOAWAY.
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !serving.Load() {
 			w.Header().Set("Connection", "close")
@@ -282,7 +284,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorLog:          serverErrorLog(logger),
 		TLSConfig:         newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs),
 	}
 	if cfg.http2 {
@@ -295,18 +297,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 
-	ln, err := net.Listen("tcp", cfg.listen)
+	rawLn, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
+	ln := limits.NewListener(rawLn, maxConnections, freshGrace, idleGrace, m.connectionClosed)
+	m.connections = ln
+	srv.ConnState = ln.ConnState
 	serveErr := make(chan error, 2)
 	var metricsSrv *http.Server
 	if cfg.metricsListen != "" {
-		metricsLn, err := net.Listen("tcp", cfg.metricsListen)
+		rawMetricsLn, err := net.Listen("tcp", cfg.metricsListen)
 		if err != nil {
 			ln.Close()
 			return fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
+		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, freshGrace, idleGrace, nil)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
 		metricsSrv = &http.Server{
@@ -314,7 +320,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			ReadHeaderTimeout: readHeaderTimeout,
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+			ErrorLog:          serverErrorLog(logger),
+			ConnState:         metricsLn.ConnState,
 		}
 		go func() {
 			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))
@@ -326,32 +333,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	serving.Store(true)
 	go func() { serveErr <- fmt.Errorf("serving on %s: %w", ln.Addr(), srv.ServeTLS(ln, "", "")) }()
 	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2,
-		"max_inflight_bytes", cfg.maxInflightBytes, "policy", cfg.policy)
+		"max_inflight_bytes", cfg.maxInflightBytes, "validation_action", cfg.validationAction, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
-	stopReloading := make(chan struct{})
-	reloaderDone := make(chan struct{})
-	go func() {
-		defer close(reloaderDone)
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-		tick := time.NewTicker(certPollInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopReloading:
-				return
-			case <-hup:
-				logger.Info("SIGHUP: re-reading certificates")
-			case <-tick.C:
-			}
-			for _, r := range reloadables {
-				r.reloadIfChanged()
-			}
+	stopReloading := reload.Poll(certPollInterval, func() { logger.Info("SIGHUP: re-reading certificates") }, func() {
+		for _, r := range reloadables {
+			r.reloadIfChanged()
 		}
-	}()
-	defer func() { close(stopReloading); <-reloaderDone }()
+	})
+	defer stopReloading()
 
 	select {
 	case err := <-serveErr:
@@ -385,9 +375,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return nil
 }
 
-// loadOrCreateKeyPair loads the serving certificate. When none is
-// configured and the default one does not exist, it first makes a
-// development one, so that a new user's `go run .` serves at once.
+// serverErrorLog is net/http's error log: warnings, but failed TLS
+// handshakes, one per connection of a client that sends nothing or not TLS,
+// at debug level, so that it cannot flood the log.
+// webhook_connections_closed_total counts those that timed out.
+func serverErrorLog(logger *slog.Logger) *log.Logger {
+	return log.New(logWriterFunc(func(p []byte) (int, error) {
+		level := slog.LevelWarn
+		if bytes.Contains(p, []byte("TLS handshake error")) {
+			level = slog.LevelDebug
+		}
+		logger.Log(context.Background(), level, strings.TrimSuffix(string(p), "\n"))
+		return len(p), nil
+	}), "", 0)
+}
+
+type logWriterFunc func([]byte) (int, error)
+
+func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
+
+// loadOrCreateKeyPair loads the serving certificate, first making a
+// development one when none is configured and the default does not exist,
+// so that a new user's `go run .` serves at once.
 func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
 		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {

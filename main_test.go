@@ -18,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/example/webhook/doctor"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -86,6 +88,17 @@ func TestBadFlags(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: got %v, want flag.ErrHelp (exit 0)", err)
+	}
+}
+
+// TestDoctorSubcommand checks that run hands `webhook doctor` to package
+// doctor, whose tests cover it, and returns the exit status main gives.
+func TestDoctorSubcommand(t *testing.T) {
+	var stderr bytes.Buffer
+	err := run(context.Background(), []string{"doctor"}, func(string) string { return "" }, nil, io.Discard, &stderr)
+	var exit *doctor.ExitError
+	if !errors.As(err, &exit) || exit.Code != 2 || !strings.Contains(err.Error(), "-f is required") {
+		t.Errorf("webhook doctor with no -f: got %v, want exit status 2 saying -f is required", err)
 	}
 }
 
@@ -162,7 +175,7 @@ func clientTrusting(t *testing.T, caFile string) *http.Client {
 // TestRunFirstCommand is a new user's first command: `go run .` in a clean
 // checkout makes a development certificate, serves, and answers curl.
 func TestRunFirstCommand(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	addr, logs, stop := startRun(t)
 	port := addr[strings.LastIndex(addr, ":"):]
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
@@ -247,7 +260,7 @@ func TestRunConfiguredCertificateMissing(t *testing.T) {
 // TestJSONLogs checks -log-format json: every line, from start-up to
 // shutdown, is one JSON object an aggregator can parse.
 func TestJSONLogs(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	addr, logs, stop := startRunJSON(t)
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 	resp, err := client.Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))

@@ -1,26 +1,32 @@
 package main
 
 // This file is the webhook's policy: what it admits, what it changes, what
-// it denies when asked to authorize, and the flags that configure all of
-// it. It is the file to change to make the webhook yours, with
-// policy_test.go beside it; README.md's "Make it yours" lists the rest (the
-// rules in deploy/webhooks.yaml, the goldens, the demonstration's e2e
-// tests). Everything else is plumbing you need not open.
+// it denies when asked to authorize, and the flags that configure it. It is
+// the file to change to make the webhook yours, with policy_test.go beside
+// it; README.md's "Make it yours" lists the rest. Everything else is
+// plumbing you need not open.
 //
 // main.go expects five things of this file: the type policy, its addFlags
 // method (which may register nothing), the admit functions mutate and
 // validate, and the authorize function authorize. LogValue is optional: it
 // shapes the start-up log line. The building blocks they use are:
 //
-//   - the responses allowed, denied, patched and errored (handler.go), and
-//     noOpinion, deniedBecause and allowedBecause (authorization.go);
-//   - objectMeta, which decodes the fields of metadata most policies read
-//     (the namespace is req.Namespace), decodeObject, which decodes any
-//     other fields into a struct of yours, and objectName, which names the
-//     object for a message (handler.go);
-//   - setLabels and setAnnotations, which build the JSON Patch that sets
-//     entries of metadata.labels or metadata.annotations from a
-//     []keyValue (patch.go).
+//   - the responses allowed, allowedWithWarning (for a deprecation or a
+//     soft limit), denied, patched and errored (handler.go), and
+//     noOpinion, deniedBecause and allowedBecause (authorization.go). A
+//     denial is what the operator's -validation-action makes it (refused,
+//     or let through with a warning or an audit annotation while the
+//     policy rolls out); the policy never needs to know which;
+//   - objectMeta, the fields of metadata most policies read (the namespace
+//     is req.Namespace), decodeObject, any other fields into a struct of
+//     yours, and objectName, the object's name for a message (handler.go);
+//   - setLabels and setAnnotations, the JSON Patch that sets entries of
+//     metadata.labels or metadata.annotations from a []keyValue (patch.go);
+//   - patchObject, the JSON Patch for any other field: set and setDefault
+//     set a field deep in the object, creating missing parents; appendTo
+//     appends to a list, creating it; a path such as "spec", "containers",
+//     strconv.Itoa(i), "securityContext" reaches a field of the i-th
+//     element (patch.go; docs/patching.md works an example).
 
 import (
 	"context"
@@ -41,26 +47,29 @@ import (
 // otherwise: the demonstration this project started from.
 const defaultAnnotation = "webhook.example.com/allow=true"
 
+// defaultDenyRules are the -deny rules /authorize applies unless given
+// others: none, so it has no opinion on anything. A rule here, such as
+// "group=developers,verb=create,resource=pods,subresource=exec,namespace=prod-*",
+// is on in every deployment.
+var defaultDenyRules []string
+
 // policy is the webhook's whole configuration of what to admit and what to
 // change. It reaches the admit functions through their makers, never as a
 // global.
 type policy struct {
-	// annotate lists the annotations /mutate sets.
-	annotate []keyValue
-	// require lists the annotations /validate insists on.
-	require []keyValue
-	// deny lists the rules by which /authorize denies; every other
-	// SubjectAccessReview gets no opinion.
-	deny []denyRule
+	annotate []keyValue // the annotations /mutate sets
+	require  []keyValue // the annotations /validate insists on
+	deny     []denyRule // the rules by which /authorize denies; else no opinion
 }
 
 // addFlags registers the policy's flags on flags, which main.go parses with
-// the server's own. Each flag has a working default: the tests start the
-// server with no flags at all.
+// the server's own. Each has a working default: the tests start the server
+// with no flags, and every deployment runs the defaults (deploy/ passes
+// only the server's flags), so a rule for everywhere is a default here.
 func (p *policy) addFlags(flags *flag.FlagSet) {
 	flags.Var(newAnnotationsFlag(&p.annotate, defaultAnnotation), "annotate", "annotation `key=value` that /mutate sets (repeatable)")
 	flags.Var(newAnnotationsFlag(&p.require, defaultAnnotation), "require", "annotation `key=value` that /validate requires (repeatable)")
-	flags.Var((*denyRulesFlag)(&p.deny), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
+	flags.Var(newDenyRulesFlag(&p.deny, defaultDenyRules...), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
 }
 
 // LogValue is how the policy appears in the server's start-up log line.
@@ -125,9 +134,8 @@ func actsOn(req *admissionv1.AdmissionRequest) bool {
 }
 
 // annotationsFlag is a repeatable -flag key=value that fills a list of
-// annotations. The first use replaces the default; each key is checked as
-// the apiserver checks annotation keys, so a typo fails at start-up rather
-// than on the first review.
+// annotations; the first use replaces the default. Each key is checked as
+// the apiserver checks them, so a typo fails at start-up.
 type annotationsFlag struct {
 	list    *[]keyValue
 	changed bool
@@ -176,9 +184,8 @@ func (f *annotationsFlag) Set(s string) error {
 
 // authorize returns the authorize function of /authorize: it denies a
 // request that matches any of p.deny, naming the rule, and has no opinion
-// on everything else. It never allows: RBAC, the authorizer after it,
-// stays the only way in, so a mistake here can refuse too much but never
-// grant anything.
+// on everything else. It never allows, so RBAC stays the only way in and a
+// mistake here can refuse too much but never grant anything.
 func authorize(p policy) authorizeFunc {
 	return func(_ context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
 		for _, r := range p.deny {
@@ -190,16 +197,15 @@ func authorize(p policy) authorizeFunc {
 	}
 }
 
-// ruleAttributes are the attributes a -deny rule can name. user, group and
+// ruleAttributes are the attributes a -deny rule can name: user, group and
 // verb are in every review; apiGroup through name only in a request for a
-// resource; path only in a request for any other path, such as /healthz.
+// resource; path only in a request for another path, such as /healthz.
 var ruleAttributes = []string{"user", "group", "verb", "apiGroup", "resource", "subresource", "namespace", "name", "path"}
 
 // resourceAttributes are the ruleAttributes of a request for a resource.
 var resourceAttributes = []string{"apiGroup", "resource", "subresource", "namespace", "name"}
 
-// denyRule is one -deny rule: a request is denied when it matches every
-// pair.
+// denyRule is one -deny rule: a request matching every pair is denied.
 type denyRule []rulePair
 
 // rulePair is attribute=value of a rule. value matches exactly, or, ending
@@ -216,9 +222,9 @@ func (r denyRule) String() string {
 	return strings.Join(s, ",")
 }
 
-// matches reports whether the review matches every pair of r. A rule that
-// names a resource's attributes never matches a request for a path, and
-// one that names a path never matches a request for a resource.
+// matches reports whether the review matches every pair of r: a rule
+// naming a resource's attributes never matches a request for a path, nor
+// one naming a path a request for a resource.
 func (r denyRule) matches(spec *authorizationv1.SubjectAccessReviewSpec) bool {
 	ra, nra := spec.ResourceAttributes, spec.NonResourceAttributes
 	for _, p := range r {
@@ -257,8 +263,8 @@ func (p rulePair) match(s string) bool {
 	return s == p.value
 }
 
-// parseDenyRule parses attribute=value,… and checks it as start-up must,
-// so that a typo stops the server instead of silently denying nothing.
+// parseDenyRule parses attribute=value,…, so that a typo stops the server
+// at start-up instead of silently denying nothing.
 func parseDenyRule(s string) (denyRule, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("the rule is empty: want attribute=value,…, such as user=jane,verb=delete,resource=namespaces")
@@ -292,15 +298,32 @@ func parseDenyRule(s string) (denyRule, error) {
 	return r, nil
 }
 
-// denyRulesFlag is the repeatable -deny RULE.
-type denyRulesFlag []denyRule
+// denyRulesFlag is the repeatable -deny RULE; the first use replaces the
+// default rules.
+type denyRulesFlag struct {
+	rules   *[]denyRule
+	changed bool
+}
+
+// newDenyRulesFlag returns the -deny flag filling rules, which holds
+// defaults until the flag is given.
+func newDenyRulesFlag(rules *[]denyRule, defaults ...string) *denyRulesFlag {
+	f := &denyRulesFlag{rules: rules}
+	for _, d := range defaults {
+		// TestDefaultDenyRules checks that every default parses.
+		if r, err := parseDenyRule(d); err == nil {
+			*f.rules = append(*f.rules, r)
+		}
+	}
+	return f
+}
 
 func (f *denyRulesFlag) String() string {
-	if f == nil {
+	if f == nil || f.rules == nil {
 		return ""
 	}
-	s := make([]string, len(*f))
-	for i, r := range *f {
+	s := make([]string, len(*f.rules))
+	for i, r := range *f.rules {
 		s[i] = r.String()
 	}
 	return strings.Join(s, " ")
@@ -311,6 +334,9 @@ func (f *denyRulesFlag) Set(s string) error {
 	if err != nil {
 		return err
 	}
-	*f = append(*f, r)
+	if !f.changed {
+		*f.rules, f.changed = nil, true
+	}
+	*f.rules = append(*f.rules, r)
 	return nil
 }

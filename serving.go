@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
@@ -10,91 +9,54 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/example/webhook/reload"
 )
 
 const (
 	// certPollInterval is how often the certificate files are read for a
-	// change. A Secret volume changes by swapping a ..data symlink, which a
-	// watch on one file's inode misses; reading the content catches every
-	// kind of change, and two small files every few seconds cost nothing.
+	// change (reload says why reading beats watching): two small files
+	// every two seconds cost nothing.
 	certPollInterval = 2 * time.Second
 
 	// expiryWarning is how close to NotAfter a loaded certificate makes the
-	// log warn; cert-manager renews at two thirds of the lifetime, so a
-	// certificate this close to expiry means renewal is not happening.
+	// log warn: cert-manager renews at two thirds of the lifetime, so this
+	// close means renewal is not happening.
 	expiryWarning = 7 * 24 * time.Hour
 )
 
-// reloadable is a value parsed from files, such as a key pair or a CA pool,
-// that is replaced when the files' content changes. Readers always get the
-// last value that parsed; a change that does not parse is logged once and
-// otherwise ignored.
+// reloadable is a certificate or a CA pool kept current from its files
+// (reload.Files), each load logged and its expiry in the metrics.
 type reloadable[T any] struct {
-	what   string // names it in logs: "serving certificate", "client CA"
-	files  []string
-	parse  func(contents [][]byte) (*T, loaded, error)
-	logger *slog.Logger
-	// metrics gets the expiry of each load and each failed reload, under
-	// the name metricName ("serving", "client-ca").
-	metrics    *metrics
-	metricName string
-
-	current atomic.Pointer[T]
-
-	mu      sync.Mutex
-	lastSum [sha256.Size]byte // of the content last tried, good or bad
+	*reload.Files[T, loaded]
+	what       string // names it in logs: "serving certificate", "client CA"
+	logger     *slog.Logger
+	metrics    *metrics // each load's expiry and each failed reload,
+	metricName string   // under this name: "serving", "client-ca"
 }
 
-// loaded is what a parse found besides the value: what to log about it,
-// and when it expires.
+func newReloadable[T any](what, metricName string, logger *slog.Logger, m *metrics, parse func([][]byte) (*T, loaded, error), files ...string) *reloadable[T] {
+	return &reloadable[T]{Files: reload.New(what, parse, files...), what: what, logger: logger, metrics: m, metricName: metricName}
+}
+
+// loaded is what a parse found besides the value: what to log, and the
+// expiry.
 type loaded struct {
 	attrs    []any
 	notAfter time.Time
 }
 
-// get returns the current value.
-func (r *reloadable[T]) get() *T { return r.current.Load() }
-
-// load reads the files and, when they differ from the last read, parses
-// them and replaces the current value. Every distinct state of the files,
-// unreadable included, is tried once, so a bad change is reported once
-// rather than at every poll. changed reports whether a new state was seen.
+// load loads the files if they changed (reload.Files.Load), and logs and
+// counts a new value.
 func (r *reloadable[T]) load() (changed bool, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	contents := make([][]byte, len(r.files))
-	h := sha256.New()
-	var readErr error
-	for i, f := range r.files {
-		if contents[i], readErr = os.ReadFile(f); readErr != nil {
-			h.Write([]byte(readErr.Error()))
-			break
-		}
-		h.Write(contents[i])
-		h.Write([]byte{0}) // so moving bytes from one file to the next is a change
+	changed, info, err := r.Load()
+	if changed && err == nil {
+		r.metrics.certificate(r.metricName, info.notAfter)
+		r.logger.Info("loaded the "+r.what, info.attrs...)
 	}
-	var sum [sha256.Size]byte
-	h.Sum(sum[:0])
-	if sum == r.lastSum {
-		return false, nil
-	}
-	r.lastSum = sum
-	if readErr != nil {
-		return true, fmt.Errorf("reading the %s: %w", r.what, readErr)
-	}
-	v, info, err := r.parse(contents)
-	if err != nil {
-		return true, fmt.Errorf("the %s in %v does not load: %w", r.what, r.files, err)
-	}
-	r.current.Store(v)
-	r.metrics.certificate(r.metricName, info.notAfter)
-	r.logger.Info("loaded the "+r.what, info.attrs...)
-	return true, nil
+	return changed, err
 }
 
 // reloadIfChanged is load for a running server: a change that does not
@@ -106,69 +68,55 @@ func (r *reloadable[T]) reloadIfChanged() {
 	}
 }
 
-// newKeyPairReloader loads the serving certificate and key. The log line
-// names the certificate so an operator can tell which one is served.
+// newKeyPairReloader loads the serving certificate and key, and logs which
+// one is served.
 func newKeyPairReloader(certFile, keyFile string, logger *slog.Logger, m *metrics) *reloadable[tls.Certificate] {
-	return &reloadable[tls.Certificate]{
-		what:       "serving certificate",
-		files:      []string{certFile, keyFile},
-		logger:     logger,
-		metrics:    m,
-		metricName: "serving",
-		parse: func(c [][]byte) (*tls.Certificate, loaded, error) {
-			pair, err := tls.X509KeyPair(c[0], c[1])
-			if err != nil {
-				return nil, loaded{}, err
-			}
-			leaf := pair.Leaf // parsed by X509KeyPair
-			attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
-			warnIfExpiring(logger, "serving certificate", leaf)
-			return &pair, loaded{attrs, leaf.NotAfter}, nil
-		},
-	}
+	return newReloadable("serving certificate", "serving", logger, m, func(c [][]byte) (*tls.Certificate, loaded, error) {
+		pair, err := tls.X509KeyPair(c[0], c[1])
+		if err != nil {
+			return nil, loaded{}, err
+		}
+		leaf := pair.Leaf // parsed by X509KeyPair
+		attrs := []any{"subject", leaf.Subject.String(), "dns_names", leaf.DNSNames, "ip_addresses", leaf.IPAddresses, "not_after", leaf.NotAfter}
+		warnIfExpiring(logger, "serving certificate", leaf)
+		return &pair, loaded{attrs, leaf.NotAfter}, nil
+	}, certFile, keyFile)
 }
 
 // newCAReloader loads a PEM bundle of CA certificates, such as the client
 // CA; metricName names it in the metrics.
 func newCAReloader(what, metricName, file string, logger *slog.Logger, m *metrics) *reloadable[x509.CertPool] {
-	return &reloadable[x509.CertPool]{
-		what:       what,
-		files:      []string{file},
-		logger:     logger,
-		metrics:    m,
-		metricName: metricName,
-		parse: func(c [][]byte) (*x509.CertPool, loaded, error) {
-			pool := x509.NewCertPool()
-			var subjects []string
-			var firstExpiry time.Time
-			for rest := c[0]; ; {
-				var block *pem.Block
-				if block, rest = pem.Decode(rest); block == nil {
-					if len(bytes.TrimSpace(rest)) > 0 {
-						return nil, loaded{}, errors.New("trailing data that is not PEM")
-					}
-					break
+	return newReloadable(what, metricName, logger, m, func(c [][]byte) (*x509.CertPool, loaded, error) {
+		pool := x509.NewCertPool()
+		var subjects []string
+		var firstExpiry time.Time
+		for rest := c[0]; ; {
+			var block *pem.Block
+			if block, rest = pem.Decode(rest); block == nil {
+				if len(bytes.TrimSpace(rest)) > 0 {
+					return nil, loaded{}, errors.New("trailing data that is not PEM")
 				}
-				if block.Type != "CERTIFICATE" {
-					continue
-				}
-				cert, err := x509.ParseCertificate(block.Bytes)
-				if err != nil {
-					return nil, loaded{}, err
-				}
-				pool.AddCert(cert)
-				subjects = append(subjects, cert.Subject.String())
-				if firstExpiry.IsZero() || cert.NotAfter.Before(firstExpiry) {
-					firstExpiry = cert.NotAfter
-				}
-				warnIfExpiring(logger, what, cert)
+				break
 			}
-			if len(subjects) == 0 {
-				return nil, loaded{}, errors.New("no PEM certificate in it")
+			if block.Type != "CERTIFICATE" {
+				continue
 			}
-			return pool, loaded{[]any{"subjects", subjects}, firstExpiry}, nil
-		},
-	}
+			cert, err := x509.ParseCertificate(block.Bytes)
+			if err != nil {
+				return nil, loaded{}, err
+			}
+			pool.AddCert(cert)
+			subjects = append(subjects, cert.Subject.String())
+			if firstExpiry.IsZero() || cert.NotAfter.Before(firstExpiry) {
+				firstExpiry = cert.NotAfter
+			}
+			warnIfExpiring(logger, what, cert)
+		}
+		if len(subjects) == 0 {
+			return nil, loaded{}, errors.New("no PEM certificate in it")
+		}
+		return pool, loaded{[]any{"subjects", subjects}, firstExpiry}, nil
+	}, file)
 }
 
 func warnIfExpiring(logger *slog.Logger, what string, cert *x509.Certificate) {
@@ -180,10 +128,9 @@ func warnIfExpiring(logger *slog.Logger, what string, cert *x509.Certificate) {
 // tlsMinVersions are the values -tls-min-version takes.
 var tlsMinVersions = map[string]uint16{"1.2": tls.VersionTLS12, "1.3": tls.VersionTLS13}
 
-// tls12CipherSuites are the TLS 1.2 suites offered: forward-secret ECDHE key
-// exchange with AEAD ciphers only, for ECDSA and RSA certificates alike (a
-// user's CA may issue either). TLS 1.3 suites are not configurable and all
-// qualify.
+// tls12CipherSuites are the TLS 1.2 suites offered: ECDHE with AEAD only,
+// for ECDSA and RSA certificates alike (a user's CA may issue either). TLS
+// 1.3's are not configurable and all qualify.
 var tls12CipherSuites = []uint16{
 	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
 	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
@@ -194,19 +141,15 @@ var tls12CipherSuites = []uint16{
 }
 
 // newTLSConfig serves the current key pair and, when clientCAs is set,
-// verifies a client certificate if one is given.
-//
-// A certificate is only requested, not required, at the handshake: kubelet
-// probes /ping without one. The handshake fails for a certificate that does
-// not verify against the current client CA, so on a live connection a
-// client certificate is always a verified one; requireClient then decides
-// per route.
+// verifies a client certificate if one is given: only requested at the
+// handshake, as kubelet probes /ping without one, so requireClient decides
+// per route. A certificate that does not verify fails the handshake.
 func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificate], clientCAs *reloadable[x509.CertPool]) *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:   minVersion,
 		CipherSuites: tls12CipherSuites,
 		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return pair.get(), nil
+			return pair.Get(), nil
 		},
 		// The apiserver speaks HTTP/1.1 to every service-mode webhook and
 		// every non-loopback URL; offering h2 would only add attack surface.
@@ -228,7 +171,7 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 				intermediates.AddCert(c)
 			}
 			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
-				Roots:         clientCAs.get(),
+				Roots:         clientCAs.Get(),
 				Intermediates: intermediates,
 				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 			})
@@ -238,11 +181,10 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 	return cfg
 }
 
-// requireClient lets a request through only with a client certificate (one
-// the handshake verified against the client CA) whose Common Name is in
-// allowed; an empty allowed admits any name that CA signed. This is what
-// kube-apiserver does with --requestheader-client-ca-file and
-// --requestheader-allowed-names.
+// requireClient lets a request through only with a client certificate,
+// verified at the handshake, whose Common Name is in allowed (any, when
+// empty), as kube-apiserver's --requestheader-client-ca-file and
+// --requestheader-allowed-names do.
 func requireClient(logger *slog.Logger, allowed []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {

@@ -123,7 +123,7 @@ func (p testPKI) tlsClient(cert *tls.Certificate, keepAlive bool) *http.Client {
 
 func TestCertificateRotation(t *testing.T) {
 	pki := newTestPKI(t)
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	vol := &secretVolume{dir: t.TempDir()}
 	first, second := pki.serving(t), pki.serving(t)
 	vol.write(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": first.keyPEM})
@@ -252,7 +252,7 @@ func writeFile(t *testing.T, path string, data []byte) {
 
 func TestMutualTLS(t *testing.T) {
 	pki := newTestPKI(t)
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	dir := t.TempDir()
 	serving := pki.serving(t)
 	writeFile(t, filepath.Join(dir, "tls.crt"), serving.certPEM)
@@ -350,7 +350,7 @@ func TestMutualTLS(t *testing.T) {
 }
 
 func TestProtocols(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
+	review := plumbingReviews(t)["v1-deployment-create"]
 	pki := newTestPKI(t)
 	dir := t.TempDir()
 	serving := pki.serving(t)
@@ -422,8 +422,10 @@ func TestProtocols(t *testing.T) {
 // TestGracefulShutdown ends run's context, as SIGTERM does, while a review
 // is in flight.
 func TestGracefulShutdown(t *testing.T) {
-	review := fixtures(t)["v1-deployment-create"]
-	const delay = 1500 * time.Millisecond
+	review := plumbingReviews(t)["v1-deployment-create"]
+	// The in-flight body pauses through the delay, which must be shorter
+	// than bodyStallTimeout, or the body would be cut as stalled.
+	const delay = bodyStallTimeout / 2
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 

@@ -4,8 +4,9 @@
 // TLS (as the apiserver calls) round by round, alternating the two, and
 // reports medians as a table and a chart.
 //
-//	cd bench && go run .          # the full run, written to bench/results/
-//	cd bench && go run . -smoke   # half a minute: that it works, not how fast
+//	cd bench && go run .               # the full run, written to bench/results/
+//	cd bench && go run . -slow-clients # hostile clients beside a steady one
+//	cd bench && go run . -smoke        # a minute: that it works, not how fast
 package main
 
 import (
@@ -88,14 +89,16 @@ func run() error {
 	out := flag.String("out", "results", "`directory` for results.md and latency.png")
 	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
 	duration := flag.Duration("duration", 3*time.Second, "length of one wrk run, in whole seconds (wrk's unit)")
-	only := flag.String("only", "", "run only the scenarios whose name contains this `text`, such as update-1m")
+	only := flag.String("only", "", "run only the scenarios (or, with -slow-clients, the loads) whose name contains this `text`, such as update-1m")
+	slowClients := flag.Bool("slow-clients", false, "run only the slow-clients scenario (about 8 minutes): hostile clients of each kind beside a steady one, written to results/slow-clients.md")
+	slowFor := flag.Duration("slow-clients-for", 60*time.Second, "how long each load of the slow-clients scenario runs")
 	flag.Parse()
 	if *smoke {
 		*rounds, *duration = 1, time.Second
 		*out = filepath.Join(os.TempDir(), "webhook-bench-smoke")
 	}
 	wrk, err := exec.LookPath("wrk")
-	if err != nil {
+	if err != nil && !*slowClients {
 		return errors.New("wrk is not installed: apt-get install wrk (make bench does)")
 	}
 	root, err := filepath.Abs("..")
@@ -145,6 +148,26 @@ func run() error {
 		return err
 	}
 	certArgs := []string{"-tls-cert-file", filepath.Join(certs, "tls.crt"), "-tls-private-key-file", filepath.Join(certs, "tls.key")}
+	if *slowClients || *smoke {
+		d := *slowFor
+		if *smoke {
+			d = 2 * time.Second
+		}
+		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d, *only)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			if r.steadyOK == 0 {
+				return fmt.Errorf("slow clients, %s: the steady client got no answer: %v", r.load, r.steadyFailures)
+			}
+		}
+		if *slowClients {
+			report := renderSlowClients(results, costs, d)
+			fmt.Print(report)
+			return os.WriteFile(filepath.Join(*out, "slow-clients.md"), []byte(report), 0o644)
+		}
+	}
 	webhook, err := start("webhook", webhookBin, certArgs, client, "-log-format", "json")
 	if err != nil {
 		return err

@@ -24,7 +24,7 @@
 # be on the control-plane host (default: OUT/apiserver itself);
 # CLIENT_CERT and CLIENT_KEY, the client certificate the apiserver presents
 # to /authorize, signed by a CA of the webhook's own (default:
-# /etc/kubernetes/pki/webhook-client.crt and .key, as README.md's Security).
+# /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
 usage() { sed -n '2,27p' "$0" >&2; exit 2; }
@@ -113,7 +113,7 @@ YAML
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
     echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
     echo "  (it then guards /mutate and /validate too: give the apiserver that certificate for admission webhooks" >&2
-    echo "  as well, README.md's Security, or run a second webhook for /authorize alone)," >&2
+    echo "  as well, docs/operations.md's Security, or run a second webhook for /authorize alone)," >&2
     echo "  and start kube-apiserver with --authorization-config $apiserver_dir/authorization-config.yaml" >&2
     ;;
   static)

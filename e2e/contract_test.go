@@ -32,22 +32,10 @@ import (
 
 // The contract scenarios: what the apiserver does with the webhook's
 // answers, its protocols, its failures, certificate rotation and shutdown.
-// They create objects only through createAdmitted (demonstration_test.go)
-// and register the rules of deploy/webhooks.yaml, so they do not depend on
-// what the policy decides.
-
-// bothHooks registers /mutate and /validate of w in ns, with the rules of
-// deploy/webhooks.yaml unless o says otherwise, named as a user would name
-// them.
-func bothHooks(t *testing.T, w *webhookServer, ns string, o hookOptions) {
-	t.Helper()
-	o.namespace, o.caBundle, o.seen = ns, w.caPEM, w.saw
-	m, v := o, o
-	m.name, m.url = "mutate-"+ns+".webhook.example.com", w.url("/mutate")
-	v.name, v.url = "validate-"+ns+".webhook.example.com", w.url("/validate")
-	registerMutating(t, m)
-	registerValidating(t, v)
-}
+// They register the webhooks of deploy/webhooks.yaml with its rules, and
+// create for each webhook only its admitted object (admittedObject, in
+// demonstration_test.go), so they do not depend on what the policy decides,
+// on which kinds each route acts, or on whether it registers both routes.
 
 // noFailedCalls fails the test if the apiserver logged a failed webhook
 // call since mark.
@@ -135,8 +123,8 @@ func TestHTTP2(t *testing.T) {
 			ns := createNamespace(t, "http2-"+strings.TrimPrefix(tc.name, "-"))
 			w := startWebhook(t, "", tc.flags...)
 			mark := apiserver.logMark()
-			bothHooks(t, w, ns, hookOptions{})
-			if err := createAdmitted(context.Background(), apiserver, ns, "web", false); err != nil {
+			registerDeployed(t, w, ns, hookOptions{})
+			if err := createThroughAll(context.Background(), apiserver, ns, "web", false); err != nil {
 				t.Fatal(err)
 			}
 			if reviews := grepLines(w.log.String(), "msg=review"); !strings.Contains(reviews, tc.wantProto) {
@@ -152,15 +140,16 @@ func TestWebhookDown(t *testing.T) {
 	ctx := context.Background()
 	w := startWebhook(t, "")
 	failNS, ignoreNS := createNamespace(t, "down-fail"), createNamespace(t, "down-ignore")
-	registerValidating(t, hookOptions{name: "fail.webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: failNS, failurePolicy: admissionregistrationv1.Fail, seen: w.saw})
-	registerValidating(t, hookOptions{name: "ignore.webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ignoreNS, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
+	route := oneRoute(t)
+	registerRoute(t, route, hookOptions{name: "fail.webhook.example.com", url: w.url(route), caBundle: w.caPEM, namespace: failNS, failurePolicy: admissionregistrationv1.Fail, seen: w.saw})
+	registerRoute(t, route, hookOptions{name: "ignore.webhook.example.com", url: w.url(route), caBundle: w.caPEM, namespace: ignoreNS, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
 	w.stop()
 
-	err := createAdmitted(ctx, apiserver, failNS, "web", false)
+	err := createAdmitted(ctx, apiserver, failNS, route, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with the webhook down: got %v, want a clear failed-call error", err)
 	}
-	if err := createAdmitted(ctx, apiserver, ignoreNS, "web", false); err != nil {
+	if err := createAdmitted(ctx, apiserver, ignoreNS, route, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with the webhook down: %v", err)
 	}
 }
@@ -198,18 +187,19 @@ func TestWebhookTooSlow(t *testing.T) {
 	}
 
 	failNS, ignoreNS := createNamespace(t, "slow-fail"), createNamespace(t, "slow-ignore")
-	registerValidating(t, hookOptions{name: "slow-fail.webhook.example.com", url: slow.URL + "/validate", caBundle: w.caPEM, namespace: failNS, timeout: 1, failurePolicy: admissionregistrationv1.Fail, seen: sawSlow})
-	registerValidating(t, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + "/validate", caBundle: w.caPEM, namespace: ignoreNS, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
+	route := oneRoute(t)
+	registerRoute(t, route, hookOptions{name: "slow-fail.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, namespace: failNS, timeout: 1, failurePolicy: admissionregistrationv1.Fail, seen: sawSlow})
+	registerRoute(t, route, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, namespace: ignoreNS, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
 
 	start := time.Now()
-	err = createAdmitted(ctx, apiserver, failNS, "web", false)
+	err = createAdmitted(ctx, apiserver, failNS, route, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "slow-fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with a slow webhook: got %v, want a failed-call error", err)
 	}
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Errorf("the apiserver waited %s for a webhook with timeoutSeconds 1", took)
 	}
-	if err := createAdmitted(ctx, apiserver, ignoreNS, "web", false); err != nil {
+	if err := createAdmitted(ctx, apiserver, ignoreNS, route, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with a slow webhook: %v", err)
 	}
 }
@@ -221,7 +211,7 @@ type failedCreate struct {
 	err  error
 }
 
-// createLoop creates admitted objects in ns until stop is closed or limit is
+// createLoop creates admitted objects (createThroughAll) in ns until stop is closed or limit is
 // reached, on two goroutines as a busy cluster would, and returns every
 // failure and how many creates succeeded. progress, when not nil, counts
 // successes as they happen.
@@ -244,7 +234,7 @@ func createLoop(ns string, stop <-chan struct{}, limit int, progress *atomic.Int
 				default:
 				}
 				name := fmt.Sprintf("load-%d", i)
-				err := createAdmitted(context.Background(), apiserver, ns, name, false)
+				err := createThroughAll(context.Background(), apiserver, ns, name, false)
 				mu.Lock()
 				if err != nil {
 					failed = append(failed, failedCreate{name, time.Now(), err})
@@ -283,7 +273,7 @@ func startCreates(ns string, limit int, progress *atomic.Int64) (stop func() cre
 	}
 }
 
-// Scenario 6c: the serving certificate is renewed on disk, by the README's
+// Scenario 6c: the serving certificate is renewed on disk, by docs/deploy.md's
 // own procedure (`webhook certs` run again), while creates run; not one
 // fails.
 func TestRotationUnderLoad(t *testing.T) {
@@ -294,7 +284,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	webhookCerts(t, tlsDir)
 	w := startWebhook(t, dir, "-tls-cert-file", certFile, "-tls-private-key-file", keyFile)
 	mark := apiserver.logMark()
-	bothHooks(t, w, ns, hookOptions{})
+	registerDeployed(t, w, ns, hookOptions{})
 
 	var progress atomic.Int64
 	stopCreates := startCreates(ns, 5000, &progress)
@@ -337,7 +327,7 @@ func TestRotationUnderLoad(t *testing.T) {
 func TestSIGTERMUnderLoad(t *testing.T) {
 	ns := createNamespace(t, "sigterm")
 	w := startWebhook(t, "", "-shutdown-delay", "2s")
-	bothHooks(t, w, ns, hookOptions{})
+	registerDeployed(t, w, ns, hookOptions{})
 
 	stopCreates := startCreates(ns, 5000, nil)
 	time.Sleep(1500 * time.Millisecond)

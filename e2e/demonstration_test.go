@@ -1,11 +1,12 @@
 package e2e
 
-// The demonstration policy's end-to-end tests, and admittedObject, the one
-// object every other e2e test creates. This is the e2e file to change with
-// policy.go: the contract tests in the other files register the rules of
-// deploy/webhooks.yaml and create only admittedObject (createAdmitted), so
-// they pass unchanged whatever the policy says once this file agrees with
-// it.
+// The demonstration policy's end-to-end tests; admittedObject, the
+// objects every other e2e test creates; and deniedObject, the one the
+// rollout tests create. This is the e2e file to change with policy.go: the
+// contract tests in the other files register the webhooks of
+// deploy/webhooks.yaml with its rules and create, for each webhook, only
+// its admittedObject, so they pass unchanged whatever the policy says once
+// this file agrees with it.
 //
 //	cd e2e && go test -run TestDemonstration .   # these tests alone
 
@@ -32,12 +33,18 @@ const (
 	allowValue = "true"
 )
 
-// admittedObject returns an object named name that the rules in
-// deploy/webhooks.yaml send to the webhook and that the policy admits once
-// /mutate has run, and the resource it is created in. With padding, it
-// carries about that many more bytes where the policy does not look, for
-// the tests of large reviews.
-func admittedObject(name string, padding int) (*unstructured.Unstructured, schema.GroupVersionResource) {
+// admittedObject returns, for the webhook at route ("/mutate" or
+// "/validate"), an object named name that the rules deploy/webhooks.yaml
+// gives that webhook send to it, and that the policy admits once every
+// deployed webhook its kind reaches has run; and the resource it is
+// created in. Only the routes deploy/webhooks.yaml registers are asked
+// for. When both routes act on the same kind, return one kind for both: a
+// single create then goes through both webhooks. With padding, it carries
+// about that many more bytes where the policy does not look, for the
+// tests of large reviews.
+//
+// The demonstration acts on Deployments on both routes.
+func admittedObject(route, name string, padding int) (*unstructured.Unstructured, schema.GroupVersionResource) {
 	d := nginxDeployment(name, nil)
 	d.Spec.Template.Spec.Containers[0].Env = paddingEnv(padding)
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
@@ -48,6 +55,17 @@ func admittedObject(name string, padding int) (*unstructured.Unstructured, schem
 	u.SetAPIVersion("apps/v1")
 	u.SetKind("Deployment")
 	return u, appsv1.SchemeGroupVersion.WithResource("deployments")
+}
+
+// deniedObject returns an object named name that the rules in
+// deploy/webhooks.yaml send to the webhook and that the policy's /validate
+// denies when /mutate has not run, the resource it is created in, and a
+// part of the denial's message when it is created in namespace ns. The
+// rollout tests (rollout_test.go) create it under each -validation-action.
+// The demonstration's is admittedObject before /mutate has annotated it.
+func deniedObject(ns, name string) (*unstructured.Unstructured, schema.GroupVersionResource, string) {
+	obj, resource := admittedObject(validateRoute, name, 0)
+	return obj, resource, fmt.Sprintf("Deployment %s/%s must have the annotation %s=%s", ns, name, allowKey, allowValue)
 }
 
 // TestDemonstration is the demonstration this project started from, with
@@ -111,7 +129,7 @@ func TestDemonstrationOperations(t *testing.T) {
 	// Every operation is sent, so the webhook's own scoping is what's tested.
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	createWidgetCRD(t)
-	bothHooks(t, w, ns, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
+	registerDeployed(t, w, ns, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}})
@@ -222,8 +240,10 @@ func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
 		t.Errorf("the first Deployment in %s is stored with %s=%q, want %q", ns, allowKey, got, allowValue)
 	}
 
-	undo := startWebhook(t, "", "-annotate", allowKey+"=false")
-	registerMutating(t, hookOptions{api: api, name: "undo-" + ns + ".example.com", url: undo.url("/mutate"), caBundle: undo.caPEM, namespace: ns, seen: undo.saw})
+	// A mutating webhook of the test's own that sets the annotation to
+	// "false", as a user's other webhook might.
+	undo := startPatcher(t, fmt.Sprintf(`[{"op":"replace","path":"/metadata/annotations/%s","value":"false"}]`, strings.ReplaceAll(allowKey, "/", "~1")))
+	registerMutating(t, hookOptions{api: api, name: "undo-" + ns + ".example.com", url: undo.url, caBundle: undo.caPEM, namespace: ns, seen: undo.saw})
 	_, err = deployments.Create(ctx, nginxDeployment("undone", nil), metav1.CreateOptions{})
 	want := `admission webhook "validate.webhook.example.com" denied the request:`
 	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {

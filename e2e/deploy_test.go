@@ -165,7 +165,11 @@ func TestDeployManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()] = true
 	}
-	for _, want := range []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+	want := []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret"}
+	for _, route := range deployedRoutes(t) {
+		want = append(want, configurationKind[route])
+	}
+	for _, want := range want {
 		if !kinds[want] {
 			t.Errorf("the rendered manifests have no %s", want)
 		}
@@ -201,14 +205,12 @@ func TestURLMode(t *testing.T) {
 	// kube-system, as a user's would; the suite runs tests one at a time.
 	apply(t, apiserver, objectsIn(t, out), false)
 	ns := createNamespace(t, "url-mode")
-	waitForHookActive(t, hookOptions{name: "url-mode", namespace: ns, seen: w.saw})
+	for _, route := range deployedRoutes(t) {
+		waitForHookActive(t, hookOptions{name: "url-mode " + route, namespace: ns, seen: w.saw}, route)
+	}
 
-	if err := createAdmitted(context.Background(), apiserver, ns, "web", false); err != nil {
+	if err := createThroughAll(context.Background(), apiserver, ns, "web", false); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(w.log.String(), path+" ") {
-			t.Errorf("the webhook answered no review on %s", path)
-		}
-	}
+	reviewedOnEach(t, w, "web")
 }

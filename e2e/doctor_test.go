@@ -37,7 +37,7 @@ type doctorFinding struct {
 	Fix     string `json:"fix"`
 }
 
-// runDoctor pipes config into `webhook doctor -f -`, as the README's
+// runDoctor pipes config into `webhook doctor -f -`, as docs/troubleshooting.md's
 // `kubectl get ... -o yaml | webhook doctor -f -` does, and returns what
 // it printed and its exit status.
 func runDoctor(t *testing.T, config []byte, args ...string) (string, int) {
@@ -345,12 +345,13 @@ func TestDoctor(t *testing.T) {
 			ns := createNamespace(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
 			url, caBundle := tc.setup(t)
 			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, namespace: ns, timeout: tc.timeout, seen: refused}
+			var route string
 			if tc.mutating {
-				registerMutating(t, o)
+				route = registerMutating(t, o)
 			} else {
-				registerValidating(t, o)
+				route = registerValidating(t, o)
 			}
-			err := createAdmitted(context.Background(), apiserver, ns, "web", false)
+			err := createAdmitted(context.Background(), apiserver, ns, route, "web", false)
 			if err == nil || !strings.Contains(err.Error(), tc.apiserver) {
 				t.Fatalf("the apiserver's create: got %v, want an error with %q", err, tc.apiserver)
 			}
@@ -452,13 +453,18 @@ func TestDoctor(t *testing.T) {
 			t.Errorf("doctor on %s exited %d, want 0; failed: %v", filepath.Join(out, "webhooks.yaml"), status, failedChecks(findings))
 		}
 		// Registered, and fetched back as kubectl prints it, with the
-		// apiserver's defaults filled in: the README's command, for one
-		// configuration and for both as a List.
+		// apiserver's defaults filled in: docs/troubleshooting.md's command, for one
+		// configuration and for all that deploy/webhooks.yaml has as a List.
 		apply(t, apiserver, objectsIn(t, out), false)
-		for _, config := range [][]byte{
-			fetchYAML(t, false, "webhook.example.com"),
-			kubectlYAML(t, fetchConfig(t, true, "webhook.example.com"), fetchConfig(t, false, "webhook.example.com")),
-		} {
+		var all []runtime.Object
+		for _, route := range deployedRoutes(t) {
+			all = append(all, fetchConfig(t, route == mutateRoute, "webhook.example.com"))
+		}
+		configs := [][]byte{kubectlYAML(t, all[0])}
+		if len(all) > 1 {
+			configs = append(configs, kubectlYAML(t, all...))
+		}
+		for _, config := range configs {
 			findings, status := diagnose(t, config, "-address", hostport)
 			if status != 0 {
 				t.Errorf("kubectl get ... -o yaml | webhook doctor -f - -address %s exited %d, want 0; failed: %v", hostport, status, failedChecks(findings))

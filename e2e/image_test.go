@@ -40,8 +40,9 @@ func TestImagePremise(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(root, "webhook")
-	// The Dockerfile's build line.
-	if err := goBuild(repoRoot, bin, ".", "-trimpath", "-ldflags", "-s -w"); err != nil {
+	// The Dockerfile's build line, in the build context .dockerignore
+	// makes: a package it leaves out would fail here as in docker build.
+	if err := goBuild(dockerContext(t), bin, ".", "-trimpath", "-ldflags", "-s -w"); err != nil {
 		t.Fatal(err)
 	}
 	checkStatic(t, bin)
@@ -109,7 +110,7 @@ func TestImagePremise(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
+	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "plumbing", "v1-deployment-create.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +144,64 @@ func TestImagePremise(t *testing.T) {
 	case <-time.After(startTimeout):
 		t.Error("did not exit after SIGTERM")
 	}
+}
+
+// dockerContext copies into a new directory the files of the repository
+// that .dockerignore lets into the image's build context, as docker
+// decides: patterns in order, the last one that matches a path or one of
+// its parent directories wins, and "!" lets it in.
+func dockerContext(t *testing.T) string {
+	t.Helper()
+	text, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(text), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	included := func(rel string) bool {
+		in := true
+		for _, p := range patterns {
+			pattern, letIn := strings.CutPrefix(p, "!")
+			// The path itself, or a directory above it.
+			for dir := rel; dir != "."; dir = filepath.Dir(dir) {
+				if ok, _ := filepath.Match(pattern, dir); ok {
+					in = letIn
+					break
+				}
+			}
+		}
+		return in
+	}
+	dir := t.TempDir()
+	err = filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			if d != nil && d.Name() == ".git" {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, path)
+		if !included(rel) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the build context: %s", listTree(t, dir))
+	return dir
 }
 
 // checkStatic fails unless bin is an ELF executable with no interpreter and

@@ -63,20 +63,17 @@ plugins:
 
 	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
 		ns := createNamespaceIn(t, withCert, "mtls-admitted")
-		bothHooks(t, allowed, ns, hookOptions{api: withCert})
-		if err := createAdmitted(ctx, withCert, ns, "web", false); err != nil {
+		registerDeployed(t, allowed, ns, hookOptions{api: withCert})
+		if err := createThroughAll(ctx, withCert, ns, "web", false); err != nil {
 			t.Fatal(err)
 		}
-		for _, path := range []string{"path=/mutate", "path=/validate"} {
-			if !strings.Contains(allowed.log.String(), path+" ") {
-				t.Errorf("the webhook answered no review on %s", path)
-			}
-		}
+		reviewedOnEach(t, allowed, "web")
 	})
 	t.Run("apiserver without a client certificate is refused", func(t *testing.T) {
 		ns := createNamespace(t, "mtls-no-cert")
-		registerValidating(t, hookOptions{name: "nocert.webhook.example.com", url: allowed.url("/validate"), caBundle: allowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(ctx, apiserver, ns, "web", false)
+		route := oneRoute(t)
+		registerRoute(t, route, hookOptions{name: "nocert.webhook.example.com", url: allowed.url(route), caBundle: allowed.caPEM, namespace: ns, seen: refused})
+		err := createAdmitted(ctx, apiserver, ns, route, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
 			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
 		}
@@ -86,8 +83,9 @@ plugins:
 	})
 	t.Run("a name not in -allowed-client-names is refused", func(t *testing.T) {
 		ns := createNamespaceIn(t, withCert, "mtls-wrong-name")
-		registerValidating(t, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url("/validate"), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(ctx, withCert, ns, "web", false)
+		route := oneRoute(t)
+		registerRoute(t, route, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url(route), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
+		err := createAdmitted(ctx, withCert, ns, route, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `"kube-apiserver" is not in -allowed-client-names`) {
 			t.Errorf("got %v, want the webhook's 403 message passed through", err)
 		}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -17,17 +18,19 @@ import (
 )
 
 // TestOverloadAnswer proves the answer the webhook gives a review that
-// finds no room in its byte budget before its deadline (overloadStatus in
-// handler.go): the apiserver does not send the review again, the write is
-// refused under failurePolicy Fail with the webhook's own message, and the
-// next write after the overload is admitted.
+// cannot be read before its deadline (overloadStatus in handler.go): the
+// apiserver does not send the review again, the write is refused under
+// failurePolicy Fail with the webhook's own message, and the next write
+// after the overload is admitted.
 //
-// The budget is held by a client that declares the largest body and sends
-// none of it, which is how a slow or stuck client looks to the webhook.
+// Large reviews (over 16 KiB) are read one at a time (body.go). The turn is
+// held by a client that sends the largest review at 1.6 MiB/s, above the
+// slowest rate the webhook accepts, so it is not cut: a real client on a
+// slow link looks the same.
 func TestOverloadAnswer(t *testing.T) {
 	const (
-		largestReview = 7 << 20 // maxBodyBytes, the smallest budget allowed
-		hookTimeout   = 2       // seconds: the apiserver's deadline for each call
+		hookTimeout = 2        // seconds: the apiserver's deadline for each call
+		padding     = 64 << 10 // makes the object's review a large one
 	)
 	ns := createNamespace(t, "overload")
 	metricsPort, err := freePort()
@@ -35,12 +38,12 @@ func TestOverloadAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	w := startWebhook(t, "", fmt.Sprintf("-max-inflight-bytes=%d", largestReview), fmt.Sprintf("-metrics-listen=127.0.0.1:%d", metricsPort))
-	bothHooks(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	w := startWebhook(t, "", fmt.Sprintf("-metrics-listen=127.0.0.1:%d", metricsPort))
+	registerDeployed(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
+	// The create's first call: to /mutate when it is deployed, as mutating
+	// webhooks run first.
+	route := deployedRoutes(t)[0]
 
-	// Take the whole budget: headers that declare the largest review, then
-	// nothing. The webhook holds its bytes until this request's own
-	// deadline (?timeout=) or until the connection closes.
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(w.caPEM)
 	conn, err := tls.Dial("tcp", w.addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
@@ -51,17 +54,26 @@ func TestOverloadAnswer(t *testing.T) {
 	if _, err := fmt.Fprintf(conn, "POST /validate?timeout=25s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", w.addr, largestReview); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the stalled request takes the whole budget", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == largestReview })
+	go func() {
+		chunk := bytes.Repeat([]byte{' '}, 64<<10)
+		for sent := 0; sent < largestReview-len(chunk); sent += len(chunk) {
+			if _, err := conn.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(40 * time.Millisecond)
+		}
+	}()
+	waitUntil(t, "the slow client holds the turn", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] > 0 })
 	before := scrape(t, metricsURL)
 
-	obj, resource := admittedObject("overloaded", 0)
+	obj, resource := admittedObject(route, "overloaded", padding)
 	objects := apiserver.dynamic.Resource(resource).Namespace(ns)
 	start := time.Now()
 	_, err = objects.Create(context.Background(), obj, metav1.CreateOptions{})
 	took := time.Since(start)
-	t.Logf("create while the budget is full: %v after %s", err, took.Round(time.Millisecond))
+	t.Logf("create while the turn is held: %v after %s", err, took.Round(time.Millisecond))
 	if err == nil {
-		t.Fatal("the create was admitted while the webhook had no room for its review, want it refused (failurePolicy: Fail)")
+		t.Fatal("the create was admitted while the webhook could not read its review in time, want it refused (failurePolicy: Fail)")
 	}
 	if !strings.Contains(err.Error(), "the webhook is busy") || !strings.Contains(err.Error(), "-max-inflight-bytes") {
 		t.Errorf("got error %q, want the webhook's message, naming -max-inflight-bytes", err)
@@ -72,7 +84,7 @@ func TestOverloadAnswer(t *testing.T) {
 
 	// The apiserver called once and did not retry: one 429, one refusal.
 	after := scrape(t, metricsURL)
-	key := `webhook_requests_total{code="429",webhook="/mutate"}`
+	key := `webhook_requests_total{code="429",webhook="` + route + `"}`
 	if got := after[key] - before[key]; got != 1 {
 		t.Errorf("got %v answers %s for one create, want 1: without Retry-After the apiserver must not send the review again", got, key)
 	}
@@ -80,10 +92,10 @@ func TestOverloadAnswer(t *testing.T) {
 		t.Errorf("got %v rejections by the budget, want 1", got)
 	}
 
-	// Once the stalled client goes, the budget is free and writes go on.
+	// Once the slow client goes, the turn is free and writes go on.
 	conn.Close()
-	waitUntil(t, "the budget is given back when the stalled client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
-	obj, _ = admittedObject("after-overload", 0)
+	waitUntil(t, "the budget is given back when the slow client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
+	obj, _ = admittedObject(route, "after-overload", padding)
 	if _, err := objects.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		t.Errorf("create after the overload: %v", err)
 	}

@@ -2,16 +2,18 @@ package e2e
 
 // URL mode from the control plane: the webhook configurations as static
 // manifests that kube-apiserver loads at start-up (`deploy/render.sh
-// static`, README.md "URL mode"). What the apiserver does with them is in
+// static`, docs/deploy.md). What the apiserver does with them is in
 // k8s.io/apiserver v0.37.1 and k8s.io/kubernetes v1.37.1; each test names
 // the code whose behaviour it pins.
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,14 +103,15 @@ func TestStaticManifests(t *testing.T) {
 	// No configuration is applied and nothing waits for one: the first
 	// write after /readyz is already admitted through both webhooks.
 	demonstrateEnforced(t, api, "static-first")
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(w.log.String(), path+" ") {
-			t.Errorf("the webhook answered no review on %s", path)
+	for _, route := range deployedRoutes(t) {
+		if !strings.Contains(w.log.String(), "path="+route+" ") {
+			t.Errorf("the webhook answered no review on path=%s", route)
 		}
 	}
 
 	t.Run("the API cannot see, delete or replace them", func(t *testing.T) {
-		for _, dir := range []string{"mutating", "validating"} {
+		for _, route := range deployedRoutes(t) {
+			dir := map[string]string{mutateRoute: "mutating", validateRoute: "validating"}[route]
 			objs := objectsIn(t, filepath.Join(out, dir))
 			if len(objs) != 1 {
 				t.Fatalf("%s/%s holds %d objects, want 1", out, dir, len(objs))
@@ -164,7 +167,13 @@ func TestStaticManifests(t *testing.T) {
 	demonstrateEnforced(t, api, "static-after-api")
 
 	t.Run("a change to the directory is used while running", func(t *testing.T) {
-		validating := filepath.Join(out, "validating")
+		// The validating webhooks' directory, or the mutating one's when
+		// deploy/webhooks.yaml registers only /mutate.
+		changedRoute, dir := validateRoute, "validating"
+		if _, ok := deployed(t)[validateRoute]; !ok {
+			changedRoute, dir = mutateRoute, "mutating"
+		}
+		validating := filepath.Join(out, dir)
 		original, err := os.ReadFile(filepath.Join(validating, "webhooks.yaml"))
 		if err != nil {
 			t.Fatal(err)
@@ -182,7 +191,7 @@ func TestStaticManifests(t *testing.T) {
 
 		// The rollout: write the new file beside the old and rename it
 		// into place, so the apiserver never reads half a file. This one
-		// leaves one more namespace out of validation.
+		// leaves one more namespace out of that route's webhooks.
 		ns := createNamespaceIn(t, api, "static-reload")
 		exclusion := `values: ["webhook-system", "kube-system"]`
 		if !strings.Contains(string(original), exclusion) {
@@ -196,13 +205,15 @@ func TestStaticManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForLog(t, api.process, mark, "reloaded admission manifest config", reloadTimeout)
-		// The next review of an object in ns is /mutate's alone.
-		if err := createAdmitted(ctx, api, ns, "after-reload", false); err != nil {
+		// The next objects in ns are reviewed by every other route alone.
+		if err := createThroughAll(ctx, api, ns, "after-reload", false); err != nil {
 			t.Fatal(err)
 		}
 		reviews := grepLines(w.log.String(), "/after-reload ")
-		if !strings.Contains(reviews, "path=/mutate ") || strings.Contains(reviews, "path=/validate ") {
-			t.Errorf("after the reload, want %s/after-reload reviewed by /mutate only; the webhook logged:\n%s", ns, reviews)
+		for _, route := range deployedRoutes(t) {
+			if got := strings.Contains(reviews, "path="+route+" "); got != (route != changedRoute) {
+				t.Errorf("after the reload, %s/after-reload reviewed on path=%s: got %v, want %v; the webhook logged:\n%s", ns, route, got, route != changedRoute, reviews)
+			}
 		}
 	})
 
@@ -255,29 +266,38 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	createNamespaceIn(t, api, "webhook-system")
 	ensureDefaultServiceAccount(t, api, "kube-system")
 	for _, ns := range []string{"kube-system", "webhook-system"} {
-		if err := createAdmitted(ctx, api, ns, "while-down", false); err != nil {
+		if err := createThroughAll(ctx, api, ns, "while-down", false); err != nil {
 			t.Errorf("creating the admitted object in %s with the webhook down: got %v, want it created", ns, err)
 		}
 	}
 
 	// A matched namespace refuses the write, naming the webhook.
 	ns := createNamespaceIn(t, api, "static-down")
-	err = createAdmitted(ctx, api, ns, "while-down", false)
-	want := `failed calling webhook "mutate.webhook.example.com"`
+	err = createThroughAll(ctx, api, ns, "while-down", false)
+	// The first call of the first create: the first webhook of the first
+	// deployed route.
+	want := fmt.Sprintf("failed calling webhook %q", deployed(t)[deployedRoutes(t)[0]].names[0])
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("creating the admitted object in %s with the webhook down: got %v, want an error containing %q and connection refused", ns, err, want)
 	}
 
 	// Once the webhook answers, the next write goes through it.
 	w := startRenderedWebhook(t, out, hostport)
-	if err := createAdmitted(ctx, api, ns, "after-start", false); err != nil {
+	if err := createThroughAll(ctx, api, ns, "after-start", false); err != nil {
 		t.Fatalf("creating the admitted object in %s once the webhook runs: %v", ns, err)
 	}
-	for _, path := range []string{"path=/mutate", "path=/validate"} {
-		if !strings.Contains(grepLines(w.log.String(), "/after-start "), path+" ") {
-			t.Errorf("the webhook answered no review of %s/after-start on %s", ns, path)
-		}
-	}
+	reviewedOnEach(t, w, "after-start")
+}
+
+// staticName is the metadata.name line of a rendered configuration (the
+// only key indented by two spaces), ending in the reserved suffix.
+var staticName = regexp.MustCompile(`(?m)^(  name: .+)` + regexp.QuoteMeta(staticSuffix) + `$`)
+
+// renameStatic gives the configuration in yaml the suffix suffix in place
+// of .static.k8s.io. Only the name changes: the suffix may also be in a
+// comment.
+func renameStatic(yaml, suffix string) string {
+	return staticName.ReplaceAllString(yaml, "${1}"+suffix)
 }
 
 // TestStaticMalformedManifest starts kube-apiserver with a bad file in a
@@ -287,13 +307,17 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 func TestStaticMalformedManifest(t *testing.T) {
 	requireFeature(t, staticManifests)
 	out, _ := renderStatic(t)
-	validatingYAML, err := os.ReadFile(filepath.Join(out, "validating", "webhooks.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mutatingYAML, err := os.ReadFile(filepath.Join(out, "mutating", "webhooks.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	// A policy that registers one route renders one directory's file; the
+	// other is made from it, so each directory holds a good configuration.
+	validatingYAML, errV := os.ReadFile(filepath.Join(out, "validating", "webhooks.yaml"))
+	mutatingYAML, errM := os.ReadFile(filepath.Join(out, "mutating", "webhooks.yaml"))
+	switch {
+	case errV != nil && errM != nil:
+		t.Fatalf("render.sh static wrote neither configuration: %v; %v", errV, errM)
+	case errV != nil:
+		validatingYAML = []byte(strings.Replace(strings.Replace(string(mutatingYAML), "kind: MutatingWebhookConfiguration", "kind: ValidatingWebhookConfiguration", 1), "reinvocationPolicy: Never", "", 1))
+	case errM != nil:
+		mutatingYAML = []byte(strings.Replace(string(validatingYAML), "kind: ValidatingWebhookConfiguration", "kind: MutatingWebhookConfiguration", 1))
 	}
 	admissionConfig, err := os.ReadFile(filepath.Join(out, "admission-config.yaml"))
 	if err != nil {
@@ -306,9 +330,9 @@ func TestStaticMalformedManifest(t *testing.T) {
 	}{
 		{"not YAML", "kind: [\n", `did not find expected node content`},
 		{"both kinds in one directory", string(mutatingYAML), `unsupported resource type *v1.MutatingWebhookConfiguration`},
-		{"a name without the suffix", strings.Replace(string(validatingYAML), staticSuffix, ".example.org", 1),
+		{"a name without the suffix", renameStatic(string(validatingYAML), ".example.org"),
 			`must have a name ending with ".static.k8s.io"`},
-		{"service mode", strings.Replace(strings.Replace(string(validatingYAML), staticSuffix, "-service"+staticSuffix, 1), "url: https://", "service: {name: webhook, namespace: webhook-system}\n    #", 1),
+		{"service mode", strings.Replace(renameStatic(string(validatingYAML), "-service"+staticSuffix), "url: https://", "service: {name: webhook, namespace: webhook-system}\n    #", 1),
 			`clientConfig.service is not supported for static manifests; use clientConfig.url instead`},
 	}
 	for i, tc := range tests {

@@ -4,19 +4,26 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -50,10 +57,17 @@ func startWebhookOn(t *testing.T, dir, addr string, args ...string) *webhookServ
 // startWebhookEnv is startWebhookOn with env added to the environment.
 func startWebhookEnv(t *testing.T, dir, addr string, env []string, args ...string) *webhookServer {
 	t.Helper()
+	return startWebhookBinary(t, webhookBinary, dir, addr, env, args...)
+}
+
+// startWebhookBinary is startWebhookEnv for a webhook binary built another
+// way, such as with a policy.go of a test's own.
+func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args ...string) *webhookServer {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	p, err := startProcessEnv("webhook "+addr, dir, env, webhookBinary, append([]string{"-listen", addr}, args...)...)
+	p, err := startProcessEnv("webhook "+addr, dir, env, bin, append([]string{"-listen", addr}, args...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +121,11 @@ type hookOptions struct {
 	seen func(probe string, err error) bool
 	// api is the apiserver to register with; nil is the suite's.
 	api *apiServer
+	// route is the deployed webhook ("/mutate" or "/validate") whose rules
+	// (unless rules are given) and admitted object this configuration
+	// uses, whatever its own kind. Empty: the route of its own kind, or
+	// the other one when deploy/webhooks.yaml registers none of that kind.
+	route string
 }
 
 func (o hookOptions) apiServer() *apiServer {
@@ -116,43 +135,113 @@ func (o hookOptions) apiServer() *apiServer {
 	return apiserver
 }
 
-// deployedRules returns the rules deploy/webhooks.yaml gives the mutating
-// and the validating webhook: the tests register what users deploy, so a
-// policy's change of rules reaches them from that one file.
-func deployedRules(t *testing.T) (mutating, validating []admissionregistrationv1.RuleWithOperations) {
-	t.Helper()
+// The admission routes, each called by one kind of webhook configuration.
+const (
+	mutateRoute   = "/mutate"   // by MutatingWebhookConfigurations
+	validateRoute = "/validate" // by ValidatingWebhookConfigurations
+)
+
+// configurationKind is the kind of webhook configuration that calls each
+// route.
+var configurationKind = map[string]string{mutateRoute: "MutatingWebhookConfiguration", validateRoute: "ValidatingWebhookConfiguration"}
+
+// deployedWebhooks are the webhooks deploy/webhooks.yaml registers for one
+// route: their names and rules.
+type deployedWebhooks struct {
+	names []string
+	rules []admissionregistrationv1.RuleWithOperations
+}
+
+// readDeployed reads deploy/webhooks.yaml once: the tests register what
+// users deploy, so a policy's change of rules reaches them from that one
+// file. A policy may register both routes or only one, with rules for
+// different kinds.
+var readDeployed = sync.OnceValues(func() (map[string]deployedWebhooks, error) {
 	f, err := os.Open(filepath.Join(repoRoot, "deploy", "webhooks.yaml"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer f.Close()
+	deployed := map[string]deployedWebhooks{}
 	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
 	for {
-		// Only kind and rules: caBundle is still a placeholder here.
+		// Only kind, names and rules: caBundle is still a placeholder here.
 		var cfg struct {
 			Kind     string `json:"kind"`
 			Webhooks []struct {
+				Name  string                                       `json:"name"`
 				Rules []admissionregistrationv1.RuleWithOperations `json:"rules"`
 			} `json:"webhooks"`
 		}
 		if err := dec.Decode(&cfg); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			t.Fatalf("deploy/webhooks.yaml: %v", err)
+			return nil, fmt.Errorf("deploy/webhooks.yaml: %w", err)
 		}
-		for _, w := range cfg.Webhooks {
-			switch cfg.Kind {
-			case "MutatingWebhookConfiguration":
-				mutating = append(mutating, w.Rules...)
-			case "ValidatingWebhookConfiguration":
-				validating = append(validating, w.Rules...)
+		var route string
+		for r, kind := range configurationKind {
+			if kind == cfg.Kind {
+				route = r
 			}
 		}
+		for _, w := range cfg.Webhooks {
+			if route == "" || len(w.Rules) == 0 {
+				continue
+			}
+			d := deployed[route]
+			d.names = append(d.names, w.Name)
+			d.rules = append(d.rules, w.Rules...)
+			deployed[route] = d
+		}
 	}
-	if len(mutating) == 0 || len(validating) == 0 {
-		t.Fatal("deploy/webhooks.yaml has no rules for a mutating and a validating webhook")
+	if len(deployed) == 0 {
+		return nil, errors.New("deploy/webhooks.yaml registers no mutating or validating webhook with rules")
 	}
-	return mutating, validating
+	return deployed, nil
+})
+
+// deployed returns what deploy/webhooks.yaml registers, by route.
+func deployed(t *testing.T) map[string]deployedWebhooks {
+	t.Helper()
+	d, err := readDeployed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// deployedRoutes returns the routes deploy/webhooks.yaml registers, /mutate
+// first, as the apiserver calls them.
+func deployedRoutes(t *testing.T) []string {
+	t.Helper()
+	d := deployed(t)
+	var routes []string
+	for _, r := range []string{mutateRoute, validateRoute} {
+		if _, ok := d[r]; ok {
+			routes = append(routes, r)
+		}
+	}
+	return routes
+}
+
+// oneRoute is the route for a test that needs one webhook of either kind:
+// /validate when it is deployed, since validating webhooks change nothing.
+func oneRoute(t *testing.T) string {
+	t.Helper()
+	routes := deployedRoutes(t)
+	return routes[len(routes)-1]
+}
+
+// routeFor resolves o.route for a configuration of the kind that calls own.
+func (o hookOptions) routeFor(t *testing.T, own string) string {
+	t.Helper()
+	if o.route != "" {
+		return o.route
+	}
+	if _, ok := deployed(t)[own]; ok {
+		return own
+	}
+	return deployedRoutes(t)[0]
 }
 
 func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig {
@@ -161,8 +250,8 @@ func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig 
 }
 
 // common returns what both kinds of configuration share; rules are o.rules
-// or, when none are given, deployed (from deploy/webhooks.yaml).
-func (o hookOptions) common(deployed []admissionregistrationv1.RuleWithOperations) (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
+// or, when none are given, deployedRules (from deploy/webhooks.yaml).
+func (o hookOptions) common(deployedRules []admissionregistrationv1.RuleWithOperations) (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
 	versions = o.versions
 	if versions == nil {
 		versions = []string{"v1"}
@@ -177,18 +266,19 @@ func (o hookOptions) common(deployed []admissionregistrationv1.RuleWithOperation
 	}
 	rules = o.rules
 	if rules == nil {
-		rules = deployed
+		rules = deployedRules
 	}
 	selector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": o.namespace}}
 	return admissionregistrationv1.SideEffectClassNone, versions, &fp, &to, selector, rules
 }
 
 // registerMutating creates a MutatingWebhookConfiguration, removed when the
-// test ends, and waits until the apiserver uses it.
-func registerMutating(t *testing.T, o hookOptions) {
+// test ends, and waits until the apiserver uses it. It returns the route
+// whose rules and admitted object the configuration uses (o.route).
+func registerMutating(t *testing.T, o hookOptions) (route string) {
 	t.Helper()
-	deployed, _ := deployedRules(t)
-	se, versions, fp, to, sel, rules := o.common(deployed)
+	o.route = o.routeFor(t, mutateRoute)
+	se, versions, fp, to, sel, rules := o.common(deployed(t)[o.route].rules)
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
@@ -202,14 +292,40 @@ func registerMutating(t *testing.T, o hookOptions) {
 		t.Fatalf("registering mutating webhook %s: %v", o.name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
-	waitForHookActive(t, o)
+	waitForHookActive(t, o, o.route)
+	return o.route
+}
+
+// registerRoute registers a webhook for route, in a configuration of the
+// kind that calls it, with that route's deployed rules unless o gives
+// rules.
+func registerRoute(t *testing.T, route string, o hookOptions) {
+	t.Helper()
+	o.route = route
+	if route == mutateRoute {
+		registerMutating(t, o)
+	} else {
+		registerValidating(t, o)
+	}
+}
+
+// registerDeployed registers each route of w that deploy/webhooks.yaml
+// registers, acting in ns, with its rules unless o says otherwise, named as
+// a user would name them.
+func registerDeployed(t *testing.T, w *webhookServer, ns string, o hookOptions) {
+	t.Helper()
+	o.namespace, o.caBundle, o.seen = ns, w.caPEM, w.saw
+	for _, route := range deployedRoutes(t) {
+		o.name, o.url = strings.TrimPrefix(route, "/")+"-"+ns+".webhook.example.com", w.url(route)
+		registerRoute(t, route, o)
+	}
 }
 
 // registerValidating is registerMutating for a ValidatingWebhookConfiguration.
-func registerValidating(t *testing.T, o hookOptions) {
+func registerValidating(t *testing.T, o hookOptions) (route string) {
 	t.Helper()
-	_, deployed := deployedRules(t)
-	se, versions, fp, to, sel, rules := o.common(deployed)
+	o.route = o.routeFor(t, validateRoute)
+	se, versions, fp, to, sel, rules := o.common(deployed(t)[o.route].rules)
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
@@ -223,14 +339,15 @@ func registerValidating(t *testing.T, o hookOptions) {
 		t.Fatalf("registering validating webhook %s: %v", o.name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), o.name, metav1.DeleteOptions{}) })
-	waitForHookActive(t, o)
+	waitForHookActive(t, o, o.route)
+	return o.route
 }
 
 // waitForHookActive waits until the apiserver calls the new webhook: a new
 // configuration takes about a second to be used. It sends dry-run creates of
-// a probe object (createAdmitted) until o.seen reports the webhook received
-// one.
-func waitForHookActive(t *testing.T, o hookOptions) {
+// route's admitted object (createAdmitted) until o.seen reports the
+// webhook received one.
+func waitForHookActive(t *testing.T, o hookOptions, route string) {
 	t.Helper()
 	if o.seen == nil {
 		time.Sleep(2 * time.Second)
@@ -239,13 +356,71 @@ func waitForHookActive(t *testing.T, o hookOptions) {
 	deadline := time.Now().Add(startTimeout)
 	for i := 0; time.Now().Before(deadline); i++ {
 		name := fmt.Sprintf("probe-%d-%d", time.Now().UnixNano()%100000, i)
-		err := createAdmitted(context.Background(), o.apiServer(), o.namespace, name, true)
+		err := createAdmitted(context.Background(), o.apiServer(), o.namespace, route, name, true)
 		if o.seen(name, err) {
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("the apiserver did not call webhook %s within %s", o.name, startTimeout)
+}
+
+// patcher is a mutating webhook of a test's own that answers every review
+// with one JSON Patch, for the tests of what happens after the policy's
+// webhooks have run.
+type patcher struct {
+	url   string // where it serves, any path
+	caPEM []byte // its caBundle
+	mu    sync.Mutex
+	seen  []string // the names of the objects it was sent
+}
+
+// startPatcher serves a patcher answering with patch (JSON) until the test
+// ends.
+func startPatcher(t *testing.T, patch string) *patcher {
+	t.Helper()
+	ca := newTestCA(t, "patcher CA")
+	serving := servingCert(t, ca, x509.Certificate{Subject: pkix.Name{CommonName: "127.0.0.1"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
+	pair, err := tls.X509KeyPair(serving.certPEM, serving.keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &patcher{caPEM: ca.certPEM}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			APIVersion string `json:"apiVersion"`
+			Request    struct {
+				UID    string `json:"uid"`
+				Object struct {
+					Metadata struct {
+						Name string `json:"name"`
+					} `json:"metadata"`
+				} `json:"object"`
+			} `json:"request"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		p.mu.Lock()
+		p.seen = append(p.seen, in.Request.Object.Metadata.Name)
+		p.mu.Unlock()
+		out, _ := json.Marshal(map[string]any{
+			"apiVersion": in.APIVersion, "kind": "AdmissionReview",
+			"response": map[string]any{"uid": in.Request.UID, "allowed": true, "patchType": "JSONPatch", "patch": []byte(patch)},
+		})
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(out)
+	}))
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	p.url = srv.URL + "/patch"
+	return p
+}
+
+// saw reports whether p was sent an object named name.
+func (p *patcher) saw(name string, _ error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Contains(p.seen, name)
 }
 
 // saw reports whether the webhook logged a review of an object named name,
@@ -258,16 +433,55 @@ func (w *webhookServer) saw(name string, _ error) bool {
 // refused is a seen for a webhook that is expected to fail every call.
 func refused(_ string, err error) bool { return err != nil }
 
-// createAdmitted creates admittedObject(name) in namespace ns of api. With
-// dryRun the apiserver admits it (calling the webhooks) but stores nothing.
-func createAdmitted(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
-	obj, resource := admittedObject(name, 0)
+// createAdmitted creates admittedObject(route, name) in namespace ns of
+// api. With dryRun the apiserver admits it (calling the webhooks) but
+// stores nothing.
+func createAdmitted(ctx context.Context, api *apiServer, ns, route, name string, dryRun bool) error {
+	obj, resource := admittedObject(route, name, 0)
 	opts := metav1.CreateOptions{}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	_, err := api.dynamic.Resource(resource).Namespace(ns).Create(ctx, obj, opts)
 	return err
+}
+
+// createThroughAll creates, in ns, the admitted object named name of each
+// route deploy/webhooks.yaml registers, /mutate's first, so that every
+// deployed webhook is sent one; routes whose objects are of one resource
+// share a single create. It returns the first error.
+func createThroughAll(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
+	d, err := readDeployed()
+	if err != nil {
+		return err
+	}
+	created := map[schema.GroupVersionResource]bool{}
+	for _, route := range []string{mutateRoute, validateRoute} {
+		if _, ok := d[route]; !ok {
+			continue
+		}
+		_, resource := admittedObject(route, name, 0)
+		if created[resource] {
+			continue
+		}
+		created[resource] = true
+		if err := createAdmitted(ctx, api, ns, route, name, dryRun); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reviewedOnEach checks that w logged a review of an object named name on
+// each route deploy/webhooks.yaml registers.
+func reviewedOnEach(t *testing.T, w *webhookServer, name string) {
+	t.Helper()
+	reviews := grepLines(w.log.String(), "/"+name+" ")
+	for _, route := range deployedRoutes(t) {
+		if !strings.Contains(reviews, "path="+route+" ") {
+			t.Errorf("the webhook answered no review of %s on path=%s", name, route)
+		}
+	}
 }
 
 // paddingEnv is about size bytes of environment variables, to make a large

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"bytes"
@@ -30,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -581,7 +582,19 @@ var knownReviewVersions = []string{admissionv1.SchemeGroupVersion.Version, admis
 // does (generic/webhook.go NewClientManager: the legacy codec of a scheme
 // with both AdmissionReview versions), so an answer in the other version,
 // or with no apiVersion, fails here as it fails there.
-var reviewResponseDecoder = admissionCodecs.LegacyCodec(admissionv1beta1.SchemeGroupVersion, admissionv1.SchemeGroupVersion)
+var reviewResponseDecoder = func() runtime.Decoder {
+	scheme := runtime.NewScheme()
+	// AddToScheme only fails on conflicting registrations, which two
+	// distinct group versions cannot have.
+	_ = admissionv1.AddToScheme(scheme)
+	_ = admissionv1beta1.AddToScheme(scheme)
+	return serializer.NewCodecFactory(scheme).LegacyCodec(admissionv1beta1.SchemeGroupVersion, admissionv1.SchemeGroupVersion)
+}()
+
+// maxAnswerBytes is the most of an answer doctor reads. A webhook's answer
+// holds at most a patch of an object the apiserver took (3 MiB), so 7 MiB,
+// room for two such objects and the envelope, is more than any good answer.
+const maxAnswerBytes = 7 << 20
 
 // checkReviews sends one dry-run review per AdmissionReview version the
 // webhook lists and the apiserver knows.
@@ -650,7 +663,7 @@ func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest
 	resp, err := client.Do(req)
 	var answer []byte
 	if err == nil {
-		answer, err = io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes))
+		answer, err = io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 		resp.Body.Close()
 	}
 	took := time.Since(start)
@@ -897,6 +910,14 @@ func applyJSONPatch(doc, patch []byte) (patched any, applied, unchecked []string
 		applied = append(applied, op.Op+" "+op.Path)
 	}
 	return patched, applied, nil, nil
+}
+
+// patchOp is one JSON Patch operation as a webhook sends it. move and copy
+// carry a "from" that doctor does not read: it stops at them.
+type patchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
 }
 
 // errMissingPath is json-patch's "doc is missing path".

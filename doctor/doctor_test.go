@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,24 +28,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// runDoctorCmd runs `webhook doctor args...` through run, as main would,
-// with input on stdin, and returns what it wrote and the exit status main
-// would give.
+// runDoctorCmd runs `webhook doctor args...` as main would, with input on
+// stdin, and returns what it wrote and the exit status main would give.
 func runDoctorCmd(t *testing.T, input string, args ...string) (stdout, stderr string, status int) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := run(context.Background(), append([]string{"doctor"}, args...), func(string) string { return "" }, strings.NewReader(input), &out, &errOut)
-	var exit *exitError
+	err := Run(context.Background(), args, strings.NewReader(input), &out, &errOut)
+	var exit *ExitError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		status = 0
 	case errors.As(err, &exit):
-		status = exit.code
-		if exit.err != nil {
-			fmt.Fprintln(&errOut, "webhook:", exit.err)
+		status = exit.Code
+		if exit.Err != nil {
+			fmt.Fprintln(&errOut, "webhook:", exit.Err)
 		}
 	default:
-		t.Fatalf("webhook doctor %v returned %v, which main would exit 1 on; want an exitError", args, err)
+		t.Fatalf("webhook doctor %v returned %v, which main would exit 1 on; want an ExitError", args, err)
 	}
 	return out.String(), errOut.String(), status
 }
@@ -222,17 +220,6 @@ func startTLS(t *testing.T, kp *keyPair, h http.Handler, configure ...func(*tls.
 	return srv
 }
 
-// projectWebhook is this project's generic path, with the tests' own
-// patching and denying admit functions: the model of a webhook
-// that answers well.
-func projectWebhook() http.Handler {
-	mux := http.NewServeMux()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	mux.Handle("/mutate", serve(logger, patchingAdmit))
-	mux.Handle("/validate", serve(logger, denyingAdmit))
-	return mux
-}
-
 // answering is a webhook that answers every review with answer(apiVersion,
 // uid), after waiting delay.
 func answering(delay time.Duration, answer func(apiVersion, uid string) string) http.Handler {
@@ -261,7 +248,7 @@ func review(apiVersion, response string) string {
 
 func TestDoctorHealthyWebhookPasses(t *testing.T) {
 	pki := newDoctorPKI(t)
-	srv := startTLS(t, servingPair(t, pki.servingCA, devHosts...), projectWebhook())
+	srv := startTLS(t, servingPair(t, pki.servingCA, loopbackHosts...), modelWebhook())
 	m := goodHook("mutate.example.com", srv.URL+"/mutate", pki.servingCA.certPEM)
 	m.mutating = true
 	m.AdmissionReviewVersions = []string{"v1", "v1beta1"}
@@ -297,7 +284,7 @@ func TestDoctorHealthyWebhookPasses(t *testing.T) {
 
 func TestDoctorRoundTrip(t *testing.T) {
 	pki := newDoctorPKI(t)
-	kp := servingPair(t, pki.servingCA, devHosts...)
+	kp := servingPair(t, pki.servingCA, loopbackHosts...)
 	const hook = "hook.example.com"
 	tests := []struct {
 		name     string
@@ -443,7 +430,7 @@ func b64(s string) string {
 
 func TestDoctorConnection(t *testing.T) {
 	pki := newDoctorPKI(t)
-	kp := servingPair(t, pki.servingCA, devHosts...)
+	kp := servingPair(t, pki.servingCA, loopbackHosts...)
 
 	t.Run("connection refused", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -463,7 +450,7 @@ func TestDoctorConnection(t *testing.T) {
 	})
 
 	t.Run("plain HTTP", func(t *testing.T) {
-		srv := httptest.NewServer(projectWebhook())
+		srv := httptest.NewServer(modelWebhook())
 		t.Cleanup(srv.Close)
 		url := strings.Replace(srv.URL, "http://", "https://", 1) + "/validate"
 		rep, _ := doctorJSON(t, configJSON(t, goodHook("plain.example.com", url, pki.servingCA.certPEM)))
@@ -500,7 +487,7 @@ func TestDoctorConnection(t *testing.T) {
 			{"required, none given", requireOne, nil, map[string]level{"c.example.com/tls.client": levelWarn, "c.example.com/review.v1": levelFail}, "doctor presented none"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				srv := startTLS(t, kp, projectWebhook(), tc.configure)
+				srv := startTLS(t, kp, modelWebhook(), tc.configure)
 				rep, _ := doctorJSON(t, configJSON(t, goodHook("c.example.com", srv.URL+"/validate", pki.servingCA.certPEM)), tc.args...)
 				wantOnly(t, rep, tc.want)
 				if f := findingOf(t, rep, "c.example.com", "tls.client"); !strings.Contains(f.Found, tc.clientIn) {
@@ -548,7 +535,7 @@ func TestDoctorTLS(t *testing.T) {
 		check    string
 		wantIn   []string
 	}{
-		{"caBundle from another CA", servingPair(t, pki.servingCA, devHosts...), otherCA.certPEM, "", "tls.trust",
+		{"caBundle from another CA", servingPair(t, pki.servingCA, loopbackHosts...), otherCA.certPEM, "", "tls.trust",
 			[]string{`was issued by "CN=test serving CA"`, `the apiserver trusts only caBundle's "CN=other CA"`, "x509: certificate signed by unknown authority"}},
 		{"certificate without the IP", servingPair(t, pki.servingCA, "webhook.example.com"), pki.servingCA.certPEM, "", "tls.name",
 			[]string{"valid for DNS:webhook.example.com, not 127.0.0.1", "doesn't contain any IP SANs"}},
@@ -565,7 +552,7 @@ func TestDoctorTLS(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := startTLS(t, tc.serving, projectWebhook())
+			srv := startTLS(t, tc.serving, modelWebhook())
 			url := srv.URL + "/validate"
 			if tc.host != "" {
 				url = strings.Replace(url, "127.0.0.1", tc.host, 1)
@@ -589,7 +576,7 @@ func TestDoctorTLS(t *testing.T) {
 func TestDoctorServiceMode(t *testing.T) {
 	pki := newDoctorPKI(t)
 	kp := servingPair(t, pki.servingCA, "webhook.webhook-system.svc")
-	srv := startTLS(t, kp, projectWebhook())
+	srv := startTLS(t, kp, modelWebhook())
 	addr := strings.TrimPrefix(srv.URL, "https://")
 	path, port := "/validate", int32(443)
 	h := goodHook("svc.example.com", "", pki.servingCA.certPEM)
@@ -934,7 +921,7 @@ func TestDoctorUsage(t *testing.T) {
 
 func TestDoctorTextAndJSONAgree(t *testing.T) {
 	pki := newDoctorPKI(t)
-	srv := startTLS(t, servingPair(t, pki.servingCA, devHosts...), projectWebhook())
+	srv := startTLS(t, servingPair(t, pki.servingCA, loopbackHosts...), modelWebhook())
 	bad := goodHook("bad.example.com", srv.URL+"/validate", pki.servingCA.certPEM)
 	bad.NamespaceSelector = nil
 	input := configJSON(t, goodHook("good.example.com", srv.URL+"/validate", pki.servingCA.certPEM), bad)
@@ -1011,7 +998,7 @@ func TestApplyJSONPatch(t *testing.T) {
 		wantErr   string
 		unchecked []string
 	}{
-		{name: "add a member", patch: []patchOp{{Op: "add", Path: jsonPointer("metadata", "annotations", "a/b~c"), Value: "v"}},
+		{name: "add a member", patch: []patchOp{{Op: "add", Path: "/metadata/annotations/a~1b~0c", Value: "v"}},
 			want: `{"metadata":{"annotations":{"a/b~c":"v","x":"1"},"name":"a"},"spec":{"list":[1,2,3]}}`},
 		{name: "add the whole map", doc: `{"metadata":{"name":"a"}}`, patch: []patchOp{{Op: "add", Path: "/metadata/annotations", Value: map[string]any{"k": "v"}}},
 			want: `{"metadata":{"annotations":{"k":"v"},"name":"a"}}`},
@@ -1101,7 +1088,7 @@ func TestSyntheticObject(t *testing.T) {
 	}
 }
 
-func TestReviewRequestIsWhatTheHandlerReads(t *testing.T) {
+func TestReviewRequestIsWhatAWebhookReads(t *testing.T) {
 	obj := syntheticObject(nil)
 	for _, version := range knownReviewVersions {
 		uid := newUID()
@@ -1109,13 +1096,13 @@ func TestReviewRequestIsWhatTheHandlerReads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gvk, req, err := decodeReview(body)
+		gotVersion, req, err := decodeTestReview(body)
 		if err != nil {
-			t.Fatalf("%s: the project's handler cannot decode doctor's review: %v", version, err)
+			t.Fatalf("%s: the Kubernetes API types cannot decode doctor's review: %v", version, err)
 		}
-		if gvk.Version != version || req.UID != uid || req.Operation != admissionv1.Create || req.DryRun == nil || !*req.DryRun ||
+		if gotVersion != version || req.UID != uid || req.Operation != admissionv1.Create || req.DryRun == nil || !*req.DryRun ||
 			req.Namespace != doctorNamespace || req.Name != doctorObjectName || string(req.Object.Raw) != string(obj.json) {
-			t.Errorf("%s: got %v %+v", version, gvk, req)
+			t.Errorf("%s: got %s %+v", version, gotVersion, req)
 		}
 	}
 	if a, b := newUID(), newUID(); a == b || len(a) != 36 {

@@ -1,4 +1,11 @@
-package main
+// Package doctor is `webhook doctor`: it checks webhook configurations
+// against the live webhook, as the kube-apiserver would call it, and says in
+// plain words what would fail. It is a client of any admission webhook, not
+// part of this one, so it shares no code with the server it checks: a bug in
+// the server's codecs or types cannot hide from the check meant to catch it.
+// This file is the command: its flags, reading the configurations and
+// writing the report. checks.go has the checks.
+package doctor
 
 import (
 	"context"
@@ -22,11 +29,6 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// `webhook doctor` checks webhook configurations against the live webhook,
-// as the kube-apiserver would call it, and says in plain words what would
-// fail. This file is the command: its flags, reading the configurations and
-// writing the report. doctor_checks.go has the checks.
-
 const doctorUsage = `usage: webhook doctor -f FILE [-address HOST:PORT] [-client-cert FILE -client-key FILE] [-o text|json]
 
 Checks every webhook of the MutatingWebhookConfiguration and
@@ -39,9 +41,34 @@ Exit status: 0 when every check passes (warnings allowed), 1 when one fails,
 
 `
 
-// runDoctor is `webhook doctor`. It returns an *exitError with status 1 when
-// a check fails and 2 for bad usage or an unreadable file.
-func runDoctor(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// maxErrorDetail bounds how much of an error or an answer doctor quotes, so
+// a huge or hostile answer cannot make a huge report.
+const maxErrorDetail = 256
+
+// ExitError is an error that sets the exit status, which for doctor means
+// more than success or failure: 1 when a check failed, 2 for bad usage or
+// an unreadable file. The command prints "webhook: " and Err, if any, on
+// stderr and exits with Code; a nil Err exits without a message, doctor
+// having said everything already.
+type ExitError struct {
+	Code int
+	Err  error
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// Run is `webhook doctor ARGS...`. It returns flag.ErrHelp for -h, an
+// *ExitError with Code 1 when a check fails and 2 for bad usage or an
+// unreadable file, and any other error when the report could not be
+// written.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook doctor", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	flags.Usage = func() {
@@ -57,10 +84,10 @@ func runDoctor(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
-		return &exitError{code: 2} // flag has printed the error and the usage
+		return &ExitError{Code: 2} // flag has printed the error and the usage
 	}
 	usageError := func(format string, a ...any) error {
-		return &exitError{code: 2, err: fmt.Errorf("doctor: "+format, a...)}
+		return &ExitError{Code: 2, Err: fmt.Errorf("doctor: "+format, a...)}
 	}
 	switch {
 	case flags.NArg() > 0:
@@ -119,7 +146,7 @@ func runDoctor(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		return werr
 	}
 	if count(findings)[levelFail] > 0 {
-		return &exitError{code: 1}
+		return &ExitError{Code: 1}
 	}
 	return nil
 }

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// bodyTestServer serves /validate over plain HTTP with a budget of
+// budgetBytes, as run does, and records the most room held at any moment.
+type bodyTestServer struct {
+	*reviewServer
+	m    *metrics
+	addr string
+	peak atomic.Int64 // the most bytes of the budget held, sampled every millisecond
+}
+
+func newBodyTestServer(t *testing.T, budgetBytes int64) *bodyTestServer {
+	t.Helper()
+	m := newMetrics()
+	s := &bodyTestServer{reviewServer: newReviewServer(discardLogger, m, budgetBytes), m: m}
+	m.reviewServer = s.reviewServer
+	srv := httptest.NewServer(s.handle("/validate", admissionReviews(denyingAdmit)))
+	t.Cleanup(srv.Close)
+	s.addr = srv.Listener.Addr().String()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if used, _ := s.budget.State(); used > s.peak.Load() {
+				s.peak.Store(used)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
+	return s
+}
+
+// send opens a connection and writes the headers of a review of length
+// bytes; the caller writes the body, or does not.
+func (s *bodyTestServer) send(t *testing.T, query string, length int) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "POST /validate%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", query, length)
+	return conn
+}
+
+// answer reads the server's answer on conn.
+func answer(t *testing.T, conn net.Conn) *httptest.ResponseRecorder {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("reading the answer: %v", err)
+	}
+	w := recorded(t, resp)
+	if resp.Close {
+		// ReadResponse takes Connection: close out of the header.
+		w.Header().Set("Connection", "close")
+	}
+	return w
+}
+
+// largeReview is a review of about size bytes, as a large object makes.
+func largeReview(t *testing.T, size int) []byte {
+	t.Helper()
+	return inflate(t, plumbingReviews(t)["v1-deployment-create"], size, nil, "object")
+}
+
+func TestSmallBodyTakesNoRoom(t *testing.T) {
+	small := plumbingReviews(t)["v1-deployment-create"]
+	large := largeReview(t, 100<<10)
+	if len(small) > smallBodyBytes || len(large) <= smallBodyBytes {
+		t.Fatalf("the fixtures are %d and %d bytes, want one under and one over %d", len(small), len(large), smallBodyBytes)
+	}
+	for _, tc := range []struct {
+		name     string
+		body     []byte
+		declared bool
+		want     int64
+	}{
+		{"small", small, true, 0},
+		{"small of unknown length", small, false, 0},
+		// Room grows with the body and ends at its length.
+		{"large", large, true, int64(len(large))},
+		// Without a length, the buffer doubles past the body's end.
+		{"large of unknown length", large, false, 128 << 10},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var held int64
+			var s *reviewServer
+			admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+				held, _ = s.budget.State()
+				return allowed()
+			}
+			s = newReviewServer(discardLogger, nil, maxBodyBytes)
+			var rd io.Reader = bytes.NewReader(tc.body)
+			if !tc.declared {
+				rd = io.MultiReader(rd) // an unknown length, as chunked
+			}
+			r := httptest.NewRequest(http.MethodPost, "/validate", rd)
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			s.handle("/validate", admissionReviews(admit)).ServeHTTP(w, r)
+			if w.Code != http.StatusOK || held != tc.want {
+				t.Errorf("got HTTP %d holding %d bytes while admitting, want 200 and %d", w.Code, held, tc.want)
+			}
+			if used, _ := s.budget.State(); used != 0 {
+				t.Errorf("%d bytes still held after the answer", used)
+			}
+		})
+	}
+}
+
+// TestDeclaredButUnsent sends the headers of the largest review and none of
+// its body: it takes no room, and is cut after bodyStallTimeout.
+func TestDeclaredButUnsent(t *testing.T) {
+	t.Parallel()
+	s := newBodyTestServer(t, maxBodyBytes)
+	start := time.Now()
+	conn := s.send(t, "?timeout=30s", maxBodyBytes)
+	w := answer(t, conn)
+	took := time.Since(start)
+	checkCut(t, w, "stopped arriving")
+	if took < bodyStallTimeout-50*time.Millisecond || took > bodyStallTimeout+time.Second {
+		t.Errorf("cut after %s, want after bodyStallTimeout, %s", took, bodyStallTimeout)
+	}
+	if p := s.peak.Load(); p != 0 {
+		t.Errorf("the body that never came held %d bytes of the budget, want none", p)
+	}
+	if got := scrape(t, s.m)[`webhook_request_bodies_cut_total{reason="stalled"}`]; got != 1 {
+		t.Errorf("bodies cut as stalled: got %v, want 1", got)
+	}
+}
+
+// TestTrickledBody sends the largest review a byte every 100 ms: it never
+// stalls, but is cut for its rate once the grace is over, holding nothing.
+func TestTrickledBody(t *testing.T) {
+	t.Parallel()
+	s := newBodyTestServer(t, maxBodyBytes)
+	start := time.Now()
+	conn := s.send(t, "?timeout=30s", maxBodyBytes)
+	go func() {
+		for range 100 {
+			if _, err := conn.Write([]byte{' '}); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	w := answer(t, conn)
+	took := time.Since(start)
+	checkCut(t, w, "slower than")
+	if took > bodyStallTimeout+time.Second {
+		t.Errorf("cut after %s, want soon after the grace of %s", took, bodyStallTimeout)
+	}
+	if p := s.peak.Load(); p != 0 {
+		t.Errorf("the trickled body held %d bytes of the budget, want none", p)
+	}
+	if got := scrape(t, s.m)[`webhook_request_bodies_cut_total{reason="too_slow"}`]; got != 1 {
+		t.Errorf("bodies cut as too slow: got %v, want 1", got)
+	}
+}
+
+// TestStalledAfterMostOfTheBody sends all of the largest review but its
+// last byte: it holds room for what it sent, then gives it back
+// bodyStallTimeout after its last byte.
+func TestStalledAfterMostOfTheBody(t *testing.T) {
+	t.Parallel()
+	s := newBodyTestServer(t, maxBodyBytes)
+	conn := s.send(t, "?timeout=30s", maxBodyBytes)
+	if _, err := conn.Write(bytes.Repeat([]byte{' '}, maxBodyBytes-1)); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	for used, _ := s.budget.State(); used != maxBodyBytes; used, _ = s.budget.State() {
+		if time.Since(sent) > 5*time.Second {
+			t.Fatalf("the body never held its room: %d bytes held", used)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for used, _ := s.budget.State(); used != 0; used, _ = s.budget.State() {
+		if time.Since(sent) > bodyStallTimeout+time.Second {
+			t.Fatalf("%d bytes still held %s after the last byte, want them back after %s", used, time.Since(sent), bodyStallTimeout)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	checkCut(t, answer(t, conn), "stopped arriving")
+	if p := s.peak.Load(); p > maxBodyBytes {
+		t.Errorf("held %d bytes at the most, more than the body", p)
+	}
+}
+
+// TestLargeBodiesDoNotDeadlock sends six 3 MiB reviews at once through the
+// smallest budget allowed, which holds two of them: were each to take room
+// as its bytes arrive, all would hold part of their bodies and wait for
+// room that only another could free. Every one is answered, with a review.
+func TestLargeBodiesDoNotDeadlock(t *testing.T) {
+	t.Parallel()
+	s := newBodyTestServer(t, maxBodyBytes)
+	review := largeReview(t, 3<<20)
+	var wg sync.WaitGroup
+	codes := make([]int, 6)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := s.send(t, "?timeout=20s", len(review))
+			// In pieces, interleaved with the others.
+			for rest := review; len(rest) > 0; {
+				n := min(len(rest), 256<<10)
+				if _, err := conn.Write(rest[:n]); err != nil {
+					return
+				}
+				rest = rest[n:]
+				time.Sleep(10 * time.Millisecond)
+			}
+			codes[i] = answer(t, conn).Code
+		}()
+	}
+	wg.Wait()
+	for i, code := range codes {
+		if code != http.StatusOK {
+			t.Errorf("review %d: got HTTP %d, want 200", i, code)
+		}
+	}
+	if p := s.peak.Load(); p > maxBodyBytes {
+		t.Errorf("held %d bytes at the most, more than the budget", p)
+	}
+}
+
+// TestLargeReviewOverload: a large review that finds no room before its
+// deadline, or too many ahead of it, is answered with overloadStatus and a
+// message naming the budget, before its deadline.
+func TestLargeReviewOverload(t *testing.T) {
+	t.Parallel()
+	body := largeReview(t, 100<<10)
+	t.Run("no room", func(t *testing.T) {
+		s := newBodyTestServer(t, maxBodyBytes)
+		if err := s.budget.Acquire(context.Background(), maxBodyBytes); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		conn := s.send(t, "?timeout=1s", len(body))
+		conn.Write(body)
+		w := answer(t, conn)
+		took := time.Since(start)
+		checkOverload(t, w, "no room")
+		if took < time.Second-overloadMargin-50*time.Millisecond || took > time.Second {
+			t.Errorf("answered after %s, want a little before the 1s deadline (%s before it)", took, overloadMargin)
+		}
+		if got := scrape(t, s.m)["webhook_inflight_rejected_total"]; got != 1 {
+			t.Errorf("webhook_inflight_rejected_total = %v, want 1", got)
+		}
+		// Once there is room, a large review is served.
+		s.budget.Release(maxBodyBytes)
+		conn = s.send(t, "?timeout=5s", len(body))
+		conn.Write(body)
+		checkReview(t, "/validate", decodeReviewIn(t, body), answer(t, conn))
+	})
+	t.Run("too many waiting", func(t *testing.T) {
+		s := newBodyTestServer(t, maxBodyBytes)
+		if err := s.turn.Acquire(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for range maxWaitingBodies {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = s.turn.Acquire(ctx, 1) }()
+		}
+		defer func() { cancel(); wg.Wait() }()
+		for _, waiting := s.turn.State(); waiting < maxWaitingBodies; _, waiting = s.turn.State() {
+			time.Sleep(time.Millisecond)
+		}
+		start := time.Now()
+		conn := s.send(t, "?timeout=10s", len(body))
+		conn.Write(body)
+		checkOverload(t, answer(t, conn), "too many large reviews")
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("answered after %s, want at once", took)
+		}
+	})
+}
+
+func checkOverload(t *testing.T, w *httptest.ResponseRecorder, why string) {
+	t.Helper()
+	s := checkStatusBody(t, w, overloadStatus, metav1.StatusReasonTooManyRequests)
+	for _, want := range []string{"busy", "-max-inflight-bytes", why} {
+		if !strings.Contains(s.Message, want) {
+			t.Errorf("got message %q, want it to mention %q", s.Message, want)
+		}
+	}
+}
+
+// checkCut checks the answer to a body cut by the clock: 408 with a
+// Status that says why, and the connection closed.
+func checkCut(t *testing.T, w *httptest.ResponseRecorder, why string) {
+	t.Helper()
+	s := checkStatusBody(t, w, http.StatusRequestTimeout, metav1.StatusReasonTimeout)
+	if !strings.Contains(s.Message, why) {
+		t.Errorf("got message %q, want it to say %q", s.Message, why)
+	}
+	if w.Header().Get("Connection") != "close" {
+		t.Errorf("got Connection %q, want close: nothing more is read from a client that stopped", w.Header().Get("Connection"))
+	}
+}

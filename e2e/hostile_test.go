@@ -1,0 +1,197 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// largestReview is the webhook's maxBodyBytes.
+const largestReview = 7 << 20
+
+// hostile is one way a client that reaches the review port can misbehave
+// (the issue "Hostile clients"; bench's slow-clients scenario runs the same
+// kinds for longer).
+type hostile struct {
+	name  string
+	conns int
+	// run is one connection's life, once its TLS handshake is done.
+	run func(ctx context.Context, c *tls.Conn)
+}
+
+func hostileHeaders(c io.Writer, length int) {
+	fmt.Fprintf(c, "POST /validate?timeout=30s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", length)
+}
+
+// untilClosed reads c until the server closes it or ctx ends.
+func untilClosed(ctx context.Context, c *tls.Conn) {
+	stop := context.AfterFunc(ctx, func() { c.Close() })
+	defer stop()
+	_, _ = io.Copy(io.Discard, c)
+}
+
+func hostileKinds(review []byte) []hostile {
+	almostAll := bytes.Repeat([]byte{' '}, largestReview-1)
+	return []hostile{
+		{"declared, no body", 16, func(ctx context.Context, c *tls.Conn) {
+			hostileHeaders(c, largestReview)
+			untilClosed(ctx, c)
+		}},
+		{"a byte every 100 ms", 16, func(ctx context.Context, c *tls.Conn) {
+			hostileHeaders(c, largestReview)
+			go func() {
+				for ctx.Err() == nil {
+					if _, err := c.Write([]byte{' '}); err != nil {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+			untilClosed(ctx, c)
+		}},
+		{"all but the last byte", 16, func(ctx context.Context, c *tls.Conn) {
+			hostileHeaders(c, largestReview)
+			go func() { _, _ = c.Write(almostAll) }()
+			untilClosed(ctx, c)
+		}},
+		// More than the port holds (maxConnections, 256), each.
+		{"half a header", 300, func(ctx context.Context, c *tls.Conn) {
+			_, _ = io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-")
+			untilClosed(ctx, c)
+		}},
+		{"one review, then idle", 300, func(ctx context.Context, c *tls.Conn) {
+			hostileHeaders(c, len(review))
+			_, _ = c.Write(review)
+			untilClosed(ctx, c)
+		}},
+	}
+}
+
+// runHostiles keeps kinds' connections open against addr until ctx ends,
+// opening another when the webhook closes one, at most ten times each
+// kind's connections. It returns a func that waits for them all and says
+// how many connections were opened.
+func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile) func() int64 {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	host, _, _ := net.SplitHostPort(addr)
+	config := &tls.Config{RootCAs: pool, ServerName: host}
+	var opened atomic.Int64
+	var wg sync.WaitGroup
+	for _, k := range kinds {
+		var attempts atomic.Int64
+		for range k.conns {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil && attempts.Add(1) <= int64(10*k.conns) {
+					opened.Add(1)
+					d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: config}
+					c, err := d.DialContext(ctx, "tcp", addr)
+					if err != nil {
+						time.Sleep(50 * time.Millisecond)
+						continue
+					}
+					k.run(ctx, c.(*tls.Conn))
+					c.Close()
+				}
+			}()
+		}
+	}
+	return func() int64 { wg.Wait(); return opened.Load() }
+}
+
+// TestHostileClients creates objects through the real apiserver while
+// clients of every hostile kind hold the webhook's port: every create
+// succeeds, the webhook run as the Deployment runs it cuts the hostile
+// bodies and connections, and its peak RSS stays under the Deployment's
+// memory limit.
+func TestHostileClients(t *testing.T) {
+	const (
+		creates  = 40
+		interval = 250 * time.Millisecond
+	)
+	ns := createNamespace(t, "hostile")
+	dir := t.TempDir()
+	webhookCerts(t, filepath.Join(dir, "tls"))
+	metricsPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
+	registerDeployed(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
+	mark := apiserver.logMark()
+
+	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kinds that send bodies first, so that each is cut at least once
+	// before the floods of connections begin: under a flood, a new
+	// connection of theirs may be closed at the cap before it sends.
+	ctx, cancel := context.WithCancel(context.Background())
+	kinds := hostileKinds(review)
+	waitBodies := runHostiles(ctx, w.addr, w.caPEM, kinds[:3])
+	var waitFloods func() int64
+	time.AfterFunc(3*time.Second, func() { waitFloods = runHostiles(ctx, w.addr, w.caPEM, kinds[3:]) })
+	wait := func() int64 {
+		n := waitBodies()
+		for waitFloods == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return n + waitFloods()
+	}
+	time.Sleep(time.Second)
+
+	var failed []string
+	start := time.Now()
+	for i := range creates {
+		if err := createThroughAll(context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d", i), false); err != nil {
+			failed = append(failed, err.Error())
+		}
+		time.Sleep(interval)
+	}
+	took := time.Since(start)
+	after := scrape(t, "http://"+metricsAddr+"/metrics")
+	cancel()
+	opened := wait()
+
+	peak := peakRSS(t, w.cmd.Process.Pid)
+	t.Logf("%d creates in %s beside %d hostile connections; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow, %v connections closed at the cap, %v for slow headers",
+		creates, took.Round(time.Millisecond), opened, float64(peak)/(1<<20), memoryLimit>>20,
+		after[`webhook_request_bodies_cut_total{reason="stalled"}`], after[`webhook_request_bodies_cut_total{reason="too_slow"}`],
+		after[`webhook_connections_closed_total{reason="capacity"}`], after[`webhook_connections_closed_total{reason="header_timeout"}`])
+	for _, f := range failed {
+		t.Errorf("a create failed under attack: %s", f)
+	}
+	if peak >= memoryLimit {
+		t.Errorf("the webhook's peak RSS was %.1f MiB, want under the Deployment's limit of %d MiB", float64(peak)/(1<<20), memoryLimit>>20)
+	}
+	// The attack happened: each kind met the limit meant for it.
+	for _, series := range []string{
+		`webhook_request_bodies_cut_total{reason="stalled"}`,
+		`webhook_request_bodies_cut_total{reason="too_slow"}`,
+		`webhook_connections_closed_total{reason="capacity"}`,
+	} {
+		if after[series] == 0 {
+			t.Errorf("%s is 0: that kind of hostile client was never cut", series)
+		}
+	}
+	noFailedCalls(t, mark)
+}

@@ -1,0 +1,279 @@
+package e2e
+
+// Rolling a policy out (-validation-action, docs/rollout.md) through a real
+// kube-apiserver: what the user and the apiserver's audit log see of a
+// denial under each action, and a policy's own warning. What the
+// apiserver does with an answer's warnings and audit annotations is in
+// k8s.io/apiserver v0.37.1, pkg/admission/plugin/webhook/validating/
+// dispatcher.go (webhookDispatcher.callHook).
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+)
+
+const (
+	// wouldDenyWarning begins the warning -validation-action=warn sends
+	// for a denial, and wouldDenyAuditKey is the audit annotation
+	// -validation-action=audit sets: the webhook's rollout.go, which this
+	// module cannot import.
+	wouldDenyWarning  = "the validating webhook would deny this request once enforced: "
+	wouldDenyAuditKey = "would-deny"
+
+	// auditLogTimeout bounds how long an audit event may take to reach
+	// the log once the request is answered. The log backend writes each
+	// event as its stage ends (--audit-log-mode=blocking, the default),
+	// and ResponseComplete ends just after the answer is sent.
+	auditLogTimeout = 10 * time.Second
+)
+
+// auditPolicy records every request for Deployments at level Metadata,
+// the lowest that carries admission's audit annotations
+// (Attributes.AddAnnotation sets them at Metadata), and nothing else.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: apps
+    resources: ["deployments"]
+- level: None
+`
+
+// startAuditedAPIServer starts a kube-apiserver of the test's own that writes an
+// audit log, and the log's path.
+func startAuditedAPIServer(t *testing.T) (*apiServer, string) {
+	t.Helper()
+	dir := filepath.Join(workDir, "apiserver-audit")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	policyFile, logFile := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := startAPIServer(kubeAPIServer, etcdURL, dir, []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile})
+	if a != nil {
+		t.Cleanup(func() {
+			a.stop()
+			if t.Failed() {
+				a.dumpLog(os.Stderr)
+			}
+		})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, logFile
+}
+
+// warningRecorder is a client-go WarningHandler that keeps every warning
+// the apiserver sends, as kubectl prints them.
+type warningRecorder struct {
+	mu       sync.Mutex
+	warnings []string
+}
+
+func (r *warningRecorder) HandleWarningHeader(code int, _, text string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.warnings = append(r.warnings, text)
+}
+
+func (r *warningRecorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.warnings...)
+}
+
+// warningClient is a dynamic client of api whose warnings go to a
+// recorder of the test's own.
+func warningClient(t *testing.T, api *apiServer) (dynamic.Interface, *warningRecorder) {
+	t.Helper()
+	cfg := rest.CopyConfig(api.config)
+	rec := &warningRecorder{}
+	cfg.WarningHandler = rec
+	client, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client, rec
+}
+
+// auditEvent is the part of an audit.k8s.io/v1 Event these tests read.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	ObjectRef *struct {
+		Resource  string `json:"resource"`
+		Namespace string `json:"namespace"`
+		Name      string `json:"name"`
+	} `json:"objectRef"`
+	ResponseStatus *metav1.Status    `json:"responseStatus"`
+	Annotations    map[string]string `json:"annotations"`
+}
+
+// createEvent waits for the ResponseComplete event of the create of
+// ns/name in the audit log at path, and returns it.
+func createEvent(t *testing.T, path, resource, ns, name string) auditEvent {
+	t.Helper()
+	deadline := time.Now().Add(auditLogTimeout)
+	for {
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var e auditEvent
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+				f.Close()
+				t.Fatalf("audit log %s: %v", path, err)
+			}
+			if e.Stage == "ResponseComplete" && e.Verb == "create" && e.ObjectRef != nil &&
+				e.ObjectRef.Resource == resource && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name {
+				f.Close()
+				return e
+			}
+		}
+		f.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit log %s has no ResponseComplete event of the create of %s %s/%s after %s", path, resource, ns, name, auditLogTimeout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestValidationActions creates deniedObject through /validate alone,
+// with the webhook run with each -validation-action, in AdmissionReview v1
+// and v1beta1, through a kube-apiserver of the test's own that writes an
+// audit log. deny refuses it as always; warn and audit let it through, and
+// the user sees the denial as a warning (warn), the audit log records it
+// under the webhook's name (audit), or both; the message is the policy's.
+func TestValidationActions(t *testing.T) {
+	api, auditLog := startAuditedAPIServer(t)
+	mark := api.logMark()
+	for _, tc := range []struct{ action, version string }{
+		{"deny", "v1"},
+		{"warn", "v1"},
+		{"warn", "v1beta1"},
+		{"audit", "v1"},
+		{"warn,audit", "v1beta1"},
+	} {
+		t.Run(tc.action+"/"+tc.version, func(t *testing.T) {
+			ctx := context.Background()
+			ns := createNamespaceIn(t, api, "action-"+strings.ReplaceAll(tc.action, ",", "-")+"-"+tc.version)
+			w := startWebhook(t, "", "-validation-action", tc.action)
+			hook := "validate-" + ns + ".webhook.example.com"
+			registerValidating(t, hookOptions{api: api, name: hook, url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, versions: []string{tc.version}, seen: w.saw})
+
+			client, warnings := warningClient(t, api)
+			obj, resource, message := deniedObject(ns, "rolled-out")
+			_, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
+			event := createEvent(t, auditLog, resource.Resource, ns, "rolled-out")
+			annotation, audited := event.Annotations[hook+"/"+wouldDenyAuditKey]
+
+			var ours []string // the warnings that came from this webhook
+			for _, text := range warnings.all() {
+				if strings.HasPrefix(text, wouldDenyWarning) {
+					ours = append(ours, text)
+				}
+			}
+			warn, audit := strings.Contains(tc.action, "warn"), strings.Contains(tc.action, "audit")
+			if !warn && !audit {
+				want := fmt.Sprintf("admission webhook %q denied the request: ", hook)
+				if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), message) {
+					t.Fatalf("got %v, want a Forbidden error containing %q and %q", err, want, message)
+				}
+			} else if err != nil {
+				t.Fatalf("with -validation-action %s: got %v, want the object created", tc.action, err)
+			}
+
+			switch {
+			case warn && (len(ours) != 1 || !strings.Contains(ours[0], message)):
+				t.Errorf("got warnings %q, want one beginning %q and containing %q", warnings.all(), wouldDenyWarning, message)
+			case !warn && len(ours) > 0:
+				t.Errorf("got warnings %q, want none from the webhook", ours)
+			}
+			switch {
+			case audit && (!audited || !strings.Contains(annotation, message)):
+				t.Errorf("the audit event has annotations %v, want %s containing %q", event.Annotations, hook+"/"+wouldDenyAuditKey, message)
+			case !audit && audited:
+				t.Errorf("the audit event has annotation %s=%q, want none", hook+"/"+wouldDenyAuditKey, annotation)
+			}
+			// Both tell of the same denial, in the same words.
+			if warn && audit && len(ours) == 1 && ours[0] != wouldDenyWarning+annotation {
+				t.Errorf("got warning %q and audit annotation %q, want the same message", ours[0], annotation)
+			}
+			if code := event.ResponseStatus; code == nil || (err == nil) != (code.Code == 201) {
+				t.Errorf("the audit event has responseStatus %+v, want the answer the client had (%v)", event.ResponseStatus, err)
+			}
+		})
+	}
+	if log := api.logSince(mark); strings.Contains(log, "ailed calling webhook") || strings.Contains(log, "Failed to set admission audit annotation") {
+		t.Errorf("the apiserver logged:\n%s", grepLines(log, "ailed"))
+	}
+}
+
+// warningPolicy is a copier's policy.go of the tests' own, whose /validate
+// answers allowedWithWarning for every object. The demonstration's policy
+// warns about nothing, and stays as it is; this shows that a policy's own
+// warning reaches the user by building the webhook with this file in
+// place of policy.go, as a copier does (go build -overlay), so that it is
+// the same plumbing, built the same way.
+const warningPolicy = "testdata/warning-policy.go"
+
+// TestPolicyWarning runs the webhook built with warningPolicy and checks
+// that its warning reaches the client through the apiserver, and that the
+// object is created.
+func TestPolicyWarning(t *testing.T) {
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+		filepath.Join(repoRoot, "policy.go"): filepath.Join(repoRoot, "e2e", warningPolicy),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlayFile := filepath.Join(t.TempDir(), "overlay.json")
+	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "webhook-warning-policy")
+	if err := goBuild(repoRoot, bin, ".", "-overlay", overlayFile); err != nil {
+		t.Fatalf("building the webhook with %s as its policy.go: %v", warningPolicy, err)
+	}
+
+	ctx := context.Background()
+	ns := createNamespace(t, "policy-warning")
+	mark := apiserver.logMark()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWebhookBinary(t, bin, "", fmt.Sprintf("127.0.0.1:%d", port), nil)
+	registerValidating(t, hookOptions{name: "validate-" + ns + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, seen: w.saw})
+	client, warnings := warningClient(t, apiserver)
+	obj, resource := admittedObject(validateRoute, "warned", 0)
+	if _, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("got %v, want the object created with a warning", err)
+	}
+	want := fmt.Sprintf("%s %s/warned is checked by the e2e's warning policy", obj.GetKind(), ns)
+	if got := warnings.all(); len(got) != 1 || got[0] != want {
+		t.Errorf("got warnings %q, want [%q]", got, want)
+	}
+	noFailedCalls(t, mark)
+}

@@ -1,0 +1,251 @@
+package limits
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The graces the tests run with: the webhook's own (its connections.go).
+const (
+	freshGrace = 250 * time.Millisecond
+	idleGrace  = time.Second
+)
+
+// closedCounter counts the connections a Listener closed, by reason.
+type closedCounter struct {
+	mu       sync.Mutex
+	byReason map[string]int
+}
+
+func (c *closedCounter) closed(reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.byReason[reason]++
+}
+
+func (c *closedCounter) count(reason string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byReason[reason]
+}
+
+// limitedServer serves plain HTTP through a Listener of max connections:
+// / answers at once, /block waits for release.
+type limitedServer struct {
+	addr    string
+	closed  *closedCounter
+	limiter *Listener
+	release chan struct{}
+	entered chan struct{} // a request to /block is being served
+}
+
+func newLimitedServer(t *testing.T, max int) *limitedServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &limitedServer{addr: ln.Addr().String(), closed: &closedCounter{byReason: map[string]int{}}, release: make(chan struct{}), entered: make(chan struct{}, max)}
+	s.limiter = NewListener(ln, max, freshGrace, idleGrace, s.closed.closed)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
+		s.entered <- struct{}{}
+		<-s.release
+	})
+	srv := &http.Server{Handler: mux, ConnState: s.limiter.ConnState, IdleTimeout: time.Minute}
+	go srv.Serve(s.limiter)
+	t.Cleanup(func() { close(s.release); srv.Close() })
+	return s
+}
+
+func (s *limitedServer) dial(t *testing.T) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// get sends GET path on conn and reads the answer.
+func get(conn net.Conn, path string) error {
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: webhook\r\n\r\n", path)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	return err
+}
+
+// closedByServer reports whether the server has closed conn.
+func closedByServer(conn net.Conn) bool {
+	_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+	_, err := conn.Read(make([]byte, 1))
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}
+
+func (s *limitedServer) waitOpen(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.limiter.Open() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d connections open, want %d", s.limiter.Open(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestManyHalfOpenConnections fills the port with connections that have
+// sent half a header: a newcomer is refused while they are within their
+// grace, and served after it, in place of the oldest of them.
+func TestManyHalfOpenConnections(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	var half []net.Conn
+	for range max {
+		c := s.dial(t)
+		io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: web")
+		half = append(half, c)
+		time.Sleep(5 * time.Millisecond) // so that they are in order
+	}
+	s.waitOpen(t, max)
+	if err := get(s.dial(t), "/"); err == nil {
+		t.Error("a newcomer while every connection is within its grace was served, want it refused")
+	}
+	if got := s.closed.count("refused"); got != 1 {
+		t.Errorf("newcomers refused: got %d, want 1", got)
+	}
+	time.Sleep(freshGrace)
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatalf("a newcomer past the grace: %v, want it served", err)
+	}
+	if !closedByServer(half[0]) {
+		t.Error("the oldest half-open connection is still open, want it closed to make room")
+	}
+	for i, c := range half[1:] {
+		if closedByServer(c) {
+			t.Errorf("half-open connection %d was closed, want only the oldest", i+1)
+		}
+	}
+	if got := s.closed.count("capacity"); got != 1 {
+		t.Errorf("connections closed at the cap: got %v, want 1", got)
+	}
+}
+
+// TestIdleConnectionsMakeRoom fills the port with kept-alive connections
+// that sent one request each: past idleGrace, a newcomer is served in
+// place of the one idle the longest, never of one used a moment ago.
+func TestIdleConnectionsMakeRoom(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	var idle []net.Conn
+	for range max {
+		c := s.dial(t)
+		if err := get(c, "/"); err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(idleGrace)
+	// The first is used again: now the second has been idle the longest.
+	if err := get(idle[0], "/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatalf("a new client at the cap: %v, want it served", err)
+	}
+	for i, c := range idle {
+		if got, want := closedByServer(c), i == 1; got != want {
+			t.Errorf("idle connection %d: closed %v, want %v (only the one idle the longest)", i, got, want)
+		}
+	}
+}
+
+// TestCapacityOrder: at the cap, a connection silent past freshGrace goes
+// before one idle past idleGrace; one used a moment ago is never closed.
+func TestCapacityOrder(t *testing.T) {
+	s := newLimitedServer(t, 3)
+	idle1, idle2 := s.dial(t), s.dial(t)
+	for _, c := range []net.Conn{idle1, idle2} {
+		if err := get(c, "/"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	silent := s.dial(t)
+	s.waitOpen(t, 3)
+	time.Sleep(idleGrace)
+	// All three qualify; the silent one goes first.
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByServer(silent) || closedByServer(idle1) || closedByServer(idle2) {
+		t.Error("want the silent connection closed first, the idle ones kept")
+	}
+	// idle2 is used again: idle1 has been idle the longest, and goes.
+	if err := get(idle2, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatal(err)
+	}
+	if !closedByServer(idle1) || closedByServer(idle2) {
+		t.Error("want the connection idle the longest closed, and the one used a moment ago kept")
+	}
+}
+
+// TestServingConnectionsAreNeverCut fills the port with requests being
+// served: the next connection waits for one of them to finish, in the
+// kernel's backlog, instead of cutting a request.
+func TestServingConnectionsAreNeverCut(t *testing.T) {
+	const max = 3
+	s := newLimitedServer(t, max)
+	busy := make(chan error, max)
+	for range max {
+		c := s.dial(t)
+		go func() { busy <- get(c, "/block") }()
+	}
+	for range max {
+		<-s.entered
+	}
+	served := make(chan error, 1)
+	go func() { served <- get(s.dial(t), "/") }()
+	select {
+	case err := <-served:
+		t.Fatalf("a new client was served (%v) while every connection was serving a request; want it to wait", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// One request finishes; its connection, idle now, makes room.
+	s.release <- struct{}{}
+	if err := <-served; err != nil {
+		t.Errorf("the waiting client: %v, want it served once a request finished", err)
+	}
+	// Every request that was being served is answered, none cut.
+	for range max - 1 {
+		s.release <- struct{}{}
+	}
+	for range max {
+		if err := <-busy; err != nil {
+			t.Errorf("a request being served: %v, want it answered", err)
+		}
+	}
+	if got := s.limiter.Open(); got != max {
+		t.Errorf("connections open: got %d, want %d", got, max)
+	}
+	if got := s.limiter.Max(); got != max {
+		t.Errorf("Max: got %d, want %d", got, max)
+	}
+}

@@ -1,0 +1,180 @@
+package main
+
+// Rolling a policy out: -validation-action lets a new policy run against
+// live traffic, its would-be denials seen and counted, before it refuses
+// anything, as ValidatingAdmissionPolicy's validationActions (Deny, Warn,
+// Audit), Gatekeeper's enforcementAction and Kyverno's
+// validationFailureAction do.
+//
+// The apiserver (k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/
+// validating/dispatcher.go, webhookDispatcher.callHook; for v1 and v1beta1
+// alike, pkg/admission/plugin/webhook/request/admissionreview.go,
+// VerifyAdmissionResponse) sends each warning to the client as a "Warning:
+// 299" header (warning.AddWarning), which kubectl prints, allowed or not,
+// and stores each audit annotation as "<webhook-name>/<key>"
+// (Attributes.AddAnnotation, pkg/admission/attributes.go) at level
+// Metadata, in every audit event of the request at Metadata or above.
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+// validationAction is what /validate does with a denial of the policy's:
+// the zero value denies it; warn and audit allow it instead, and tell the
+// user (warn), the apiserver's audit log (audit), or both. The policy never
+// knows which. It is /validate's alone: a mutating route refuses because
+// it cannot make the object right, and softening that would store the
+// object unfixed (MutatingAdmissionPolicy has no validationActions either).
+//
+// Only what verdict calls "denied", the policy's decision, is softened. An
+// errored answer (an object that does not decode, the webhook's own
+// failure) is no decision about the object: it stays a refusal, counted as
+// "errored", under every action, so that what warn and audit count is
+// exactly what deny will refuse. A panic's 500 is left to failurePolicy.
+type validationAction struct {
+	warn, audit bool
+}
+
+// validationActions are the values -validation-action takes.
+var validationActions = []struct {
+	name   string
+	action validationAction
+}{
+	{"deny", validationAction{}},
+	{"warn", validationAction{warn: true}},
+	{"audit", validationAction{audit: true}},
+	{"warn,audit", validationAction{warn: true, audit: true}},
+}
+
+func (a validationAction) String() string {
+	for _, v := range validationActions {
+		if v.action == a {
+			return v.name
+		}
+	}
+	return "deny"
+}
+
+// Set is -validation-action's: it takes deny, warn, audit, or warn,audit
+// in either order.
+func (a *validationAction) Set(s string) error {
+	parts := strings.Split(s, ",")
+	slices.Sort(parts)
+	if joined := strings.Join(parts, ","); joined == "audit,warn" {
+		s = "warn,audit"
+	}
+	for _, v := range validationActions {
+		if v.name == s {
+			*a = v.action
+			return nil
+		}
+	}
+	if slices.Contains(parts, "deny") {
+		return errors.New("deny cannot be combined with warn or audit: a denial either refuses the request or lets it through")
+	}
+	return fmt.Errorf("%q is not an action: want deny, warn, audit, or warn,audit", s)
+}
+
+const (
+	// wouldDenyAuditKey is the audit annotation that records a denial
+	// audit let through, stored as "<webhook-name>/would-deny": the whole
+	// must be a qualified name, or the apiserver drops it with only a line
+	// in its own log (Attributes.AddAnnotation, checkKeyFormat). Its value
+	// is the denial's message, the words deny would have sent.
+	wouldDenyAuditKey = "would-deny"
+
+	// wouldDenyWarning begins the warning that warn sends for a denial.
+	// The apiserver passes warnings on without naming the webhook
+	// (warning.AddWarning with agent ""), so the text says where it comes
+	// from.
+	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
+
+	// maxWarningRunes is the most runes of warnings the apiserver passes on
+	// whole for one request (truncateAtTotalRunes in
+	// k8s.io/apiserver/pkg/endpoints/filters/warning.go); past that it cuts
+	// each to its first 256 (truncateItemRunes): first words matter most.
+	maxWarningRunes = 4 << 10
+)
+
+// apply turns resp, a denial, into the answer a, and returns its verdict:
+// "denied" (resp unchanged), "warned", "audited" or "warned_and_audited".
+// The policy's warnings and audit annotations are kept in a copy: a policy
+// may return the same answer to every request.
+func (a validationAction) apply(resp *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+	if !a.warn && !a.audit {
+		return resp, "denied"
+	}
+	message := "the policy gave no reason"
+	if resp.Result != nil && resp.Result.Message != "" {
+		message = resp.Result.Message
+	}
+	// A fresh answer: allowed, and without the denial's status, or any
+	// patch, which a validating webhook may not return.
+	out := &admissionv1.AdmissionResponse{Allowed: true, Warnings: resp.Warnings, AuditAnnotations: resp.AuditAnnotations}
+	verdict := "audited"
+	if a.warn {
+		// Clipped, so that append copies instead of writing into the
+		// policy's array.
+		out.Warnings = append(slices.Clip(out.Warnings), wouldDenyWarning+message)
+		verdict = "warned"
+	}
+	if a.audit {
+		out.AuditAnnotations = maps.Clone(out.AuditAnnotations)
+		if out.AuditAnnotations == nil {
+			out.AuditAnnotations = map[string]string{}
+		}
+		out.AuditAnnotations[wouldDenyAuditKey] = message
+		if a.warn {
+			verdict = "warned_and_audited"
+		}
+	}
+	return out, verdict
+}
+
+// legibleWarnings returns warnings as the apiserver will pass them on. It
+// drops, without a word, a warning that is not valid UTF-8 or has a control
+// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
+// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
+// a warning longer than maxWarningRunes is cut with "…". warnings is
+// copied before any change, and returned as it is when none is needed.
+func legibleWarnings(warnings []string) []string {
+	var out []string
+	for i, w := range warnings {
+		lw := legibleWarning(w)
+		if lw == w && out == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(warnings)
+		}
+		out[i] = lw
+	}
+	if out == nil {
+		return warnings
+	}
+	return out
+}
+
+func legibleWarning(w string) string {
+	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
+		return w
+	}
+	w = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(w, "\uFFFD"))
+	if runes := []rune(w); len(runes) > maxWarningRunes {
+		w = string(runes[:maxWarningRunes-1]) + "…"
+	}
+	return w
+}
