@@ -45,6 +45,11 @@ var features = []struct {
 	{"deploy: service mode (dry-run apply), URL mode", []string{"TestDeployManifests", "TestURLMode"}},
 	{"`webhook doctor`", []string{"TestDoctor"}},
 	{"authorization webhook through `--authorization-config`", []string{"TestAuthorization"}},
+	{"`-validation-action` warn and audit: the warning to the user, the annotation in the audit log", []string{"TestValidationActions"}},
+	{"a policy's own warning", []string{"TestPolicyWarning"}},
+	{"an overloaded webhook's 429 is not retried and its message reaches the user", []string{"TestOverloadAnswer"}},
+	{"writes succeed while hostile clients hold the webhook's port", []string{"TestHostileClients"}},
+	{"a burst of large writes within the byte budget and the memory limit", []string{"TestMemoryUnderBurst"}},
 	{"static manifests (`render.sh static`)", []string{"TestStaticManifests", "TestStaticWebhookDownAtStart", "TestStaticMalformedManifest"}},
 	{"the static `admission-config.yaml` refused at start-up", []string{"TestStaticManifestsRefused"}},
 }
