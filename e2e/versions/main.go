@@ -63,7 +63,10 @@ type result struct {
 	gated   map[string]bool   // top-level tests that turned a feature gate on
 	failed  bool              // the run failed, in a test or before any
 	tail    []string          // the run's last output lines, for a failure
-	took    time.Duration
+	// failures are each failed test's own messages (t.Error, t.Log),
+	// without the process logs a failing test dumps after them.
+	failures []string
+	took     time.Duration
 }
 
 func main() {
@@ -145,8 +148,9 @@ type event struct {
 	Output string
 }
 
-// skipMessage is t.Skip's line in a test's output: "    file_test.go:12: why".
-var skipMessage = regexp.MustCompile(`^\s+\w+_test\.go:\d+: (.*)$`)
+// testMessage is a line t.Skip, t.Error or t.Log wrote in a test's
+// output: "    file_test.go:12: why".
+var testMessage = regexp.MustCompile(`^\s+\w+_test\.go:\d+: (.*)$`)
 
 func runMinor(minor, runRE string) (result, error) {
 	version, err := pinnedVersion(minor)
@@ -194,9 +198,13 @@ func runMinor(minor, runRE string) (result, error) {
 				break
 			}
 			r.actions[e.Test] = e.Action
+			if e.Action == "fail" {
+				r.failures = append(r.failures, e.Test+":")
+				r.failures = append(r.failures, messages(outputs[e.Test])...)
+			}
 			if e.Action == "skip" {
 				for _, line := range outputs[e.Test] {
-					if m := skipMessage.FindStringSubmatch(line); m != nil {
+					if m := testMessage.FindStringSubmatch(line); m != nil {
 						r.skips[e.Test] = m[1]
 					}
 				}
@@ -212,10 +220,34 @@ func runMinor(minor, runRE string) (result, error) {
 	r.failed = err != nil
 	pass, skip, fail := r.count()
 	fmt.Fprintf(os.Stderr, "versions: kube-apiserver %s: %d passed, %d skipped, %d failed, in %s\n", version, pass, skip, fail, r.took)
-	if r.failed {
+	switch {
+	case len(r.failures) > 0:
+		fmt.Fprintf(os.Stderr, "versions: kube-apiserver %s failed:\n%s\n", version, strings.Join(r.failures, "\n"))
+	case r.failed:
+		// Before any test, or in one that wrote no message.
 		fmt.Fprintf(os.Stderr, "versions: kube-apiserver %s failed; the end of its output:\n%s\n", version, strings.Join(r.tail, "\n"))
 	}
 	return r, nil
+}
+
+// messages returns a test's own lines in its output, each with the
+// indented lines that continue it; a failing test dumps its processes'
+// logs after them, which they leave out.
+func messages(output []string) []string {
+	var out []string
+	in := false
+	for _, line := range output {
+		switch {
+		case testMessage.MatchString(line):
+			in = true
+		case in && strings.HasPrefix(line, "        "):
+		default:
+			in = false
+			continue
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 // count counts the top-level tests by outcome.
