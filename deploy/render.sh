@@ -9,6 +9,8 @@
 #   deploy/render.sh static HOST:PORT OUT  # URL mode from the control plane: an
 #                                          # AdmissionConfiguration and both
 #                                          # configurations as static manifests
+#                                          # (kube-apiserver 1.37, or 1.36 with the
+#                                          # feature gate: docs/versions.md)
 #
 # then `kubectl apply -f OUT`, or for static, kube-apiserver
 # --admission-control-config-file=OUT/admission-config.yaml. Certificates go to
@@ -25,7 +27,7 @@
 # /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,25p' "$0" >&2; exit 2; }
+usage() { sed -n '2,27p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -116,7 +118,8 @@ YAML
     ;;
   static)
     # Manifest-based admission control (kube-apiserver 1.37, feature gate
-    # ManifestBasedAdmissionControlConfig, beta and on by default). What the
+    # ManifestBasedAdmissionControlConfig, beta and on by default; alpha and
+    # off by default in 1.36; absent before, docs/versions.md). What the
     # apiserver requires, from its code (k8s.io/apiserver v0.37.1 and
     # k8s.io/kubernetes v1.37.1):
     # - each plugin reads its own directory: LoadMutatingManifests and
@@ -153,9 +156,14 @@ YAML
           }
         }'
     cat > "$out/admission-config.yaml" <<YAML
-# For kube-apiserver --admission-control-config-file=$out/admission-config.yaml
-# (1.37 or later). Each plugin loads the webhook configurations in its own
-# directory at start-up, and again whenever a file there changes.
+# For kube-apiserver --admission-control-config-file=$out/admission-config.yaml,
+# 1.37 or later (on 1.36, add --feature-gates=ManifestBasedAdmissionControlConfig=true).
+# Each plugin loads the webhook configurations in its own directory at
+# start-up, and again whenever a file there changes. An older apiserver exits
+# at start-up: 1.33-1.35 do not know staticManifestsDir and say
+#   couldn't init admission plugin "MutatingAdmissionWebhook": kubeConfigFile: Invalid value: "": must be an absolute file path
+# and 1.36 without the gate says
+#   staticManifestsDir: Forbidden: staticManifestsDir requires the ManifestBasedAdmissionControlConfig feature gate to be enabled
 apiVersion: apiserver.config.k8s.io/v1
 kind: AdmissionConfiguration
 plugins:
@@ -173,6 +181,8 @@ YAML
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
     echo "rendered into $out; start kube-apiserver with --admission-control-config-file=$out/admission-config.yaml" >&2
+    echo "  (kube-apiserver 1.37 or later, or 1.36 with --feature-gates=ManifestBasedAdmissionControlConfig=true;" >&2
+    echo "  an older one exits at start-up with: kubeConfigFile: Invalid value: \"\": must be an absolute file path)" >&2
     exit 0
     ;;
 esac

@@ -191,6 +191,7 @@ func TestAuthorization(t *testing.T) {
 		wantForbidden(t, "NoOpinion user, webhook up", listConfigMaps(open), "denied by rule group=route:down-*")
 		wantForbidden(t, "Deny user, webhook up", listConfigMaps(closed), "denied by rule group=route:down-*")
 		down.stop()
+		waitOutAuthorizationCache(t, time.Second) // routedWebhook's unauthorizedTTL
 		wantAllowed(t, "NoOpinion user, webhook down, RBAC grants", listConfigMaps(open))
 		wantFailedCall(t, "NoOpinion user, webhook down, RBAC does not grant", listSecrets(open), down.addr)
 		wantFailedCall(t, "Deny user, webhook down, RBAC grants", listConfigMaps(closed), down.addr)
@@ -317,6 +318,7 @@ func extendAuthorizationConfig(t *testing.T, path, dir string, extra ...map[stri
 	}
 	conditions, _ := webhook["matchConditions"].([]any)
 	webhook["matchConditions"] = append(conditions, map[string]any{"expression": fmt.Sprintf("!request.groups.exists(g, g.startsWith('%s'))", routePrefix)})
+	fitAuthorizers(t, extra...)
 	all := []any{first}
 	for _, e := range extra {
 		all = append(all, e)

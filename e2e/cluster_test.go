@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -30,10 +31,10 @@ import (
 )
 
 const (
-	// kubernetesVersion and etcdVersion are what e2e/kube and e2e/etcd
-	// build; the cached binaries are named by them.
-	kubernetesVersion = "v1.37.1"
-	etcdVersion       = "v3.6.16"
+	// etcdVersion is what e2e/etcd builds, shared by every kube-apiserver
+	// version (versions_test.go chooses that one); the cached binaries are
+	// named by their versions.
+	etcdVersion = "v3.6.16"
 
 	// adminToken is the static bearer token of the test's cluster-admin.
 	adminToken = "e2e-admin-token"
@@ -125,6 +126,10 @@ func cachedBinaries() (etcdBin, kubeBin string, err error) {
 	if err != nil {
 		return "", "", err
 	}
+	if err := chooseKubernetes(); err != nil {
+		return "", "", err
+	}
+	fmt.Fprintf(os.Stderr, "e2e: kube-apiserver %s (e2e/%s), etcd %s\n", kubernetesVersion, kubeModule, etcdVersion)
 	dir := filepath.Join(cache, "webhook-e2e")
 	etcdBin = filepath.Join(dir, "etcd-"+etcdVersion)
 	kubeBin = filepath.Join(dir, "kube-apiserver-"+kubernetesVersion)
@@ -133,9 +138,9 @@ func cachedBinaries() (etcdBin, kubeBin string, err error) {
 		ldflags          string
 	}{
 		{etcdBin, "etcd", "go.etcd.io/etcd/server/v3", ""},
-		{kubeBin, "kube", "k8s.io/kubernetes/cmd/kube-apiserver",
+		{kubeBin, kubeModule, "k8s.io/kubernetes/cmd/kube-apiserver",
 			"-X k8s.io/component-base/version.gitVersion=" + kubernetesVersion +
-				" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"},
+				" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=" + strings.Split(kubernetesVersion, ".")[1]},
 	}
 	for _, b := range builds {
 		if _, err := os.Stat(b.bin); err == nil {

@@ -58,7 +58,8 @@ func renderStatic(t *testing.T) (out, hostport string) {
 // was not ready in time.
 func startStaticAPIServer(t *testing.T, name, admissionConfig string) (*apiServer, error) {
 	t.Helper()
-	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, name), []string{"--admission-control-config-file", admissionConfig})
+	args := append([]string{"--admission-control-config-file", admissionConfig}, gateArgs(t, staticManifests)...)
+	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, name), args)
 	if a != nil {
 		t.Cleanup(func() {
 			a.stop()
@@ -89,6 +90,7 @@ func waitForLog(t *testing.T, p *process, mark int, substr string, timeout time.
 // can neither delete nor replace the configurations, and a change to the
 // directory is used while the apiserver runs.
 func TestStaticManifests(t *testing.T) {
+	requireFeature(t, staticManifests)
 	ctx := context.Background()
 	out, hostport := renderStatic(t)
 	w := startRenderedWebhook(t, out, hostport)
@@ -251,6 +253,7 @@ func weakened(t *testing.T, obj *unstructured.Unstructured) *unstructured.Unstru
 // func), so the apiserver becomes ready; failurePolicy: Fail then refuses
 // the writes the rules match until the webhook answers.
 func TestStaticWebhookDownAtStart(t *testing.T) {
+	requireFeature(t, staticManifests)
 	ctx := context.Background()
 	out, hostport := renderStatic(t)
 	api, err := startStaticAPIServer(t, "apiserver-static-down", filepath.Join(out, "admission-config.yaml"))
@@ -302,6 +305,7 @@ func renameStatic(yaml, suffix string) string {
 // (generic.Webhook) returns the loader's error, and the apiserver exits
 // before it serves, naming the directory, the file and what is wrong.
 func TestStaticMalformedManifest(t *testing.T) {
+	requireFeature(t, staticManifests)
 	out, _ := renderStatic(t)
 	// A policy that registers one route renders one directory's file; the
 	// other is made from it, so each directory holds a good configuration.

@@ -1,5 +1,6 @@
 //go:build tools
 
+// Package kube pins kube-apiserver v1.33.13 for the e2e suite.
 package kube
 
 import _ "k8s.io/kubernetes/cmd/kube-apiserver"

@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package kube pins kube-apiserver v1.36.3 for the e2e suite.
+package kube
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
