@@ -36,12 +36,16 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
-	// readHeaderTimeout is how long a connection has for its TLS handshake
-	// and a request's headers. The apiserver sends its few headers at once,
-	// after a handshake of one or two round trips: milliseconds. A second is
-	// ample, and short enough that a client that sends nothing, or half a
-	// header, gives its place back soon.
-	readHeaderTimeout = time.Second
+	// readHeaderTimeout is how long a new connection has for its TLS
+	// handshake and first request's headers: as long as an idle one, for
+	// the same reason. Go's transport, the apiserver's, keeps a connection
+	// it dialed for a review that another connection served, unused, in its
+	// pool; closing it races with the review it then sends on it, which
+	// fails with a broken pipe (e2e TestMemoryUnderBurst saw it with a 1 s
+	// timeout). A client that holds a place sending nothing, or half a
+	// header, gives it back at the cap after freshGrace (limits.Listener),
+	// which is what bounds the connections' memory.
+	readHeaderTimeout = idleTimeout
 
 	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a
 	// body is held to a stricter clock still (body.go).

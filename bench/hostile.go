@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"path/filepath"
 	"slices"
@@ -39,6 +40,22 @@ const (
 	costConnections   = 200         // connections opened to measure the cost of one
 	hostileReadWindow = 30 * time.Second
 )
+
+// The clients' addresses. In a cluster the apiserver, the kubelet and a
+// hostile Pod each connect from an address of their own; on loopback any
+// of 127.0.0.0/8 is one. With -one-address, all use hostileAddr, as
+// behind a proxy.
+const (
+	hostileAddr = "127.0.0.1"
+	steadyAddr  = "127.0.0.2"
+	probeAddr   = "127.0.0.3"
+)
+
+// dialFrom dials from the loopback address from.
+func dialFrom(from string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	return d.DialContext
+}
 
 // hostileKind is one way a client can misbehave.
 type hostileKind struct {
@@ -127,8 +144,7 @@ func (h *hostiles) loop(ctx context.Context, kind hostileKind, first bool) {
 		if h.attempts.Add(1) > maxAttempts {
 			return
 		}
-		d := &net.Dialer{Timeout: 5 * time.Second}
-		raw, err := d.DialContext(ctx, "tcp", h.addr)
+		raw, err := dialFrom(hostileAddr)(ctx, "tcp", h.addr)
 		if err != nil {
 			continue
 		}
@@ -159,7 +175,7 @@ type slowClientsResult struct {
 
 // runSlowClients runs the steady client alone, then beside each hostile
 // kind, then beside all of them at once, each against a fresh webhook.
-func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, d time.Duration, only string) ([]slowClientsResult, []connCost, error) {
+func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, d time.Duration, only, steadyFrom, probeFrom string) ([]slowClientsResult, []connCost, error) {
 	review, err := os.ReadFile(filepath.Join(bodies, "deployment-2k.json"))
 	if err != nil {
 		return nil, nil, err
@@ -191,7 +207,7 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		if err != nil {
 			return nil, nil, err
 		}
-		r := slowClientsRun(wh, kinds, tlsConfig, review, d)
+		r := slowClientsRun(wh, kinds, tlsConfig, review, d, steadyFrom, probeFrom)
 		r.peakRSSMB, err = peakRSS(wh.pid())
 		stop(wh)
 		if err != nil {
@@ -204,11 +220,11 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 	return results, costs, nil
 }
 
-func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, review []byte, d time.Duration) slowClientsResult {
+func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, review []byte, d time.Duration, steadyFrom, probeFrom string) slowClientsResult {
 	r := slowClientsResult{load: loadName(kinds)}
 	// The steady client, like an apiserver, has its connection open when
 	// the hostile clients come: one review first.
-	steady := &http.Client{Timeout: 6 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 4}}
+	steady := &http.Client{Timeout: 6 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig, MaxIdleConnsPerHost: 4, DialContext: dialFrom(steadyFrom)}}
 	if resp, err := steady.Post(wh.url("/validate?timeout="+steadyTimeout), "application/json", bytes.NewReader(review)); err == nil {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
@@ -234,7 +250,7 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		client := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true}}
+		client := &http.Client{Timeout: probeTimeout, Transport: &http.Transport{TLSClientConfig: tlsConfig, DisableKeepAlives: true, DialContext: dialFrom(probeFrom)}}
 		loadStart := time.Now()
 		for tick := time.NewTicker(probeInterval); ; {
 			select {
@@ -267,6 +283,7 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 	var latencies []time.Duration
 	var mu sync.Mutex
 	var sent sync.WaitGroup
+	loadStart := time.Now()
 	for tick := time.NewTicker(steadyInterval); ; {
 		select {
 		case <-ctx.Done():
@@ -277,12 +294,20 @@ func slowClientsRun(wh *server, kinds []hostileKind, tlsConfig *tls.Config, revi
 			go func() {
 				defer sent.Done()
 				begin := time.Now()
-				req, _ := http.NewRequest(http.MethodPost, wh.url("/validate?timeout="+steadyTimeout), bytes.NewReader(review))
+				// Whether the review went on a new connection or a kept-alive
+				// one says which limit a failure met.
+				var reused bool
+				trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused }}
+				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), http.MethodPost, wh.url("/validate?timeout="+steadyTimeout), bytes.NewReader(review))
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := steady.Do(req)
 				var failure string
 				if err != nil {
-					failure = err.Error()
+					conn := "a new connection"
+					if reused {
+						conn = "a kept-alive connection"
+					}
+					failure = fmt.Sprintf("%s, sent %s after the load began on %s", err, begin.Sub(loadStart).Round(10*time.Millisecond), conn)
 				} else {
 					body, _ := io.ReadAll(resp.Body)
 					resp.Body.Close()
@@ -450,11 +475,11 @@ func currentRSS(pid int) (float64, error) {
 	return 0, errors.New("no VmRSS in /proc status")
 }
 
-func renderSlowClients(results []slowClientsResult, costs []connCost, d time.Duration) string {
+func renderSlowClients(results []slowClientsResult, costs []connCost, d time.Duration, steadyFrom, probeFrom string) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
-	fmt.Fprintf(&b, "Measured %s on %s by `go run . -slow-clients`: each load for %s against a fresh webhook with default flags and no GOMEMLIMIT; the steady client sends a 2 KB review every %s with ?timeout=%s; /ping is probed every %s on a new connection with a %s timeout.\n\n",
-		time.Now().UTC().Format("2006-01-02"), host, d, steadyInterval, steadyTimeout, probeInterval, probeTimeout)
+	fmt.Fprintf(&b, "Measured %s on %s by `go run . -slow-clients`: each load for %s against a fresh webhook with default flags and no GOMEMLIMIT; the steady client sends a 2 KB review every %s with ?timeout=%s; /ping is probed every %s on a new connection with a %s timeout. The hostile clients connect from %s, the steady client from %s and the prober from %s.\n\n",
+		time.Now().UTC().Format("2006-01-02"), host, d, steadyInterval, steadyTimeout, probeInterval, probeTimeout, hostileAddr, steadyFrom, probeFrom)
 	fmt.Fprintf(&b, "| hostile load | steady 200s | success | p50 ms | p99 ms | /ping answered | /ping slowest ms | connection attempts | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		conns := ""

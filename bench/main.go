@@ -92,6 +92,7 @@ func run() error {
 	only := flag.String("only", "", "run only the scenarios (or, with -slow-clients, the loads) whose name contains this `text`, such as update-1m")
 	slowClients := flag.Bool("slow-clients", false, "run only the slow-clients scenario (about 8 minutes): hostile clients of each kind beside a steady one, written to results/slow-clients.md")
 	slowFor := flag.Duration("slow-clients-for", 60*time.Second, "how long each load of the slow-clients scenario runs")
+	oneAddress := flag.Bool("one-address", false, "with -slow-clients, the steady client and the prober connect from the hostile clients' address, as behind a proxy that gives every client one; written to results/slow-clients-one-address.md")
 	flag.Parse()
 	if *smoke {
 		*rounds, *duration = 1, time.Second
@@ -153,7 +154,11 @@ func run() error {
 		if *smoke {
 			d = 2 * time.Second
 		}
-		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d, *only)
+		steadyFrom, probeFrom := steadyAddr, probeAddr
+		if *oneAddress {
+			steadyFrom, probeFrom = hostileAddr, hostileAddr
+		}
+		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d, *only, steadyFrom, probeFrom)
 		if err != nil {
 			return err
 		}
@@ -163,9 +168,13 @@ func run() error {
 			}
 		}
 		if *slowClients {
-			report := renderSlowClients(results, costs, d)
+			report := renderSlowClients(results, costs, d, steadyFrom, probeFrom)
 			fmt.Print(report)
-			return os.WriteFile(filepath.Join(*out, "slow-clients.md"), []byte(report), 0o644)
+			name := "slow-clients.md"
+			if *oneAddress {
+				name = "slow-clients-one-address.md"
+			}
+			return os.WriteFile(filepath.Join(*out, name), []byte(report), 0o644)
 		}
 	}
 	webhook, err := start("webhook", webhookBin, certArgs, client, "-log-format", "json")

@@ -223,7 +223,10 @@ func TestDemonstrationOperations(t *testing.T) {
 // one whose annotation a later mutating webhook, registered through the
 // API, takes away is denied by /validate. Mutating webhooks run in order
 // and ours is not called again (reinvocationPolicy: Never), so this is
-// validation holding on its own when mutation is undone.
+// validation holding on its own when mutation is undone. When your
+// /mutate and /validate act on different kinds, the undoing webhook must
+// use /validate's rules and probe object: register it with
+// hookOptions{route: validateRoute} (webhook_test.go).
 func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
 	t.Helper()
 	ctx := context.Background()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -171,7 +172,26 @@ func TestMemoryUnderBurst(t *testing.T) {
 	if s.rejected != 0 {
 		t.Errorf("%d reviews found no room before their deadline", s.rejected)
 	}
+	logCutCounters(t, "http://"+metricsAddr+"/metrics")
 	noFailedCalls(t, mark)
+}
+
+// logCutCounters logs the webhook's counters of connections and bodies it
+// cut, which say why a review it never logged failed.
+func logCutCounters(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Logf("scraping %s: %v", url, err)
+		return
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for line := range strings.Lines(string(b)) {
+		if strings.HasPrefix(line, "webhook_connections_closed_total") || strings.HasPrefix(line, "webhook_request_bodies_cut_total") {
+			t.Logf("webhook: %s", strings.TrimSpace(line))
+		}
+	}
 }
 
 // scrapeSummary is what the scrapes during the burst saw.

@@ -40,17 +40,16 @@ const (
 	auditLogTimeout = 10 * time.Second
 )
 
-// auditPolicy records every request for Deployments at level Metadata,
-// the lowest that carries admission's audit annotations
-// (Attributes.AddAnnotation sets them at Metadata), and nothing else.
+// auditPolicy records every create, update and patch, of any resource, at
+// level Metadata, the lowest that carries admission's audit annotations
+// (Attributes.AddAnnotation sets them at Metadata), and nothing else. Any
+// resource: deniedObject is of whatever kind the policy denies.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  resources:
-  - group: apps
-    resources: ["deployments"]
+  verbs: ["create", "update", "patch"]
 - level: None
 `
 

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"time"
@@ -33,17 +34,28 @@ import (
 //     those it has stopped using, or a client's that sent one request and
 //     holds on.
 //
-// A request being served is never cut, nor a connection that is new or
-// was used a moment ago: its client may be sending on it right now, and a
-// request written into a connection as it closes fails. When the listener
-// is full of connections still within their grace, the newcomer is closed
-// at once, before its handshake ("refused"): left to wait, it would queue
-// in the kernel's backlog behind everything a flood of connections has
-// queued there, and the kubelet's probe would time out; closed, the
-// backlog stays short, and the next newcomer finds a connection to close
-// as soon as one's grace is over. Only when every connection is serving a
-// request does the newcomer wait, in the backlog: that is load, not a
-// flood, and a request finishes in milliseconds.
+// A request being served is never cut, nor, as a rule, a connection that
+// is new or was used a moment ago: its client may be sending on it right
+// now, and a request written into a connection as it closes fails.
+//
+// The exception is a fair share by client address, as nginx's limit_conn
+// keys on $binary_remote_addr: the apiserver, the kubelet and a hostile Pod
+// connect from different addresses, and a flood from one address must not
+// shut the others out however fast it reconnects. So when nothing has had
+// its chance yet, a newcomer whose address holds at least two connections
+// fewer than the address holding the most takes the place of one of that
+// address's connections that is not serving: the one idle the longest, or
+// else the oldest without a complete header. Behind a proxy that gives
+// every client one address, the share is moot and the rules above decide.
+//
+// Otherwise, when the listener is full of connections still within their
+// grace, the newcomer is closed at once, before its handshake ("refused"):
+// left to wait, it would queue in the kernel's backlog behind everything a
+// flood of connections has queued there, and the kubelet's probe would time
+// out; closed, the backlog stays short, and the next newcomer finds a
+// connection to close as soon as one's grace is over. Only when every
+// connection is serving a request does the newcomer wait, in the backlog:
+// that is load, not a flood, and a request finishes in milliseconds.
 //
 // The listener learns each connection's state from http.Server.ConnState,
 // which must be set to its ConnState method.
@@ -53,13 +65,14 @@ type Listener struct {
 	freshGrace, idleGrace time.Duration
 	closed                func(reason string)
 
-	mu    sync.Mutex
-	open  int           // connections open
-	fresh list.List     // of *limitedConn: no complete request header yet, oldest first
-	idle  list.List     // of *limitedConn: between requests, longest idle first
-	freed chan struct{} // a place was given back, or a connection can be closed
-	done  chan struct{} // closed with the listener
-	once  sync.Once
+	mu       sync.Mutex
+	open     int                // connections open
+	bySource map[netip.Addr]int // connections open, by client address
+	fresh    list.List          // of *limitedConn: no complete request header yet, oldest first
+	idle     list.List          // of *limitedConn: between requests, longest idle first
+	freed    chan struct{}      // a place was given back, or a connection can be closed
+	done     chan struct{}      // closed with the listener
+	once     sync.Once
 }
 
 // limitedConn is a connection the limiter holds a place for.
@@ -70,8 +83,9 @@ type limitedConn struct {
 	// (limiter.fresh or limiter.idle); nil while it serves a request.
 	in       *list.List
 	elem     *list.Element
-	since    time.Time // when it was accepted, or last went idle
-	released bool      // its place is given back; under limiter.mu
+	source   netip.Addr // the client's address, for the fair share
+	since    time.Time  // when it was accepted, or last went idle
+	released bool       // its place is given back; under limiter.mu
 }
 
 // NewListener returns ln holding at most max connections, sparing at the
@@ -85,7 +99,7 @@ func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, 
 		closed = func(string) {}
 	}
 	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, closed: closed,
-		freed: make(chan struct{}, 1), done: make(chan struct{})}
+		bySource: map[netip.Addr]int{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Accept accepts the next connection once there is room for it, closing
@@ -118,6 +132,7 @@ func (l *Listener) Accept() (net.Conn, error) {
 // the next arrives. In between, the one that was there to close may have
 // begun a request; then c waits, unserved, like one in the backlog.
 func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
+	source := sourceOf(c)
 	var victim *limitedConn
 	for waited := false; ; waited = true {
 		l.mu.Lock()
@@ -125,7 +140,10 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 			break
 		}
 		var wait time.Duration
-		if victim, wait = l.victimLocked(); victim != nil {
+		if victim, wait = l.victimLocked(); victim == nil {
+			victim = l.fairShareVictimLocked(source)
+		}
+		if victim != nil {
 			victim.releaseLocked()
 			break
 		}
@@ -143,8 +161,9 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 			return nil, err
 		}
 	}
-	lc := &limitedConn{Conn: c, limiter: l, since: time.Now()}
+	lc := &limitedConn{Conn: c, limiter: l, source: source, since: time.Now()}
 	l.open++
+	l.bySource[source]++
 	lc.in, lc.elem = &l.fresh, l.fresh.PushBack(lc)
 	l.mu.Unlock()
 	if victim != nil {
@@ -174,6 +193,46 @@ func (l *Listener) victimLocked() (*limitedConn, time.Duration) {
 		}
 	}
 	return nil, wait
+}
+
+// fairShareVictimLocked returns the connection to close, within its grace,
+// for a newcomer from source: one not serving of the address holding the
+// most connections, if source holds at least two fewer (see Listener). It
+// runs only at the cap with nothing past its grace, and looks at no more
+// than max connections.
+func (l *Listener) fairShareVictimLocked(source netip.Addr) *limitedConn {
+	var heaviest netip.Addr
+	most := 0
+	for _, q := range []*list.List{&l.idle, &l.fresh} {
+		for e := q.Front(); e != nil; e = e.Next() {
+			if c := e.Value.(*limitedConn); l.bySource[c.source] > most {
+				heaviest, most = c.source, l.bySource[c.source]
+			}
+		}
+	}
+	if most < l.bySource[source]+2 {
+		return nil
+	}
+	// The idle first: the apiserver, when it holds the most, reuses its
+	// most recently used connections and is not sending on the one idle
+	// the longest; a new one of its own is about to carry a review.
+	for _, q := range []*list.List{&l.idle, &l.fresh} {
+		for e := q.Front(); e != nil; e = e.Next() {
+			if c := e.Value.(*limitedConn); c.source == heaviest {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// sourceOf is the client's address of c; the zero Addr, one address for
+// all, when c is not TCP.
+func sourceOf(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // waitForRoom returns once there is room for one more connection, or a
@@ -271,6 +330,9 @@ func (c *limitedConn) releaseLocked() {
 	c.released = true
 	c.unlistLocked()
 	c.limiter.open--
+	if c.limiter.bySource[c.source]--; c.limiter.bySource[c.source] == 0 {
+		delete(c.limiter.bySource, c.source)
+	}
 	c.limiter.signalFreed()
 }
 

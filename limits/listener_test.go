@@ -68,7 +68,15 @@ func newLimitedServer(t *testing.T, max int) *limitedServer {
 
 func (s *limitedServer) dial(t *testing.T) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", s.addr)
+	return s.dialFrom(t, "127.0.0.1")
+}
+
+// dialFrom connects from the loopback address from, as another client
+// host would.
+func (s *limitedServer) dialFrom(t *testing.T, from string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+	conn, err := d.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,6 +150,61 @@ func TestManyHalfOpenConnections(t *testing.T) {
 	}
 	if got := s.closed.count("capacity"); got != 1 {
 		t.Errorf("connections closed at the cap: got %v, want 1", got)
+	}
+}
+
+// TestFairShare fills the port from one address with connections within
+// their grace, half-open and idle: a newcomer from another address is
+// served at once in place of one of them, the one idle the longest first,
+// while one more from the flooding address is still refused.
+func TestFairShare(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	var idle, half []net.Conn
+	for i := range max {
+		c := s.dial(t)
+		if i < 2 {
+			if err := get(c, "/"); err != nil {
+				t.Fatal(err)
+			}
+			idle = append(idle, c)
+		} else {
+			io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: web")
+			half = append(half, c)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.waitOpen(t, max)
+	if err := get(s.dial(t), "/"); err == nil {
+		t.Error("a newcomer from the flooding address was served, want it refused")
+	}
+	// 127.0.0.1 holds 4, 127.0.0.2 none: the first newcomer from .2 takes
+	// the place of .1's longest idle, the second that of the other idle.
+	for i := range 2 {
+		c := s.dialFrom(t, "127.0.0.2")
+		if err := get(c, "/"); err != nil {
+			t.Fatalf("newcomer %d from another address: %v, want it served at once", i, err)
+		}
+	}
+	// Now .1 holds 2 and .2 holds 2: a third from .2 is not owed a place.
+	if err := get(s.dialFrom(t, "127.0.0.2"), "/"); err == nil {
+		t.Error("a newcomer from an address holding its share was served, want it refused")
+	}
+	for i, c := range idle {
+		if !closedByServer(c) {
+			t.Errorf("idle connection %d from the flooding address is open, want it closed for the newcomers", i)
+		}
+	}
+	for i, c := range half {
+		if closedByServer(c) {
+			t.Errorf("half-open connection %d was closed, want the idle ones to go first", i)
+		}
+	}
+	if got := s.closed.count("refused"); got != 2 {
+		t.Errorf("newcomers refused: got %d, want 2", got)
+	}
+	if got := s.closed.count("capacity"); got != 2 {
+		t.Errorf("connections closed at the cap: got %d, want 2", got)
 	}
 }
 
