@@ -92,14 +92,11 @@ func (rec *recorder) take() [][]byte {
 // widgetGVR is the custom resource the fixtures and the scenarios use.
 var widgetGVR = schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 
-// TestCapture records what the apiserver sends for each fixture of the root
-// module's testdata/ and, with -capture, writes it there. Without -capture it
-// still runs every action and checks each produced exactly one review, so
-// the tool that makes the fixtures cannot rot.
-func TestCapture(t *testing.T) {
-	ctx := context.Background()
-	// The webhook binary makes a development certificate for 127.0.0.1;
-	// the recorder serves with it.
+// startRecorder starts a recorder that admits everything, serving over TLS
+// with the development certificate the webhook binary makes for 127.0.0.1,
+// and returns it, its server (closed when the test ends) and the CA's PEM.
+func startRecorder(t *testing.T) (*recorder, *httptest.Server, []byte) {
+	t.Helper()
 	certDir := startWebhook(t, "").dir
 	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls", "tls.crt"), filepath.Join(certDir, "tls", "tls.key"))
 	if err != nil {
@@ -113,7 +110,17 @@ func TestCapture(t *testing.T) {
 	srv := httptest.NewUnstartedServer(rec)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
 	srv.StartTLS()
-	defer srv.Close()
+	t.Cleanup(srv.Close)
+	return rec, srv, caPEM
+}
+
+// TestCapture records what the apiserver sends for each fixture of the root
+// module's testdata/ and, with -capture, writes it there. Without -capture it
+// still runs every action and checks each produced exactly one review, so
+// the tool that makes the fixtures cannot rot.
+func TestCapture(t *testing.T) {
+	ctx := context.Background()
+	rec, srv, caPEM := startRecorder(t)
 
 	createWidgetCRD(t)
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}

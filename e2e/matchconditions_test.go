@@ -2,11 +2,7 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/json"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -22,22 +18,7 @@ import (
 // that admits everything, so no policy decides the outcome.
 func TestAdmissionMatchConditions(t *testing.T) {
 	ctx := context.Background()
-	// The webhook binary makes a development certificate for 127.0.0.1;
-	// the recorder serves with it.
-	certDir := startWebhook(t, "").dir
-	cert, err := tls.LoadX509KeyPair(filepath.Join(certDir, "tls", "tls.crt"), filepath.Join(certDir, "tls", "tls.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	caPEM, err := os.ReadFile(filepath.Join(certDir, "tls", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &recorder{answer: admitEverything}
-	srv := httptest.NewUnstartedServer(rec)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
+	rec, srv, caPEM := startRecorder(t)
 	// saw reports whether the recorder was sent a review of name.
 	var names []string
 	saw := func(name string, _ error) bool {
