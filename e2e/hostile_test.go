@@ -96,7 +96,10 @@ func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile
 				defer wg.Done()
 				for ctx.Err() == nil && attempts.Add(1) <= int64(10*k.conns) {
 					opened.Add(1)
-					d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: config}
+					// From an address of their own, as a hostile Pod's
+					// is not the apiserver's (bench -one-address measures
+					// the case of one address for all).
+					d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}, Config: config}
 					c, err := d.DialContext(ctx, "tcp", addr)
 					if err != nil {
 						time.Sleep(50 * time.Millisecond)

@@ -152,8 +152,8 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 		// A newcomer that came when every connection was serving waits
 		// its turn, even once one of them is between requests.
 		if unused > 0 && !waited {
+			l.closed("refused") // before the close, which the client sees
 			c.Close()
-			l.closed("refused")
 			return nil, nil
 		}
 		if err := l.waitFor(wait); err != nil {
@@ -169,27 +169,49 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 	if victim != nil {
 		// The raw connection, without TLS's close_notify, which could
 		// block on a client that does not read.
-		victim.Conn.Close()
 		l.closed("capacity")
+		victim.Conn.Close()
 	}
 	return lc, nil
 }
 
 // victimLocked returns the connection to close at the cap, or nil and how
-// long until one may qualify.
+// long until one may qualify. Of those past their grace in a list, it
+// takes the oldest of the address holding the most connections, else the
+// oldest: a flood's, not the apiserver's new connection that the flood's
+// handshakes have kept from sending its header in time.
 func (l *Listener) victimLocked() (*limitedConn, time.Duration) {
+	var heaviest netip.Addr
+	most := 0
+	for source, n := range l.bySource {
+		if n > most {
+			heaviest, most = source, n
+		}
+	}
 	wait := l.idleGrace
 	for _, q := range []struct {
 		list  *list.List
 		grace time.Duration
 	}{{&l.fresh, l.freshGrace}, {&l.idle, l.idleGrace}} {
-		if e := q.list.Front(); e != nil {
+		var oldest *limitedConn
+		for e := q.list.Front(); e != nil; e = e.Next() {
 			c := e.Value.(*limitedConn)
 			waited := time.Since(c.since)
-			if waited >= q.grace {
+			if waited < q.grace {
+				if oldest == nil {
+					wait = min(wait, q.grace-waited)
+				}
+				break
+			}
+			if c.source == heaviest {
 				return c, 0
 			}
-			wait = min(wait, q.grace-waited)
+			if oldest == nil {
+				oldest = c
+			}
+		}
+		if oldest != nil {
+			return oldest, 0
 		}
 	}
 	return nil, wait

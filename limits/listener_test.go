@@ -312,3 +312,33 @@ func TestServingConnectionsAreNeverCut(t *testing.T) {
 		t.Errorf("Max: got %d, want %d", got, max)
 	}
 }
+
+// TestVictimOfTheHeaviestAddress: of the connections past their grace at
+// the cap, the one closed is of the address holding the most, though
+// another address's is older: a slow apiserver connection is spared in
+// favour of a flood's.
+func TestVictimOfTheHeaviestAddress(t *testing.T) {
+	const max = 4
+	s := newLimitedServer(t, max)
+	lone := s.dialFrom(t, "127.0.0.3")
+	io.WriteString(lone, "POST /validate HTTP/1.1\r\nHost: web")
+	time.Sleep(5 * time.Millisecond)
+	var flood []net.Conn
+	for range max - 1 {
+		c := s.dialFrom(t, "127.0.0.2")
+		io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: web")
+		flood = append(flood, c)
+		time.Sleep(5 * time.Millisecond)
+	}
+	s.waitOpen(t, max)
+	time.Sleep(freshGrace)
+	if err := get(s.dial(t), "/"); err != nil {
+		t.Fatalf("a newcomer past the grace: %v, want it served", err)
+	}
+	if closedByServer(lone) {
+		t.Error("the lone address's connection, the oldest, was closed; want one of the flooding address's")
+	}
+	if !closedByServer(flood[0]) {
+		t.Error("the flooding address's oldest connection is open; want it closed to make room")
+	}
+}
