@@ -125,19 +125,7 @@ func TestHostileClients(t *testing.T) {
 		interval = 250 * time.Millisecond
 	)
 	ns := createNamespace(t, "hostile")
-	dir := t.TempDir()
-	webhookCerts(t, filepath.Join(dir, "tls"))
-	metricsPort, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
+	w, metricsAddr, memoryLimit := startAsDeployed(t)
 	registerDeployed(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
 	mark := apiserver.logMark()
 

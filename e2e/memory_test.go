@@ -23,6 +23,28 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// startAsDeployed starts the webhook as deploymentRun says, with metrics
+// on a port of its own, and returns it, its metrics address and the
+// container's memory limit in bytes.
+func startAsDeployed(t *testing.T) (*webhookServer, string, int64) {
+	t.Helper()
+	dir := t.TempDir()
+	webhookCerts(t, filepath.Join(dir, "tls"))
+	metricsPort, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
+	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
+	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
+	return w, metricsAddr, memoryLimit
+}
+
 // deploymentRun returns how deploy/in-cluster/deployment.yaml runs the
 // webhook: its arguments, with the certificate files and the metrics
 // address replaced by this test's, its GOMEMLIMIT as the downward API
@@ -81,20 +103,7 @@ func TestMemoryUnderBurst(t *testing.T) {
 		maxRounds = 2
 	)
 	ns := createNamespace(t, "memory-burst")
-	dir := t.TempDir()
-	webhookCerts(t, filepath.Join(dir, "tls"))
-	metricsPort, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
-	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
+	w, metricsAddr, memoryLimit := startAsDeployed(t)
 	registerDeployed(t, w, ns, hookOptions{timeout: 10})
 	routes := deployedRoutes(t)
 	mark := apiserver.logMark()
