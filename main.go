@@ -20,6 +20,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -97,6 +98,25 @@ const (
 	// the shipped Deployment under its 64Mi limit under any load
 	// (bench/README.md measures it), while maxBodyBytes always fits.
 	defaultMaxInflightBytes = 8 << 20
+
+	// memoryLimitBase is, with -max-inflight-bytes, the Go runtime's soft
+	// memory limit when GOMEMLIMIT is not set: 40 MiB by default, as the
+	// Deployment sets it from requests.memory. Near the limit the runtime
+	// collects sooner and returns freed pages to the kernel, where without
+	// one the heap grows to twice what is live and keeps what it freed:
+	// under a flood of every hostile kind at once that came to 65-68 MiB
+	// against the Deployment's 64 Mi. What a flood can hold, with default
+	// flags:
+	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
+	//                     a goroutine's stack; bench/README.md)  16 MiB
+	//   large bodies      the one being read, maxBodyBytes, and the
+	//                     buffer it outgrew, half that        10.5 MiB
+	//   bodies waiting    maxWaitingBodies × smallBodyBytes      2 MiB
+	//   the runtime's own                                       ~3 MiB
+	// about 32 MiB, the base; the budget adds what reviews being answered
+	// hold. The kernel counts the binary's own pages too (10 MiB resident):
+	// a flood peaks at the limit plus those, 50 MiB, under 64 MiB.
+	memoryLimitBase = 32 << 20
 )
 
 func main() {
@@ -137,6 +157,9 @@ type config struct {
 	logFormat          string
 	maxInflightBytes   int64
 	metricsListen      string // plain HTTP address for /metrics; empty: off
+	// memoryLimit is the soft memory limit to set (memoryLimitBase), or 0
+	// to leave the runtime's own: GOMEMLIMIT's, when it is set.
+	memoryLimit int64
 }
 
 // parseFlags reads the command line, falling back to the environment for the
@@ -185,6 +208,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if len(cfg.allowedClientNames) > 0 && cfg.clientCAFile == "" {
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
 	}
+	if getenv("GOMEMLIMIT") == "" {
+		cfg.memoryLimit = memoryLimitBase + cfg.maxInflightBytes
+	}
 	for _, f := range []struct {
 		path     *string
 		env, def string
@@ -222,6 +248,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	logger := slog.New(logHandler)
 	m := newMetrics()
+	if cfg.memoryLimit > 0 {
+		debug.SetMemoryLimit(cfg.memoryLimit)
+	}
 
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
@@ -337,7 +366,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	serving.Store(true)
 	go func() { serveErr <- fmt.Errorf("serving on %s: %w", ln.Addr(), srv.ServeTLS(ln, "", "")) }()
 	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2,
-		"max_inflight_bytes", cfg.maxInflightBytes, "validation_action", cfg.validationAction, "policy", cfg.policy)
+		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1), "validation_action", cfg.validationAction, "policy", cfg.policy)
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := reload.Poll(certPollInterval, func() { logger.Info("SIGHUP: re-reading certificates") }, func() {

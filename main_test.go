@@ -54,6 +54,37 @@ func TestParseFlags(t *testing.T) {
 	}
 }
 
+// TestDefaultMemoryLimit: without GOMEMLIMIT the server sets a soft memory
+// limit of its own that grows with -max-inflight-bytes; with it, the
+// runtime's own stands.
+func TestDefaultMemoryLimit(t *testing.T) {
+	tests := []struct {
+		gomemlimit string
+		args       []string
+		want       int64
+	}{
+		{"", nil, 40 << 20},
+		{"", []string{"-max-inflight-bytes", "16777216"}, 48 << 20},
+		{"100MiB", nil, 0},
+		{"off", nil, 0},
+	}
+	for _, tc := range tests {
+		getenv := func(key string) string {
+			if key == "GOMEMLIMIT" {
+				return tc.gomemlimit
+			}
+			return ""
+		}
+		cfg, err := parseFlags(tc.args, getenv, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.memoryLimit != tc.want {
+			t.Errorf("GOMEMLIMIT=%q %v: memory limit %d, want %d", tc.gomemlimit, tc.args, cfg.memoryLimit, tc.want)
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -71,7 +102,7 @@ func TestBadFlags(t *testing.T) {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
 			t.Chdir(t.TempDir())
 			var stderr bytes.Buffer
-			err := run(context.Background(), tc.args, func(string) string { return "" }, nil, io.Discard, &stderr)
+			err := run(context.Background(), tc.args, testEnv, nil, io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}
@@ -86,7 +117,7 @@ func TestBadFlags(t *testing.T) {
 			}
 		})
 	}
-	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if err := run(context.Background(), []string{"-h"}, testEnv, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: got %v, want flag.ErrHelp (exit 0)", err)
 	}
 }
@@ -95,7 +126,7 @@ func TestBadFlags(t *testing.T) {
 // doctor, whose tests cover it, and returns the exit status main gives.
 func TestDoctorSubcommand(t *testing.T) {
 	var stderr bytes.Buffer
-	err := run(context.Background(), []string{"doctor"}, func(string) string { return "" }, nil, io.Discard, &stderr)
+	err := run(context.Background(), []string{"doctor"}, testEnv, nil, io.Discard, &stderr)
 	var exit *doctor.ExitError
 	if !errors.As(err, &exit) || exit.Code != 2 || !strings.Contains(err.Error(), "-f is required") {
 		t.Errorf("webhook doctor with no -f: got %v, want exit status 2 saying -f is required", err)
@@ -131,7 +162,7 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), func(string) string { return "" }, nil, io.Discard, logs)
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), testEnv, nil, io.Discard, logs)
 	}()
 	stop = func() error {
 		cancel()
@@ -231,7 +262,7 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, func(string) string { return "" }, nil, io.Discard, logs)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, testEnv, nil, io.Discard, logs)
 	}()
 	for !strings.Contains(logs.String(), "msg=serving") {
 		time.Sleep(10 * time.Millisecond)
@@ -248,7 +279,7 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 
 func TestRunConfiguredCertificateMissing(t *testing.T) {
 	t.Chdir(t.TempDir())
-	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, func(string) string { return "" }, nil, io.Discard, io.Discard)
+	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, testEnv, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("got %v, want an error naming missing.crt", err)
 	}
@@ -295,7 +326,7 @@ func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, func(string) string { return "" }, nil, io.Discard, logs)
+		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, testEnv, nil, io.Discard, logs)
 	}()
 	addrRE := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`)
 	for i := 0; i < 1000; i++ {
@@ -307,4 +338,14 @@ func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
 	cancel()
 	t.Fatalf("no JSON serving line:\n%s", logs)
 	return "", nil, nil
+}
+
+// testEnv is the environment of the servers the tests run: GOMEMLIMIT=off,
+// as the memory limit a server sets is its process's, and a test binary
+// holds many servers and the race detector's shadow memory.
+func testEnv(key string) string {
+	if key == "GOMEMLIMIT" {
+		return "off"
+	}
+	return ""
 }

@@ -16,46 +16,59 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// Listener keeps at most max connections open. At the cap it makes room
-// by closing a connection that is not serving a request and has had its
-// chance:
+// Listener keeps at most max connections open. Below the cap it accepts
+// every connection. At the cap, a newcomer takes the place of a connection
+// that is not serving a request, or is closed at once, before its TLS
+// handshake ("refused"); only when every connection is serving a request
+// does it wait, in the kernel's backlog: that is load, not a flood, and a
+// request finishes in milliseconds. A request being served is never cut.
 //
-//  1. one that has not sent a complete request header freshGrace after it
-//     was accepted, the oldest first: a client such as the apiserver sends
-//     its headers within milliseconds of connecting, so this is a client
-//     that dribbles them (or sends nothing) to hold a place;
-//  2. one idle for longer than idleGrace, the one idle the longest first,
-//     as nginx closes kept-alive connections at its worker_connections
-//     limit: Go's client, the apiserver's, reuses its most recently used
-//     idle connection first, so the connections idle the longest are
-//     those it has stopped using, or a client's that sent one request and
-//     holds on.
+// Which connection makes room follows three rules, in order. They key on
+// the client's address, as nginx's limit_conn keys on $binary_remote_addr
+// and HAProxy's src_conn_cur does: in a cluster the apiserver, the kubelet
+// and a hostile Pod each connect from an address of their own.
 //
-// A request being served is never cut, nor, as a rule, a connection that
-// is new or was used a moment ago: its client may be sending on it right
-// now, and a request written into a connection as it closes fails.
+//  1. A fair share. A newcomer whose address holds at least two
+//     connections fewer than the address holding the most takes the place
+//     of one of that address's connections that is not serving, within its
+//     grace or not: the one idle the longest, else the oldest without a
+//     complete request header. A flood from one address, however fast it
+//     reconnects, cannot shut the apiserver or the kubelet out.
+//  2. No rotation for a flood. A newcomer whose address already holds more
+//     than half the port, while another address holds a connection, is
+//     refused before its handshake. Its address is not short of
+//     connections, only of unused ones it could have used; letting it in
+//     would close one of its own to pay for a TLS handshake whose
+//     connection will in turn be closed. The handshakes, not the
+//     connections, are what a flood costs: on two cores they are what
+//     pushed the apiserver's reviews towards their timeout.
+//  3. Otherwise the newcomer takes the place of a connection past its
+//     grace, of an address holding at least as many connections as its
+//     own: never a lighter address's, such as the apiserver's new
+//     connection, whose handshake a flood's may have slowed. First one
+//     without a complete request header that has made the server wait
+//     freshGrace for it: the apiserver and the kubelet send theirs within
+//     milliseconds of connecting, so this is a client that dribbles them,
+//     or sends nothing, to hold a place. Then one idle for longer than
+//     idleGrace, the one idle the longest first, as nginx closes kept-alive
+//     connections at its worker_connections limit: Go's client, the
+//     apiserver's, reuses its most recently used idle connection first, so
+//     those idle the longest are those it has stopped using, or a client's
+//     that sent one request and holds on.
 //
-// The exception is a fair share by client address, as nginx's limit_conn
-// keys on $binary_remote_addr: the apiserver, the kubelet and a hostile Pod
-// connect from different addresses, and a flood from one address must not
-// shut the others out however fast it reconnects. So when nothing has had
-// its chance yet, a newcomer whose address holds at least two connections
-// fewer than the address holding the most takes the place of one of that
-// address's connections that is not serving: the one idle the longest, or
-// else the oldest without a complete header. Behind a proxy that gives
-// every client one address, the share is moot and the rules above decide.
+// The fresh grace counts only the time the server spent waiting in Read for
+// the client, as BodyClock does for bodies: a connection whose handshake
+// waits for the server's CPU, taken by a flood's handshakes or a node's
+// other work, has not made anyone wait. Behind a proxy that gives every
+// client one address, rules 1 and 2 are moot and rule 3 decides alone.
 //
-// Otherwise, when the listener is full of connections still within their
-// grace, the newcomer is closed at once, before its handshake ("refused"):
-// left to wait, it would queue in the kernel's backlog behind everything a
-// flood of connections has queued there, and the kubelet's probe would time
-// out; closed, the backlog stays short, and the next newcomer finds a
-// connection to close as soon as one's grace is over. Only when every
-// connection is serving a request does the newcomer wait, in the backlog:
-// that is load, not a flood, and a request finishes in milliseconds.
+// Rule 2 refuses rather than waits: left to wait, a newcomer queues in the
+// kernel's backlog behind everything a flood has queued there, and the
+// kubelet's probe would time out; refused, the backlog stays short.
 //
 // The listener learns each connection's state from http.Server.ConnState,
 // which must be set to its ConnState method.
@@ -64,15 +77,22 @@ type Listener struct {
 	max                   int
 	freshGrace, idleGrace time.Duration
 	closed                func(reason string)
+	epoch                 time.Time // connections' clocks count from it
 
 	mu       sync.Mutex
-	open     int                // connections open
-	bySource map[netip.Addr]int // connections open, by client address
-	fresh    list.List          // of *limitedConn: no complete request header yet, oldest first
-	idle     list.List          // of *limitedConn: between requests, longest idle first
-	freed    chan struct{}      // a place was given back, or a connection can be closed
-	done     chan struct{}      // closed with the listener
+	open     int                     // connections open
+	bySource map[netip.Addr]*holding // what each client address holds
+	fresh    list.List               // of *limitedConn: no complete request header yet, oldest first
+	idle     list.List               // of *limitedConn: between requests, longest idle first
+	freed    chan struct{}           // a place was given back, or a connection can be closed
+	done     chan struct{}           // closed with the listener
 	once     sync.Once
+}
+
+// holding is what one client address holds: its connections open, and of
+// them those not serving a request (in Listener.fresh or Listener.idle).
+type holding struct {
+	open, unused int
 }
 
 // limitedConn is a connection the limiter holds a place for.
@@ -81,25 +101,34 @@ type limitedConn struct {
 	limiter *Listener
 	// in and elem are where it waits while it may be closed at the cap
 	// (limiter.fresh or limiter.idle); nil while it serves a request.
-	in       *list.List
-	elem     *list.Element
-	source   netip.Addr // the client's address, for the fair share
-	since    time.Time  // when it was accepted, or last went idle
-	released bool       // its place is given back; under limiter.mu
+	in        *list.List
+	elem      *list.Element
+	source    netip.Addr // the client's address
+	idleSince time.Time  // when it last went idle
+	released  bool       // its place is given back; under limiter.mu
+
+	// The fresh grace's clock, kept by Read until the first request
+	// header is complete (heard): how long the server has waited in Read
+	// for this client, and when the Read waiting now began (since the
+	// limiter's epoch; 0 when none is). Read by Accept's goroutine.
+	heard        atomic.Bool
+	waited       atomic.Int64 // time.Duration
+	readingSince atomic.Int64 // time.Duration since epoch
 }
 
 // NewListener returns ln holding at most max connections, sparing at the
-// cap one that is fresh for freshGrace and one idle for idleGrace.
-// closed, when not nil, is called for each connection the listener closes
-// before it sent a complete request: reason is "capacity" for one closed
-// to make room, "refused" for a newcomer closed at once, "header_timeout"
-// for one that net/http's ReadHeaderTimeout closed.
+// cap one that has made the server wait less than freshGrace for its first
+// request header, and one idle for less than idleGrace. closed, when not
+// nil, is called for each connection the listener closes before it sent a
+// complete request: reason is "capacity" for one closed to make room,
+// "refused" for a newcomer closed at once, "header_timeout" for one that
+// net/http's ReadHeaderTimeout closed.
 func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, closed func(reason string)) *Listener {
 	if closed == nil {
 		closed = func(string) {}
 	}
-	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, closed: closed,
-		bySource: map[netip.Addr]int{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
+	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, closed: closed, epoch: time.Now(),
+		bySource: map[netip.Addr]*holding{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
 // Accept accepts the next connection once there is room for it, closing
@@ -139,11 +168,9 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 		if l.open < l.max {
 			break
 		}
+		var refuse bool
 		var wait time.Duration
-		if victim, wait = l.victimLocked(); victim == nil {
-			victim = l.fairShareVictimLocked(source)
-		}
-		if victim != nil {
+		if victim, refuse, wait = l.victimLocked(source); victim != nil {
 			victim.releaseLocked()
 			break
 		}
@@ -151,7 +178,7 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 		l.mu.Unlock()
 		// A newcomer that came when every connection was serving waits
 		// its turn, even once one of them is between requests.
-		if unused > 0 && !waited {
+		if refuse || (unused > 0 && !waited) {
 			l.closed("refused") // before the close, which the client sees
 			c.Close()
 			return nil, nil
@@ -161,10 +188,15 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 			return nil, err
 		}
 	}
-	lc := &limitedConn{Conn: c, limiter: l, source: source, since: time.Now()}
+	lc := &limitedConn{Conn: c, limiter: l, source: source}
 	l.open++
-	l.bySource[source]++
-	lc.in, lc.elem = &l.fresh, l.fresh.PushBack(lc)
+	h := l.bySource[source]
+	if h == nil {
+		h = &holding{}
+		l.bySource[source] = h
+	}
+	h.open++
+	lc.listLocked(&l.fresh)
 	l.mu.Unlock()
 	if victim != nil {
 		// The raw connection, without TLS's close_notify, which could
@@ -175,77 +207,68 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 	return lc, nil
 }
 
-// victimLocked returns the connection to close at the cap, or nil and how
-// long until one may qualify. Of those past their grace in a list, it
-// takes the oldest of the address holding the most connections, else the
-// oldest: a flood's, not the apiserver's new connection that the flood's
-// handshakes have kept from sending its header in time.
-func (l *Listener) victimLocked() (*limitedConn, time.Duration) {
+// victimLocked returns the connection to close at the cap for a newcomer
+// from source, by the rules of Listener; else whether to refuse the
+// newcomer outright (rule 2), and how long until a connection may be past
+// its grace.
+func (l *Listener) victimLocked(source netip.Addr) (victim *limitedConn, refuse bool, wait time.Duration) {
+	// The address holding the most connections, of those holding one that
+	// is not serving: the only one that can give one up to a lighter one.
 	var heaviest netip.Addr
 	most := 0
-	for source, n := range l.bySource {
-		if n > most {
-			heaviest, most = source, n
+	for addr, h := range l.bySource {
+		if h.unused > 0 && h.open > most {
+			heaviest, most = addr, h.open
 		}
 	}
-	wait := l.idleGrace
-	for _, q := range []struct {
-		list  *list.List
-		grace time.Duration
-	}{{&l.fresh, l.freshGrace}, {&l.idle, l.idleGrace}} {
-		var oldest *limitedConn
-		for e := q.list.Front(); e != nil; e = e.Next() {
-			c := e.Value.(*limitedConn)
-			waited := time.Since(c.since)
-			if waited < q.grace {
-				if oldest == nil {
-					wait = min(wait, q.grace-waited)
+	mine := 0
+	if h := l.bySource[source]; h != nil {
+		mine = h.open
+	}
+	// Rule 1: a fair share.
+	if most >= mine+2 {
+		for _, q := range []*list.List{&l.idle, &l.fresh} {
+			for e := q.Front(); e != nil; e = e.Next() {
+				if c := e.Value.(*limitedConn); c.source == heaviest {
+					return c, false, 0
 				}
-				break
-			}
-			if c.source == heaviest {
-				return c, 0
-			}
-			if oldest == nil {
-				oldest = c
-			}
-		}
-		if oldest != nil {
-			return oldest, 0
-		}
-	}
-	return nil, wait
-}
-
-// fairShareVictimLocked returns the connection to close, within its grace,
-// for a newcomer from source: one not serving of the address holding the
-// most connections, if source holds at least two fewer (see Listener). It
-// runs only at the cap with nothing past its grace, and looks at no more
-// than max connections.
-func (l *Listener) fairShareVictimLocked(source netip.Addr) *limitedConn {
-	var heaviest netip.Addr
-	most := 0
-	for _, q := range []*list.List{&l.idle, &l.fresh} {
-		for e := q.Front(); e != nil; e = e.Next() {
-			if c := e.Value.(*limitedConn); l.bySource[c.source] > most {
-				heaviest, most = c.source, l.bySource[c.source]
 			}
 		}
 	}
-	if most < l.bySource[source]+2 {
-		return nil
+	// Rule 2: no rotation for a flood.
+	if mine > l.max/2 && len(l.bySource) > 1 {
+		return nil, true, 0
 	}
-	// The idle first: the apiserver, when it holds the most, reuses its
-	// most recently used connections and is not sending on the one idle
-	// the longest; a new one of its own is about to carry a review.
-	for _, q := range []*list.List{&l.idle, &l.fresh} {
-		for e := q.Front(); e != nil; e = e.Next() {
-			if c := e.Value.(*limitedConn); c.source == heaviest {
-				return c
-			}
+	// Rule 3: a connection past its grace, of an address at least as
+	// heavy as the newcomer's, the heaviest first.
+	now := time.Since(l.epoch)
+	wait = l.idleGrace
+	var best *limitedConn
+	for e := l.fresh.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*limitedConn)
+		if left := l.freshGrace - c.waitedBy(now); left > 0 {
+			wait = min(wait, left)
+			continue
+		}
+		if l.bySource[c.source].open >= mine && (best == nil || l.bySource[c.source].open > l.bySource[best.source].open) {
+			best = c
 		}
 	}
-	return nil
+	if best != nil {
+		return best, false, 0
+	}
+	for e := l.idle.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*limitedConn)
+		if idle := time.Since(c.idleSince); idle < l.idleGrace {
+			// The list is in the order they went idle.
+			wait = min(wait, l.idleGrace-idle)
+			break
+		}
+		if l.bySource[c.source].open >= mine && (best == nil || l.bySource[c.source].open > l.bySource[best.source].open) {
+			best = c
+		}
+	}
+	return best, false, wait
 }
 
 // sourceOf is the client's address of c; the zero Addr, one address for
@@ -327,20 +350,29 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	}
 	switch state {
 	case http.StateActive:
+		c.heard.Store(true)
 		c.unlistLocked()
 	case http.StateIdle:
 		c.unlistLocked()
-		c.since = time.Now()
-		c.in, c.elem = &l.idle, l.idle.PushBack(c)
+		c.idleSince = time.Now()
+		c.listLocked(&l.idle)
 	case http.StateHijacked, http.StateClosed:
 		c.releaseLocked()
 	}
+}
+
+// listLocked puts the connection at the back of q, where it may be closed
+// at the cap.
+func (c *limitedConn) listLocked(q *list.List) {
+	c.in, c.elem = q, q.PushBack(c)
+	c.limiter.bySource[c.source].unused++
 }
 
 func (c *limitedConn) unlistLocked() {
 	if c.in != nil {
 		c.in.Remove(c.elem)
 		c.in, c.elem = nil, nil
+		c.limiter.bySource[c.source].unused--
 	}
 }
 
@@ -351,18 +383,39 @@ func (c *limitedConn) releaseLocked() {
 	}
 	c.released = true
 	c.unlistLocked()
-	c.limiter.open--
-	if c.limiter.bySource[c.source]--; c.limiter.bySource[c.source] == 0 {
-		delete(c.limiter.bySource, c.source)
+	l := c.limiter
+	l.open--
+	h := l.bySource[c.source]
+	if h.open--; h.open == 0 {
+		delete(l.bySource, c.source)
 	}
-	c.limiter.signalFreed()
+	l.signalFreed()
 }
 
-// Read counts a connection closed because it had not sent a complete
-// request header in time: net/http's ReadHeaderTimeout, which also bounds
-// the TLS handshake, is a deadline on this connection while it is fresh.
+// waitedBy returns how long the server has waited in Read for the
+// connection's first request header, at now (since the limiter's epoch).
+func (c *limitedConn) waitedBy(now time.Duration) time.Duration {
+	waited := time.Duration(c.waited.Load())
+	if since := c.readingSince.Load(); since != 0 {
+		waited += now - time.Duration(since)
+	}
+	return waited
+}
+
+// Read reads from the connection, timing each read until the first request
+// header is complete (the fresh grace), and counts a connection closed
+// because that header did not come in time: net/http's ReadHeaderTimeout,
+// which also bounds the TLS handshake, is a deadline on this connection
+// while it is fresh.
 func (c *limitedConn) Read(p []byte) (int, error) {
+	if c.heard.Load() {
+		return c.Conn.Read(p)
+	}
+	start := time.Since(c.limiter.epoch)
+	c.readingSince.Store(int64(max(start, 1)))
 	n, err := c.Conn.Read(p)
+	c.waited.Add(int64(time.Since(c.limiter.epoch) - start))
+	c.readingSince.Store(0)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.limiter.mu.Lock()
 		fresh := c.in == &c.limiter.fresh

@@ -2,12 +2,19 @@ package limits
 
 import (
 	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -340,5 +347,185 @@ func TestVictimOfTheHeaviestAddress(t *testing.T) {
 	}
 	if !closedByServer(flood[0]) {
 		t.Error("the flooding address's oldest connection is open; want it closed to make room")
+	}
+}
+
+// tlsLimitedServer serves HTTPS through a Listener of max connections,
+// counting the TLS handshakes it begins; a ClientHello from slowFrom waits
+// slowBy in the server, as when a flood's handshakes or a node's other
+// work take its CPU.
+type tlsLimitedServer struct {
+	*limitedServer
+	handshakes atomic.Int64
+	config     *tls.Config // the clients'
+}
+
+func newTLSLimitedServer(t *testing.T, max int, slowFrom string, slowBy time.Duration) *tlsLimitedServer {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &tlsLimitedServer{limitedServer: &limitedServer{addr: ln.Addr().String(), closed: &closedCounter{byReason: map[string]int{}}, release: make(chan struct{}), entered: make(chan struct{}, max)},
+		config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
+	s.limiter = NewListener(ln, max, freshGrace, idleGrace, s.closed.closed)
+	serverConfig := &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		s.handshakes.Add(1)
+		if host, _, _ := net.SplitHostPort(hello.Conn.RemoteAddr().String()); host == slowFrom {
+			time.Sleep(slowBy)
+		}
+		return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+	}}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
+		ConnState: s.limiter.ConnState, IdleTimeout: time.Minute, TLSConfig: serverConfig}
+	go srv.ServeTLS(s.limiter, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// dialTLSFrom opens a TLS connection from the loopback address from.
+func (s *tlsLimitedServer) dialTLSFrom(from string) (*tls.Conn, error) {
+	d := tls.Dialer{NetDialer: &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}, Config: s.config}
+	c, err := d.Dial("tcp", s.addr)
+	if err != nil {
+		return nil, err
+	}
+	return c.(*tls.Conn), nil
+}
+
+// TestFloodRefusedBeforeHandshake fills the port from one address with
+// connections past their grace while another address holds one: the
+// flooding address's newcomers are refused before their TLS handshake,
+// not let in in place of its own connections at the cost of one, while a
+// newcomer from a third address is served.
+func TestFloodRefusedBeforeHandshake(t *testing.T) {
+	const max = 4
+	s := newTLSLimitedServer(t, max, "", 0)
+	apiserver, err := s.dialTLSFrom("127.0.0.2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer apiserver.Close()
+	if err := get(apiserver, "/"); err != nil {
+		t.Fatal(err)
+	}
+	var flood []*tls.Conn
+	for range max - 1 {
+		c, err := s.dialTLSFrom("127.0.0.1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: web")
+		flood = append(flood, c)
+	}
+	s.waitOpen(t, max)
+	time.Sleep(freshGrace + 100*time.Millisecond) // every flood connection is past its grace
+	before := s.handshakes.Load()
+
+	const newcomers = 5
+	for i := range newcomers {
+		if c, err := s.dialTLSFrom("127.0.0.1"); err == nil {
+			c.Close()
+			t.Errorf("flood newcomer %d completed its handshake, want it refused before", i)
+		}
+	}
+	if got := s.handshakes.Load() - before; got != 0 {
+		t.Errorf("the server began %d handshakes for the flood's newcomers, want 0", got)
+	}
+	if got := s.closed.count("refused"); got != newcomers {
+		t.Errorf("newcomers refused: got %d, want %d", got, newcomers)
+	}
+	for i, c := range flood {
+		if closedByServer(c) {
+			t.Errorf("flood connection %d was closed for a newcomer of its own address, want it kept", i)
+		}
+	}
+	kubelet, err := s.dialTLSFrom("127.0.0.3")
+	if err != nil {
+		t.Fatalf("a newcomer from a third address: %v, want it served", err)
+	}
+	defer kubelet.Close()
+	if err := get(kubelet, "/"); err != nil {
+		t.Errorf("a newcomer from a third address: %v, want it served", err)
+	}
+	if err := get(apiserver, "/"); err != nil {
+		t.Errorf("the second address's kept-alive connection: %v, want it served", err)
+	}
+}
+
+// TestSlowHandshakeKept: a connection whose handshake waits for the
+// server, not for its client, has not used its grace, however long it
+// takes: a newcomer of its own address is refused rather than served in
+// its place.
+func TestSlowHandshakeKept(t *testing.T) {
+	const max = 3
+	s := newTLSLimitedServer(t, max, "127.0.0.1", 4*freshGrace)
+	// The slow one first, so that it is the oldest.
+	slowDone := make(chan error, 1)
+	go func() {
+		c, err := s.dialTLSFrom("127.0.0.1")
+		if err == nil {
+			defer c.Close()
+			err = get(c, "/")
+		}
+		slowDone <- err
+	}()
+	s.waitOpen(t, 1)
+	// Past freshGrace on the clock; then the port fills with connections
+	// that are not past it in time the server waited for them.
+	time.Sleep(freshGrace + 50*time.Millisecond)
+	for range max - 1 {
+		c := s.dialFrom(t, "127.0.0.1") // TCP only: the server waits for its ClientHello
+		defer c.Close()
+	}
+	s.waitOpen(t, max)
+	if c, err := net.DialTimeout("tcp", s.addr, time.Second); err == nil {
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		c.Read(make([]byte, 1)) // until the listener decides
+		c.Close()
+	}
+	if err := <-slowDone; err != nil {
+		t.Errorf("the connection whose handshake waited for the server: %v, want it served", err)
+	}
+	if got := s.closed.count("capacity"); got != 0 {
+		t.Errorf("connections closed at the cap: got %d, want 0 (the newcomer refused)", got)
+	}
+}
+
+// TestNeverALighterAddress: a newcomer never takes the place of a
+// connection of an address holding fewer than its own, even one past its
+// grace: it may be the apiserver's, slowed by the flood.
+func TestNeverALighterAddress(t *testing.T) {
+	const max = 5
+	s := newLimitedServer(t, max)
+	lone := s.dialFrom(t, "127.0.0.2")
+	io.WriteString(lone, "POST /validate HTTP/1.1\r\nHost: web")
+	time.Sleep(freshGrace + 50*time.Millisecond) // lone is past its grace
+	for _, from := range []string{"127.0.0.1", "127.0.0.1", "127.0.0.3", "127.0.0.3"} {
+		s.dialFrom(t, from)
+	}
+	s.waitOpen(t, max)
+	if err := get(s.dialFrom(t, "127.0.0.1"), "/"); err == nil {
+		t.Error("a newcomer from an address holding 2 was served, want it refused: the only connection past its grace is of an address holding 1")
+	}
+	if closedByServer(lone) {
+		t.Error("the lighter address's connection was closed for a newcomer of a heavier one, want it kept")
 	}
 }
