@@ -85,6 +85,9 @@ func (s scenario) String() string {
 }
 
 func run() error {
+	if len(os.Args) > 1 && os.Args[1] == "hostile-clients" {
+		return hostileClients(os.Args[2:])
+	}
 	smoke := flag.Bool("smoke", false, "a few seconds in all: check that everything works")
 	out := flag.String("out", "results", "`directory` for results.md and latency.png")
 	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
@@ -93,6 +96,8 @@ func run() error {
 	slowClients := flag.Bool("slow-clients", false, "run only the slow-clients scenario (about 8 minutes): hostile clients of each kind beside a steady one, written to results/slow-clients.md")
 	slowFor := flag.Duration("slow-clients-for", 60*time.Second, "how long each load of the slow-clients scenario runs")
 	oneAddress := flag.Bool("one-address", false, "with -slow-clients, the steady client and the prober connect from the hostile clients' address, as behind a proxy that gives every client one; written to results/slow-clients-one-address.md")
+	steadyDelay := flag.Duration("steady-delay", 0, "with -slow-clients, each of the steady client's writes arrives this `long` after it is made, as from an apiserver far away or busy; written to results/slow-clients-far.md")
+	busyNeighbour := flag.Int("busy-neighbour", 0, "with -slow-clients, processes spinning this many `cores` beside the webhook through each load, as a node's other Pods do; written to results/slow-clients-busy-N.md")
 	flag.Parse()
 	if *smoke {
 		*rounds, *duration = 1, time.Second
@@ -158,7 +163,8 @@ func run() error {
 		if *oneAddress {
 			steadyFrom, probeFrom = hostileAddr, hostileAddr
 		}
-		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, d, *only, steadyFrom, probeFrom)
+		opts := slowClientsOptions{caFile: filepath.Join(certs, "ca.crt"), reviewFile: filepath.Join(bodies, "deployment-2k.json"), d: d, only: *only, steadyFrom: steadyFrom, probeFrom: probeFrom, busyNeighbour: *busyNeighbour, steadyDelay: *steadyDelay}
+		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, opts)
 		if err != nil {
 			return err
 		}
@@ -168,12 +174,19 @@ func run() error {
 			}
 		}
 		if *slowClients {
-			report := renderSlowClients(results, costs, d, steadyFrom, probeFrom)
+			report := renderSlowClients(results, costs, opts)
 			fmt.Print(report)
-			name := "slow-clients.md"
+			name := "slow-clients"
 			if *oneAddress {
-				name = "slow-clients-one-address.md"
+				name += "-one-address"
 			}
+			if *steadyDelay > 0 {
+				name += "-far"
+			}
+			if *busyNeighbour > 0 {
+				name += fmt.Sprintf("-busy-%d", *busyNeighbour)
+			}
+			name += ".md"
 			return os.WriteFile(filepath.Join(*out, name), []byte(report), 0o644)
 		}
 	}

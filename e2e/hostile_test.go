@@ -10,6 +10,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -118,16 +120,21 @@ func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile
 // clients of every hostile kind hold the webhook's port: every create
 // succeeds, the webhook run as the Deployment runs it cuts the hostile
 // bodies and connections, and its peak RSS stays under the Deployment's
-// memory limit.
+// memory limit. The creates come in bursts, each larger than the last, so
+// that the apiserver's transport, finding its pooled connections busy,
+// dials new ones during the flood, as it does in a cluster.
 func TestHostileClients(t *testing.T) {
-	const (
-		creates  = 40
-		interval = 250 * time.Millisecond
-	)
+	bursts := []int{4, 8, 16, 24, 32}
+	const pause = 500 * time.Millisecond
 	ns := createNamespace(t, "hostile")
 	w, metricsAddr, memoryLimit := startAsDeployed(t)
 	registerDeployed(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
 	mark := apiserver.logMark()
+	_, port, err := net.SplitHostPort(w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := apiserverConnections(t, port)
 
 	review, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-create.json"))
 	if err != nil {
@@ -135,41 +142,75 @@ func TestHostileClients(t *testing.T) {
 	}
 	// The kinds that send bodies first, so that each is cut at least once
 	// before the floods of connections begin: under a flood, a new
-	// connection of theirs may be closed at the cap before it sends.
+	// connection of theirs may be refused before it sends.
 	ctx, cancel := context.WithCancel(context.Background())
 	kinds := hostileKinds(review)
 	waitBodies := runHostiles(ctx, w.addr, w.caPEM, kinds[:3])
-	var waitFloods func() int64
-	time.AfterFunc(3*time.Second, func() { waitFloods = runHostiles(ctx, w.addr, w.caPEM, kinds[3:]) })
-	wait := func() int64 {
-		n := waitBodies()
-		for waitFloods == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		return n + waitFloods()
-	}
+	time.Sleep(3 * time.Second)
+	waitFloods := runHostiles(ctx, w.addr, w.caPEM, kinds[3:])
 	time.Sleep(time.Second)
 
-	var failed []string
-	start := time.Now()
-	for i := range creates {
-		if err := createThroughAll(context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d", i), false); err != nil {
-			failed = append(failed, err.Error())
+	// The apiserver's connections to the webhook, sampled while it works.
+	seen := map[string]bool{}
+	var seenMu sync.Mutex
+	sampling, stopSampling := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sampling.Err() == nil {
+			for c := range apiserverConnections(t, port) {
+				seenMu.Lock()
+				seen[c] = true
+				seenMu.Unlock()
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(interval)
+	}()
+
+	var failed []string
+	var failedMu sync.Mutex
+	start := time.Now()
+	creates := 0
+	for b, n := range bursts {
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := createThroughAll(context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d-%d", b, i), false); err != nil {
+					failedMu.Lock()
+					failed = append(failed, err.Error())
+					failedMu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		creates += n
+		time.Sleep(pause)
 	}
 	took := time.Since(start)
+	stopSampling()
+	<-sampled
 	after := scrape(t, "http://"+metricsAddr+"/metrics")
 	cancel()
-	opened := wait()
+	opened := waitBodies() + waitFloods()
+	dialed := 0
+	for c := range seen {
+		if !before[c] {
+			dialed++
+		}
+	}
 
 	peak := peakRSS(t, w.cmd.Process.Pid)
-	t.Logf("%d creates in %s beside %d hostile connections; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow, %v connections closed at the cap, %v for slow headers",
-		creates, took.Round(time.Millisecond), opened, float64(peak)/(1<<20), memoryLimit>>20,
+	t.Logf("%d creates in bursts of %v in %s beside %d hostile connections; the apiserver opened %d connections to the webhook during the flood; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow, %v connections refused, %v closed at the cap, %v for slow headers",
+		creates, bursts, took.Round(time.Millisecond), opened, dialed, float64(peak)/(1<<20), memoryLimit>>20,
 		after[`webhook_request_bodies_cut_total{reason="stalled"}`], after[`webhook_request_bodies_cut_total{reason="too_slow"}`],
-		after[`webhook_connections_closed_total{reason="capacity"}`], after[`webhook_connections_closed_total{reason="header_timeout"}`])
+		after[`webhook_connections_closed_total{reason="refused"}`], after[`webhook_connections_closed_total{reason="capacity"}`], after[`webhook_connections_closed_total{reason="header_timeout"}`])
 	for _, f := range failed {
 		t.Errorf("a create failed under attack: %s", f)
+	}
+	if dialed == 0 {
+		t.Error("the apiserver opened no connection to the webhook during the flood, want it to dial as its bursts outgrow its pool")
 	}
 	if peak >= memoryLimit {
 		t.Errorf("the webhook's peak RSS was %.1f MiB, want under the Deployment's limit of %d MiB", float64(peak)/(1<<20), memoryLimit>>20)
@@ -178,6 +219,7 @@ func TestHostileClients(t *testing.T) {
 	for _, series := range []string{
 		`webhook_request_bodies_cut_total{reason="stalled"}`,
 		`webhook_request_bodies_cut_total{reason="too_slow"}`,
+		`webhook_connections_closed_total{reason="refused"}`,
 		`webhook_connections_closed_total{reason="capacity"}`,
 	} {
 		if after[series] == 0 {
@@ -185,4 +227,31 @@ func TestHostileClients(t *testing.T) {
 		}
 	}
 	noFailedCalls(t, mark)
+}
+
+// apiserverConnections returns the connections established to the
+// webhook's port from 127.0.0.1, the apiserver's address (the hostile
+// clients dial from 127.0.0.2), by the client's port, from /proc/net/tcp.
+func apiserverConnections(t *testing.T, port string) map[string]bool {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// /proc/net/tcp writes an IPv4 address as 8 hex digits in host (little
+	// endian) order, and a port as 4 hex digits.
+	local := fmt.Sprintf("0100007F:%04X", p)
+	const established = "01"
+	conns := map[string]bool{}
+	for line := range strings.Lines(string(raw)) {
+		f := strings.Fields(line)
+		if len(f) > 3 && f[1] == local && strings.HasPrefix(f[2], "0100007F:") && f[3] == established {
+			conns[f[2]] = true
+		}
+	}
+	return conns
 }
