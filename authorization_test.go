@@ -34,10 +34,10 @@ var (
 	}
 )
 
-// serveAuthorize is the generic path for one authorize function, with
-// neither a budget nor metrics.
-func serveAuthorize(logger *slog.Logger, authorize authorizeFunc) http.Handler {
-	return (&reviewServer{logger: logger}).handle("/authorize", subjectAccessReviews(authorize))
+// authorizationHandler is the generic path for one authorize function, as
+// the server runs it.
+func authorizationHandler(logger *slog.Logger, authorize authorizeFunc) http.Handler {
+	return newTestReviews(logger).authorization("/authorize", authorize)
 }
 
 // sarIn is a SubjectAccessReview as the apiserver reads an answer: its
@@ -109,7 +109,7 @@ func TestAuthorizeFixtures(t *testing.T) {
 		}
 		for _, tc := range tests {
 			t.Run(name+"/"+tc.name, func(t *testing.T) {
-				out := checkSubjectAccessReview(t, name, body, post(serveAuthorize(discardLogger, tc.authorize), "/authorize?timeout=3s", body))
+				out := checkSubjectAccessReview(t, name, body, post(authorizationHandler(discardLogger, tc.authorize), "/authorize?timeout=3s", body))
 				s := out.Status
 				if want := strings.ReplaceAll(tc.wantReason, "USER", review.Spec.User); s.Allowed != tc.wantAllowed || s.Denied != tc.wantDeny || s.Reason != want {
 					t.Errorf("got status %+v, want allowed=%v denied=%v reason %q", s, tc.wantAllowed, tc.wantDeny, tc.wantReason)
@@ -130,7 +130,7 @@ func TestAuthorizeSeesV1(t *testing.T) {
 				specs[i] = spec
 				return noOpinion()
 			}
-			checkSubjectAccessReview(t, name, all[name], post(serveAuthorize(discardLogger, record), "/authorize", all[name]))
+			checkSubjectAccessReview(t, name, all[name], post(authorizationHandler(discardLogger, record), "/authorize", all[name]))
 		}
 		if specs[0] == nil || specs[1] == nil {
 			t.Fatalf("%v: the authorize function was not called", pair)
@@ -173,7 +173,7 @@ func TestAuthorizeBadInput(t *testing.T) {
 		{"both attributes", http.MethodPost, "application/json", sar(`{"user":"jane","resourceAttributes":{"verb":"get"},"nonResourceAttributes":{"path":"/","verb":"get"}}`), 400, metav1.StatusReasonBadRequest, "both spec.resourceAttributes and spec.nonResourceAttributes"},
 		{"spec of the wrong type", http.MethodPost, "application/json", sar(`"jane"`), 400, metav1.StatusReasonBadRequest, "does not decode"},
 	}
-	h := serveAuthorize(discardLogger, denyingAuthorize)
+	h := authorizationHandler(discardLogger, denyingAuthorize)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, "/authorize", tc.body)
@@ -202,7 +202,7 @@ func TestAuthorizePanicIsAnswered(t *testing.T) {
 	panicking := func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
 		panic("token=hunter2")
 	}
-	w := post(serveAuthorize(slog.New(slog.NewTextHandler(&logs, nil)), panicking), "/authorize", body)
+	w := post(authorizationHandler(slog.New(slog.NewTextHandler(&logs, nil)), panicking), "/authorize", body)
 	checkStatusBody(t, w, http.StatusInternalServerError, metav1.StatusReasonInternalError)
 	for _, want := range []string{"panicked", "user=" + plumbingUser, "panic.type=string"} {
 		if !strings.Contains(logs.String(), want) {
@@ -223,7 +223,7 @@ func TestAllowedAndDeniedIsADenial(t *testing.T) {
 		return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "confused"}
 	}
 	var logs bytes.Buffer
-	out := checkSubjectAccessReview(t, "both", body, post(serveAuthorize(slog.New(slog.NewTextHandler(&logs, nil)), both), "/authorize", body))
+	out := checkSubjectAccessReview(t, "both", body, post(authorizationHandler(slog.New(slog.NewTextHandler(&logs, nil)), both), "/authorize", body))
 	if out.Status.Allowed || !out.Status.Denied || !strings.Contains(out.Status.Reason, "both allowed and denied") {
 		t.Errorf("got status %+v, want a denial whose reason says it answered both", out.Status)
 	}
@@ -245,7 +245,7 @@ func TestAuthorizeLogLine(t *testing.T) {
 	all := plumbingSubjectAccessReviews(t)
 	for name, want := range tests {
 		var logs bytes.Buffer
-		checkSubjectAccessReview(t, name, all[name], post(serveAuthorize(slog.New(slog.NewTextHandler(&logs, nil)), denyingAuthorize), "/authorize", all[name]))
+		checkSubjectAccessReview(t, name, all[name], post(authorizationHandler(slog.New(slog.NewTextHandler(&logs, nil)), denyingAuthorize), "/authorize", all[name]))
 		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 		if len(lines) != 1 {
 			t.Fatalf("%s: got %d log lines, want 1:\n%s", name, len(lines), logs.String())
@@ -268,7 +268,7 @@ func TestAuthorizeLogLine(t *testing.T) {
 // request's version; anything else is a Status.
 func FuzzAuthorize(f *testing.F) {
 	addSubjectAccessReviewSeeds(f)
-	h := serveAuthorize(discardLogger, denyingAuthorize)
+	h := authorizationHandler(discardLogger, denyingAuthorize)
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkAnyAuthorizeAnswer(t, body, post(h, "/authorize", body))
 	})

@@ -104,13 +104,13 @@ func TestWriteBenchBodies(t *testing.T) {
 // handler).
 func BenchmarkHandler(b *testing.B) {
 	p := policyWithDefaults(b)
-	reviews := newReviewServer(discardLogger, newMetrics(), defaultMaxInflightBytes)
+	reviews := newTestReviews(discardLogger)
 	for _, body := range benchBodies(b) {
 		for _, route := range []struct {
 			name  string
 			admit admitFunc
 		}{{"mutate", mutate(p)}, {"validate", validate(p)}} {
-			h := reviews.handle("/"+route.name, admissionReviews(route.admit))
+			h := reviews.admission("/"+route.name, route.admit, validationAction{})
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))
 				b.ReportAllocs()

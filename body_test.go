@@ -30,10 +30,10 @@ type bodyTestServer struct {
 
 func newBodyTestServer(t *testing.T, budgetBytes int64) *bodyTestServer {
 	t.Helper()
-	m := newMetrics()
-	s := &bodyTestServer{reviewServer: newReviewServer(discardLogger, m, budgetBytes), m: m}
-	m.reviewServer = s.reviewServer
-	srv := httptest.NewServer(s.handle("/validate", admissionReviews(denyingAdmit)))
+	bodies := newBodyReader(budgetBytes)
+	m := newMetrics(nil, bodies)
+	s := &bodyTestServer{reviewServer: &reviewServer{logger: discardLogger, metrics: m, bodies: bodies}, m: m}
+	srv := httptest.NewServer(s.admission("/validate", denyingAdmit, validationAction{}))
 	t.Cleanup(srv.Close)
 	s.addr = srv.Listener.Addr().String()
 	stop := make(chan struct{})
@@ -41,7 +41,7 @@ func newBodyTestServer(t *testing.T, budgetBytes int64) *bodyTestServer {
 	go func() {
 		defer close(done)
 		for {
-			if used, _ := s.budget.State(); used > s.peak.Load() {
+			if used, _ := s.bodies.budget.State(); used > s.peak.Load() {
 				s.peak.Store(used)
 			}
 			select {
@@ -59,29 +59,56 @@ func newBodyTestServer(t *testing.T, budgetBytes int64) *bodyTestServer {
 // bytes; the caller writes the body, or does not.
 func (s *bodyTestServer) send(t *testing.T, query string, length int) net.Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", s.addr)
+	conn, err := s.dial(query, length)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "POST /validate%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", query, length)
 	return conn
+}
+
+// dial is send for a goroutine other than the test's, which may not stop
+// the test: it returns the error.
+func (s *bodyTestServer) dial(query string, length int) (net.Conn, error) {
+	conn, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		return nil, err
+	}
+	_, err = fmt.Fprintf(conn, "POST /validate%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", query, length)
+	return conn, err
 }
 
 // answer reads the server's answer on conn.
 func answer(t *testing.T, conn net.Conn) *httptest.ResponseRecorder {
 	t.Helper()
+	w, err := readAnswer(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// readAnswer is answer for a goroutine other than the test's.
+func readAnswer(conn net.Conn) (*httptest.ResponseRecorder, error) {
 	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
-		t.Fatalf("reading the answer: %v", err)
+		return nil, fmt.Errorf("reading the answer: %w", err)
 	}
-	w := recorded(t, resp)
+	defer resp.Body.Close()
+	w := httptest.NewRecorder()
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
 	if resp.Close {
 		// ReadResponse takes Connection: close out of the header.
 		w.Header().Set("Connection", "close")
 	}
-	return w
+	w.WriteHeader(resp.StatusCode)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		return nil, fmt.Errorf("reading the answer's body: %w", err)
+	}
+	return w, nil
 }
 
 // largeReview is a review of about size bytes, as a large object makes.
@@ -111,12 +138,11 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var held int64
-			var s *reviewServer
+			s := &reviewServer{logger: discardLogger, bodies: newBodyReader(maxBodyBytes)}
 			admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-				held, _ = s.budget.State()
+				held, _ = s.bodies.budget.State()
 				return allowed()
 			}
-			s = newReviewServer(discardLogger, nil, maxBodyBytes)
 			var rd io.Reader = bytes.NewReader(tc.body)
 			if !tc.declared {
 				rd = io.MultiReader(rd) // an unknown length, as chunked
@@ -124,11 +150,11 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 			r := httptest.NewRequest(http.MethodPost, "/validate", rd)
 			r.Header.Set("Content-Type", "application/json")
 			w := httptest.NewRecorder()
-			s.handle("/validate", admissionReviews(admit)).ServeHTTP(w, r)
+			s.admission("/validate", admit, validationAction{}).ServeHTTP(w, r)
 			if w.Code != http.StatusOK || held != tc.want {
 				t.Errorf("got HTTP %d holding %d bytes while admitting, want 200 and %d", w.Code, held, tc.want)
 			}
-			if used, _ := s.budget.State(); used != 0 {
+			if used, _ := s.bodies.budget.State(); used != 0 {
 				t.Errorf("%d bytes still held after the answer", used)
 			}
 		})
@@ -196,13 +222,13 @@ func TestStalledAfterMostOfTheBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent := time.Now()
-	for used, _ := s.budget.State(); used != maxBodyBytes; used, _ = s.budget.State() {
+	for used, _ := s.bodies.budget.State(); used != maxBodyBytes; used, _ = s.bodies.budget.State() {
 		if time.Since(sent) > 5*time.Second {
 			t.Fatalf("the body never held its room: %d bytes held", used)
 		}
 		time.Sleep(time.Millisecond)
 	}
-	for used, _ := s.budget.State(); used != 0; used, _ = s.budget.State() {
+	for used, _ := s.bodies.budget.State(); used != 0; used, _ = s.bodies.budget.State() {
 		if time.Since(sent) > bodyStallTimeout+time.Second {
 			t.Fatalf("%d bytes still held %s after the last byte, want them back after %s", used, time.Since(sent), bodyStallTimeout)
 		}
@@ -224,26 +250,40 @@ func TestLargeBodiesDoNotDeadlock(t *testing.T) {
 	review := largeReview(t, 3<<20)
 	var wg sync.WaitGroup
 	codes := make([]int, 6)
+	errs := make([]error, len(codes))
 	for i := range codes {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn := s.send(t, "?timeout=20s", len(review))
+			conn, err := s.dial("?timeout=20s", len(review))
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			defer conn.Close()
 			// In pieces, interleaved with the others.
 			for rest := review; len(rest) > 0; {
 				n := min(len(rest), 256<<10)
 				if _, err := conn.Write(rest[:n]); err != nil {
+					errs[i] = fmt.Errorf("sending the body: %w", err)
 					return
 				}
 				rest = rest[n:]
 				time.Sleep(10 * time.Millisecond)
 			}
-			codes[i] = answer(t, conn).Code
+			w, err := readAnswer(conn)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			codes[i] = w.Code
 		}()
 	}
 	wg.Wait()
 	for i, code := range codes {
-		if code != http.StatusOK {
+		if errs[i] != nil {
+			t.Errorf("review %d: %v, want it answered", i, errs[i])
+		} else if code != http.StatusOK {
 			t.Errorf("review %d: got HTTP %d, want 200", i, code)
 		}
 	}
@@ -260,7 +300,7 @@ func TestLargeReviewOverload(t *testing.T) {
 	body := largeReview(t, 100<<10)
 	t.Run("no room", func(t *testing.T) {
 		s := newBodyTestServer(t, maxBodyBytes)
-		if err := s.budget.Acquire(context.Background(), maxBodyBytes); err != nil {
+		if err := s.bodies.budget.Acquire(context.Background(), maxBodyBytes); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
@@ -276,24 +316,24 @@ func TestLargeReviewOverload(t *testing.T) {
 			t.Errorf("webhook_inflight_rejected_total = %v, want 1", got)
 		}
 		// Once there is room, a large review is served.
-		s.budget.Release(maxBodyBytes)
+		s.bodies.budget.Release(maxBodyBytes)
 		conn = s.send(t, "?timeout=5s", len(body))
 		conn.Write(body)
 		checkReview(t, "/validate", decodeReviewIn(t, body), answer(t, conn))
 	})
 	t.Run("too many waiting", func(t *testing.T) {
 		s := newBodyTestServer(t, maxBodyBytes)
-		if err := s.turn.Acquire(context.Background(), 1); err != nil {
+		if err := s.bodies.turn.Acquire(context.Background(), 1); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		for range maxWaitingBodies {
 			wg.Add(1)
-			go func() { defer wg.Done(); _ = s.turn.Acquire(ctx, 1) }()
+			go func() { defer wg.Done(); _ = s.bodies.turn.Acquire(ctx, 1) }()
 		}
 		defer func() { cancel(); wg.Wait() }()
-		for _, waiting := s.turn.State(); waiting < maxWaitingBodies; _, waiting = s.turn.State() {
+		for _, waiting := s.bodies.turn.State(); waiting < maxWaitingBodies; _, waiting = s.bodies.turn.State() {
 			time.Sleep(time.Millisecond)
 		}
 		start := time.Now()

@@ -192,10 +192,17 @@ func TestNewReviewReadsYAMLAndJSON(t *testing.T) {
 	}
 }
 
-// serve is the generic path for one admit function, with neither a budget
-// nor metrics: what most tests drive.
-func serve(logger *slog.Logger, admit admitFunc) http.Handler {
-	return (&reviewServer{logger: logger}).handle("/test", admissionReviews(admit))
+// newTestReviews is what the server's review routes share, as newServer
+// builds it: the default byte budget, and metrics of its own.
+func newTestReviews(logger *slog.Logger) *reviewServer {
+	bodies := newBodyReader(defaultMaxInflightBytes)
+	return &reviewServer{logger: logger, metrics: newMetrics(nil, bodies), bodies: bodies}
+}
+
+// admissionHandler is the generic path for one admit function, as the
+// server runs it: what most tests drive.
+func admissionHandler(logger *slog.Logger, admit admitFunc) http.Handler {
+	return newTestReviews(logger).admission("/test", admit, validationAction{})
 }
 
 // post sends body to h as the apiserver does and returns the recorded answer.
@@ -407,7 +414,7 @@ func checkAnyAnswer(t *testing.T, route string, body []byte, w *httptest.Respons
 		return
 	}
 	// The request decoded, so it names its version and uid.
-	gvk, req, err := decodeReview(body)
+	gvk, req, err := decodeAdmissionReview(body)
 	if err != nil {
 		t.Fatalf("%s: HTTP 200 for a body that does not decode: %v", route, err)
 	}
@@ -420,7 +427,9 @@ func policyWithDefaults(tb testing.TB) policy {
 	tb.Helper()
 	var p policy
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
-	p.addFlags(flags)
+	if err := p.addFlags(flags); err != nil {
+		tb.Fatal(err)
+	}
 	if err := flags.Parse(nil); err != nil {
 		tb.Fatal(err)
 	}
@@ -441,8 +450,8 @@ func policyWithDefaults(tb testing.TB) policy {
 // 403 with a message.
 func TestFixtures(t *testing.T) {
 	p := policyWithDefaults(t)
-	mutateHandler := serve(discardLogger, mutate(p))
-	validateHandler := serve(discardLogger, validate(p))
+	mutateHandler := admissionHandler(discardLogger, mutate(p))
+	validateHandler := admissionHandler(discardLogger, validate(p))
 	all := fixtures(t)
 	for name := range fixtureExpectations {
 		if _, ok := all[name]; !ok {
@@ -533,7 +542,9 @@ func parsePolicyFlags(args ...string) (policy, string, error) {
 	var out bytes.Buffer
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	flags.SetOutput(&out)
-	p.addFlags(flags)
+	if err := p.addFlags(flags); err != nil {
+		return p, "", err
+	}
 	err := flags.Parse(args)
 	return p, out.String(), err
 }

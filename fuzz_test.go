@@ -12,8 +12,8 @@ import (
 func FuzzServe(f *testing.F) {
 	addReviewSeeds(f)
 	handlers := map[bool]http.Handler{
-		false: serve(discardLogger, patchingAdmit),
-		true:  serve(discardLogger, denyingAdmit),
+		false: admissionHandler(discardLogger, patchingAdmit),
+		true:  admissionHandler(discardLogger, denyingAdmit),
 	}
 	f.Fuzz(func(t *testing.T, body []byte, validating bool) {
 		route := "/mutate"
@@ -51,8 +51,8 @@ func FuzzPolicy(f *testing.F) {
 	addReviewSeeds(f)
 	p := policyWithDefaults(f)
 	handlers := map[bool]http.Handler{
-		false: serve(discardLogger, mutate(p)),
-		true:  serve(discardLogger, validate(p)),
+		false: admissionHandler(discardLogger, mutate(p)),
+		true:  admissionHandler(discardLogger, validate(p)),
 	}
 	f.Fuzz(func(t *testing.T, body []byte, validating bool) {
 		route := "/mutate"

@@ -1,7 +1,26 @@
 package main
 
+// HTTP ⇄ review: the routes, and the one path each review takes through
+// them, read top to bottom in admission (below; authorization is the same
+// path for a SubjectAccessReview). Each step answers where it decides:
+//
+//	the request   POST, application/json, a ?timeout=, its body read by
+//	              readBody (body.go: within the byte budget, on the
+//	              client's pace); else a metav1.Status with 405, 415, 400,
+//	              413, 408 or 429
+//	the review    an AdmissionReview of v1 or v1beta1, seen as v1; else 400
+//	the decision  the policy's admit function, under a recover; a panic is
+//	              answered with 500 and logged
+//	the answer    a copy of the policy's, completed: the request's uid,
+//	              legible warnings, -validation-action (rollout.go)
+//	the reply     200 and the review in the request's version; one log
+//	              line and the metrics
+//
+// Whenever an answer can be sent it is sent with 200, its true status in
+// response.status, as pod-security-admission's webhook does: the apiserver
+// shows the user a review's message, and only a status code otherwise.
+
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,304 +30,190 @@ import (
 	"net/url"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/example/webhook/convert"
-	"github.com/example/webhook/limits"
 )
 
-// admitFunc decides on one admission request, never returning nil. It sees
-// neither HTTP nor globals, leaves the UID to serve, and its ctx ends at
-// the apiserver's deadline. policy.go makes them.
-type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+// maxWebhookTimeout is the largest timeoutSeconds a webhook configuration
+// may set; the apiserver never waits longer.
+const maxWebhookTimeout = 30 * time.Second
 
-// allowed admits the request unchanged.
-func allowed() *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Allowed: true}
-}
-
-// allowedWithWarning admits the request unchanged and warns the user, for
-// a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
-// it to one line, its point first (legibleWarnings says why). To patch and
-// warn, set the Warnings of patched's answer.
-func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
-}
-
-// patched admits the request with ops applied. With no ops it sets neither
-// patch nor patchType: the apiserver rejects one without the other.
-func patched(ops []patchOp) *admissionv1.AdmissionResponse {
-	if len(ops) == 0 {
-		return allowed()
-	}
-	patch, err := json.Marshal(ops)
-	if err != nil {
-		return errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
-	}
-	pt := admissionv1.PatchTypeJSONPatch
-	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
-}
-
-// denied refuses the request with 403 Forbidden. The apiserver shows the
-// user `admission webhook "<name>" denied the request: <message>`.
-func denied(message string) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    http.StatusForbidden,
-		Reason:  metav1.StatusReasonForbidden,
-		Message: message,
-	}}
-}
-
-// errored refuses a request the webhook could not judge, such as one whose
-// object does not decode, still with HTTP 200: the apiserver shows the
-// message only from a review.
-func errored(code int32, err error) *admissionv1.AdmissionResponse {
-	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
-		Status:  metav1.StatusFailure,
-		Code:    code,
-		Reason:  reasonForCode(code),
-		Message: err.Error(),
-	}}
-}
-
-// objectMetadata is the part of an object's metadata that most policies
-// read; the namespace is req.Namespace. For more, decodeObject decodes
-// only the fields a policy reads: the whole object costs as much again as
-// the review.
-type objectMetadata struct {
-	Name         string            `json:"name,omitempty"`
-	GenerateName string            `json:"generateName,omitempty"`
-	Labels       map[string]string `json:"labels,omitempty"`
-	Annotations  map[string]string `json:"annotations,omitempty"`
-
-	// Missing is true when the object has no metadata at all, which the
-	// apiserver never sends but a hand-made request can.
-	Missing bool `json:"-"`
-}
-
-// objectMeta decodes the metadata of req.Object or req.OldObject, of any
-// kind, skipping the rest of metadata: managedFields above all, most of
-// the work of decoding it.
-func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
-	var partial struct {
-		Metadata *objectMetadata `json:"metadata"`
-	}
-	if err := decodeObject(obj, &partial); err != nil {
-		return nil, err
-	}
-	if partial.Metadata == nil {
-		return &objectMetadata{Missing: true}, nil
-	}
-	return partial.Metadata, nil
-}
-
-// decodeObject decodes the object under review, obj being req.Object or
-// req.OldObject, into into: a pointer to a struct holding just the fields
-// the policy reads, each tagged with its JSON name, such as
-//
-//	type container struct {
-//		Name  string `json:"name"`
-//		Image string `json:"image"`
-//	}
-//	var pod struct {
-//		Spec struct {
-//			Containers []container `json:"containers"`
-//		} `json:"spec"`
-//	}
-//
-// Decoding is case-sensitive, as in the apiserver: a field without its tag
-// (Image for "image") stays empty. Unknown fields are skipped. An absent
-// object (req.Object on DELETE) is an error.
-func decodeObject(obj runtime.RawExtension, into any) error {
-	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
-		return errors.New("the request carries no object to admit")
-	}
-	if err := json.Unmarshal(obj.Raw, into); err != nil {
-		return fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
-	}
-	return nil
-}
-
-// objectName names the object for a message: "namespace/name", or "name"
-// if cluster-scoped; on CREATE with generateName, the prefix and "*".
-func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string {
-	name := req.Name
-	if name == "" && meta != nil {
-		name = meta.Name
-		if name == "" && meta.GenerateName != "" {
-			name = meta.GenerateName + "*"
+// routes serves the review routes, each with the policy's function, and
+// /ping, which reports ready. guard wraps the review routes (requireClient,
+// with -client-ca-file); /ping stays open, as kubelet probes have no
+// client certificate.
+func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler, ready func() bool) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/mutate", guard(reviews.admission("/mutate", mutate(p), validationAction{})))
+	mux.Handle("/validate", guard(reviews.admission("/validate", validate(p), action)))
+	// The authorization webhook's: the apiserver's AuthorizationConfiguration
+	// points a Webhook authorizer here.
+	mux.Handle("/authorize", guard(reviews.authorization("/authorize", authorize(p))))
+	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready() {
+			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+			return
 		}
-	}
-	if req.Namespace == "" {
-		return name
-	}
-	return req.Namespace + "/" + name
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("pong"))
+	})
+	return mux
 }
 
-// HTTP ⇄ review: one generic path for every kind of review and route.
-
-const (
-	// maxBodyBytes caps what a review may be. The apiserver accepts request
-	// bodies up to 3 MiB and a review can carry both object and oldObject,
-	// so 2 × 3 MiB plus the envelope fits; anything larger is not from it.
-	maxBodyBytes = 7 << 20
-
-	// maxWebhookTimeout is the largest timeoutSeconds a webhook
-	// configuration may set; the apiserver never waits longer.
-	maxWebhookTimeout = 30 * time.Second
-)
-
-// overloadStatus answers a review that cannot be served before its
-// deadline, without Retry-After. kube-apiserver v1.37.1 calls an admission
-// webhook with client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/
-// plugin/webhook/validating/dispatcher.go, callHook; mutating likewise),
-// which retries a 429 or 5xx only with Retry-After
-// (k8s.io/client-go/rest/with_retry.go, checkWait and IsNextRetry); without
-// it, this Status's message is the error failurePolicy judges. A retry
-// could not be served in the overloadMargin left and would only add load
-// (e2e TestOverloadAnswer; with Retry-After: 0 the user saw "context
-// deadline exceeded" instead). 429, not 503, so that
-// apiserver_admission_webhook_rejection_count{rejection_code} tells it from
-// the 503 of a webhook it cannot reach (dispatcher.go,
-// NewServiceUnavailable). On /authorize the apiserver retries a 429 with
-// backoff whatever the headers (authorization.go), and soon finds room.
-const overloadStatus = http.StatusTooManyRequests
-
-// overloadMargin is how long before a request's deadline it stops waiting
-// for the byte budget, so that its answer still arrives in time.
-const overloadMargin = 250 * time.Millisecond
-
-// reviewServer is what every review route shares: the log, the metrics,
-// and the byte budget with the turn of large bodies (body.go).
+// reviewServer is what the review routes share: the log, the metrics, and
+// the body reader with its byte budget.
 type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
-	// budget bounds the bytes of large reviews being read and decoded at
-	// once (defaultMaxInflightBytes says why); nil: no bound.
-	budget *limits.Budget
-	turn   *limits.Budget // of one: the large body being read; set with budget
+	bodies  *bodyReader
 }
 
-// newReviewServer serves with metrics and a budget of budgetBytes.
-func newReviewServer(logger *slog.Logger, m *metrics, budgetBytes int64) *reviewServer {
-	return &reviewServer{logger: logger, metrics: m, budget: limits.NewBudget(budgetBytes), turn: limits.NewBudget(1)}
-}
-
-// A reviewKind is one kind of review the generic path serves:
-// admissionReviews or subjectAccessReviews (authorization.go).
-type reviewKind struct {
-	name string // what a body must be, for messages: wantAdmissionReview
-	// review decodes body, decides, and encodes the answer.
-	review func(ctx context.Context, body []byte) outcome
-}
-
-// outcome is what one request came to.
-type outcome struct {
-	code    int    // the HTTP status
-	body    []byte // the encoded review for code 200
-	message string // otherwise, the message of the Status written
-	verdict string // the review's, for the log line and the metrics; "" without one
-	// attrs name the review for its log line (admissionAttrs).
-	attrs    []slog.Attr
-	panicked []any  // when not nil, what to log of a panic of the policy
-	cut      string // why the body clock cut the body ("stalled", "too_slow"), or ""
-}
-
-// failed is the outcome of a request that has no review to answer.
-func failed(code int, message string) outcome {
-	return outcome{code: code, message: message}
-}
-
-// handle returns the handler of one route. It checks method, content
-// type, declared size, timeout, then the body (body.go), in that order,
-// answering a failure with its HTTP status and a metav1.Status the
-// apiserver passes to the user; then kind decodes, decides and encodes
-// (HTTP 200). One line is logged per review.
-func (s *reviewServer) handle(route string, kind reviewKind) http.Handler {
+// admission serves an admission route: an AdmissionReview decided by admit
+// and answered in the version it came in, with the request's uid. action
+// is what becomes of admit's denials: /validate's -validation-action.
+func (s *reviewServer) admission(path string, admit admitFunc, action validationAction) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		s.metrics.inFlightAdd(route, 1)
-		defer s.metrics.inFlightAdd(route, -1)
-		o := s.serve(w, r, kind)
-		if o.code == http.StatusOK {
-			w.Header().Set("Content-Type", "application/json")
-			if _, err := w.Write(o.body); err != nil {
-				s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(o.attrs, slog.Any("err", err))...)
-			}
-		} else {
-			if o.cut != "" {
-				// The client has stopped sending: nothing more will be read.
-				w.Header().Set("Connection", "close")
-				s.metrics.bodyCut(o.cut)
-			}
-			writeStatus(w, o.code, o.message)
+		s.metrics.inFlightAdd(path, 1)
+		defer s.metrics.inFlightAdd(path, -1)
+
+		timeout, err := checkRequest(w, r, wantAdmissionReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
 		}
-		took := time.Since(start)
-		s.metrics.request(route, o.code, o.verdict, took)
-		if o.panicked != nil {
-			s.metrics.panicked(route)
-			s.logger.LogAttrs(r.Context(), slog.LevelError, "the policy panicked", append(o.attrs, slog.Group("panic", o.panicked...))...)
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		body, held, err := s.bodies.readBody(ctx, w, r, wantAdmissionReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
 		}
-		if o.verdict != "" {
-			attrs := make([]slog.Attr, 0, len(o.attrs)+4) // one allocation for the line
-			attrs = append(attrs, slog.String("path", r.URL.Path))
-			attrs = append(attrs, o.attrs...)
-			attrs = append(attrs, slog.String("verdict", o.verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
-			s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", attrs...)
+		defer s.bodies.release(held)
+
+		gvk, req, err := decodeAdmissionReview(body)
+		if err != nil {
+			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			return
 		}
+		attrs := admissionAttrs(req)
+
+		resp, panicked := callSafely(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
+		if panicked != nil {
+			s.logPanic(ctx, path, attrs, panicked)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
+			return
+		}
+
+		answer, verdict := completeAdmission(resp, req.UID, action)
+		out, err := encodeAdmissionReview(gvk, answer)
+		if err != nil {
+			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			return
+		}
+		if answer.Result != nil && answer.Result.Code != 0 {
+			attrs = append(attrs, slog.Int("code", int(answer.Result.Code)))
+		}
+		if len(answer.Warnings) > 0 {
+			// How many, not what: a warning may quote the object.
+			attrs = append(attrs, slog.Int("warnings", len(answer.Warnings)))
+		}
+		s.reply(w, r, path, start, out, verdict, attrs)
 	})
 }
 
-func (s *reviewServer) serve(w http.ResponseWriter, r *http.Request, kind reviewKind) outcome {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return failed(http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, kind.name))
-	}
-	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
-		return failed(http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), kind.name))
-	}
-	// A declared length over the cap is refused before reading a byte.
-	if r.ContentLength > maxBodyBytes {
-		return failed(http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most %s can be", maxBodyBytes, kind.name))
-	}
-	ctx, cancel, err := requestContext(r)
-	if err != nil {
-		return failed(http.StatusBadRequest, err.Error())
-	}
-	defer cancel()
-	deadline, _ := ctx.Deadline()
-	clock := limits.NewBodyClock(r, http.NewResponseController(w), deadline, bodyStallTimeout, minBodyRate)
-	read := s.readBody(ctx, w, r, &clock, kind.name)
-	if read.fail != nil {
-		return *read.fail
-	}
-	defer s.giveBack(read.held)
-	return kind.review(ctx, read.body)
+// authorization serves /authorize: a SubjectAccessReview decided by
+// authorize and answered in the version it came in, with only its status,
+// the one part the apiserver reads (authorization.go says how it reads it).
+func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s.metrics.inFlightAdd(path, 1)
+		defer s.metrics.inFlightAdd(path, -1)
+
+		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		body, held, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
+		}
+		defer s.bodies.release(held)
+
+		gvk, spec, err := decodeSubjectAccessReview(body)
+		if err != nil {
+			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			return
+		}
+		attrs := authorizationAttrs(spec)
+
+		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
+		if panicked != nil {
+			// A 500 is retried, then the authorizer's failurePolicy decides.
+			s.logPanic(ctx, path, attrs, panicked)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
+			return
+		}
+		if status.Allowed && status.Denied {
+			// The apiserver denies such an answer and logs an error: deny
+			// here too, with a status it reads as meant, and a reason that
+			// says what went wrong.
+			status = deniedBecause("the webhook's authorize function answered both allowed and denied; denied")
+			attrs = append(attrs, slog.String("error", "the authorize function answered both allowed and denied"))
+		}
+		out, err := encodeSubjectAccessReview(gvk, status)
+		if err != nil {
+			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			return
+		}
+		s.reply(w, r, path, start, out, authorizationVerdict(status), attrs)
+	})
 }
 
-// requestContext ends the request's context at the apiserver's ?timeout=
-// (a Go duration, such as "10s"), or else at maxWebhookTimeout.
-func requestContext(r *http.Request) (context.Context, context.CancelFunc, error) {
-	timeout := maxWebhookTimeout
-	if q, ok := timeoutParameter(r.URL.RawQuery); ok {
-		d, err := time.ParseDuration(q)
-		if err != nil || d <= 0 {
-			return nil, nil, fmt.Errorf("query parameter timeout=%q is not a positive duration such as 10s", q)
-		}
-		timeout = min(d, maxWebhookTimeout)
+// checkRequest checks what comes before a review's body, in the order
+// controller-runtime checks it: the method, the content type, and the
+// apiserver's ?timeout= (a Go duration such as "10s"), which it returns,
+// at most maxWebhookTimeout; or a *statusError to answer with.
+func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Duration, error) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return 0, &statusError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, want)}
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), timeout)
-	return ctx, cancel, nil
+	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+		return 0, &statusError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), want)}
+	}
+	q, ok := timeoutParameter(r.URL.RawQuery)
+	if !ok {
+		return maxWebhookTimeout, nil
+	}
+	d, err := time.ParseDuration(q)
+	if err != nil || d <= 0 {
+		return 0, &statusError{http.StatusBadRequest, fmt.Sprintf("query parameter timeout=%q is not a positive duration such as 10s", q)}
+	}
+	return min(d, maxWebhookTimeout), nil
 }
 
 // timeoutParameter returns the first timeout=VALUE of a raw query string,
@@ -327,30 +232,6 @@ func timeoutParameter(rawQuery string) (string, bool) {
 	return "", false
 }
 
-// maxErrorDetail bounds how much of a decoder's error reaches a message, so
-// a huge or hostile body cannot make a huge answer.
-const maxErrorDetail = 256
-
-// describeDecodeError says why a body is not the review wanted without
-// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
-func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
-	switch {
-	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
-	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return notA(*gvk, want)
-	}
-	detail := err.Error()
-	if len(detail) > maxErrorDetail {
-		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
-	}
-	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
-}
-
-func notA(gvk schema.GroupVersionKind, want string) error {
-	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
-}
-
 // callSafely calls decide and turns a panic into log attributes instead of
 // a dropped connection. The panic's value is logged only when the runtime
 // made it: one the policy made may hold a Secret's contents.
@@ -366,6 +247,131 @@ func callSafely[T any](decide func() T) (result T, panicked []any) {
 		}
 	}()
 	return decide(), nil
+}
+
+// completeAdmission returns the answer to send for resp, admit's answer
+// to the request uid, and its verdict. It is a copy, for a policy may
+// return one answer to every request: the policy's answer, its warnings
+// and its audit annotations are never written to. The copy carries the
+// uid and the warnings as the apiserver will pass them on; a denial under
+// -validation-action warn or audit is softened (rollout.go).
+func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
+	if resp == nil {
+		// Encoded, a nil response is a review without one, which the
+		// apiserver rejects with a less helpful message.
+		resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
+	}
+	v := verdict(resp)
+	if v == "denied" && action != (validationAction{}) {
+		return action.soften(resp, uid)
+	}
+	answer := *resp
+	answer.UID = uid
+	answer.Warnings = legibleWarnings(resp.Warnings)
+	return &answer, v
+}
+
+// legibleWarnings returns warnings as the apiserver will pass them on. It
+// drops, without a word, a warning that is not valid UTF-8 or has a control
+// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
+// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
+// a warning longer than maxWarningRunes is cut with "…". warnings is
+// copied before any change, and returned as it is when none is needed.
+func legibleWarnings(warnings []string) []string {
+	var out []string
+	for i, w := range warnings {
+		lw := legibleWarning(w)
+		if lw == w && out == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(warnings)
+		}
+		out[i] = lw
+	}
+	if out == nil {
+		return warnings
+	}
+	return out
+}
+
+func legibleWarning(w string) string {
+	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
+		return w
+	}
+	w = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(w, "\uFFFD"))
+	if runes := []rune(w); len(runes) > maxWarningRunes {
+		w = string(runes[:maxWarningRunes-1]) + "…"
+	}
+	return w
+}
+
+// verdict names what an answer does: "patched", "allowed", "denied", or
+// "errored" when the webhook could not judge the request (a 400 for an
+// object that does not decode, or a 5xx); any other refusal is "denied".
+// completeAdmission may make a denial "warned", "audited" or
+// "warned_and_audited".
+func verdict(resp *admissionv1.AdmissionResponse) string {
+	switch {
+	case resp.Allowed && len(resp.Patch) > 0:
+		return "patched"
+	case resp.Allowed:
+		return "allowed"
+	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
+		return "errored"
+	default:
+		return "denied"
+	}
+}
+
+// authorizationVerdict names what a status does, for the log line and the
+// metrics: "allowed", "denied" or "no_opinion".
+func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
+	switch {
+	case s.Denied:
+		return "denied"
+	case s.Allowed:
+		return "allowed"
+	default:
+		return "no_opinion"
+	}
+}
+
+// reply sends a review with 200, and logs and counts it.
+func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(review); err != nil {
+		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
+	}
+	took := time.Since(start)
+	s.metrics.request(path, http.StatusOK, verdict, took)
+	line := make([]slog.Attr, 0, len(attrs)+4) // one allocation for the line
+	line = append(line, slog.String("path", path))
+	line = append(line, attrs...)
+	line = append(line, slog.String("verdict", verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
+	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
+}
+
+// refuse answers a request that has no review to answer with err's
+// Status, a *statusError's, and counts it.
+func (s *reviewServer) refuse(w http.ResponseWriter, path string, start time.Time, err error) {
+	var se *statusError
+	if !errors.As(err, &se) {
+		se = &statusError{http.StatusInternalServerError, err.Error()}
+	}
+	writeStatus(w, se.code, se.message)
+	s.metrics.request(path, se.code, "", time.Since(start))
+}
+
+// logPanic logs a panic of the policy's, and counts it.
+func (s *reviewServer) logPanic(ctx context.Context, path string, attrs []slog.Attr, panicked []any) {
+	s.metrics.panicked(path)
+	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Group("panic", panicked...))...)
 }
 
 // writeStatus answers a request that has no review to answer with a
@@ -410,7 +416,16 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
 }
 
-const wantAdmissionReview = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+// Decoding and encoding reviews.
+
+const (
+	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+
+	// maxErrorDetail bounds how much of a decoder's error reaches a
+	// message, so a huge or hostile body cannot make a huge answer.
+	maxErrorDetail = 256
+)
 
 // decoderOf decodes the kinds that add register, in the versions they
 // register, and nothing else: any other kind fails to decode, but for a
@@ -425,64 +440,19 @@ func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
 }
 
-// admissionDecoder decodes AdmissionReview in the two versions the
-// apiserver sends.
-var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+var (
+	// admissionDecoder decodes AdmissionReview in the two versions the
+	// apiserver sends.
+	admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+	// authorizationDecoder decodes SubjectAccessReview in the two versions
+	// the apiserver sends (the authorizer's subjectAccessReviewVersion).
+	authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
+)
 
-// admissionReviews is the kind of review of an admit function: an
-// AdmissionReview of v1 or v1beta1, answered in the same version with the
-// request's uid, and with 200 whenever an AdmissionResponse can be sent
-// (the true status is in response.status).
-func admissionReviews(admit admitFunc) reviewKind {
-	return admissionReviewsActing(admit, validationAction{})
-}
-
-// admissionReviewsActing is admissionReviews with action applied to the
-// admit function's denials: /validate's is -validation-action (rollout.go).
-func admissionReviewsActing(admit admitFunc, action validationAction) reviewKind {
-	return reviewKind{name: wantAdmissionReview, review: func(ctx context.Context, body []byte) outcome {
-		gvk, req, err := decodeReview(body)
-		if err != nil {
-			return failed(http.StatusBadRequest, err.Error())
-		}
-		attrs := admissionAttrs(req)
-		resp, panicked := callSafely(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
-		if panicked != nil {
-			o := failed(http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID))
-			o.attrs, o.panicked = attrs, panicked
-			return o
-		}
-		if resp == nil {
-			// A nil response would be encoded as a review without one,
-			// which the apiserver rejects with a less helpful message.
-			resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
-		}
-		v := verdict(resp)
-		if v == "denied" {
-			resp, v = action.apply(resp)
-		}
-		resp.Warnings = legibleWarnings(resp.Warnings)
-		resp.UID = req.UID
-		out, err := encodeReview(gvk, resp)
-		if err != nil {
-			o := failed(http.StatusInternalServerError, "encoding the review failed")
-			o.attrs = append(attrs, slog.Any("err", err))
-			return o
-		}
-		if resp.Result != nil && resp.Result.Code != 0 {
-			attrs = append(attrs, slog.Int("code", int(resp.Result.Code)))
-		}
-		if len(resp.Warnings) > 0 {
-			// How many, not what: a warning may quote the object.
-			attrs = append(attrs, slog.Int("warnings", len(resp.Warnings)))
-		}
-		return outcome{code: http.StatusOK, body: out, verdict: v, attrs: attrs}
-	}}
-}
-
-// decodeReview decodes an AdmissionReview of either version: its version,
-// and its request as admission.k8s.io/v1, the one type admit functions see.
-func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
+// decodeAdmissionReview decodes an AdmissionReview of either version: its
+// version, and its request as admission.k8s.io/v1, the one type admit
+// functions see.
+func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
 	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
@@ -504,18 +474,70 @@ func decodeReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionR
 	return *gvk, req, nil
 }
 
-// encodeReview encodes an AdmissionReview of resp in the request's version.
-func encodeReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+// encodeAdmissionReview encodes an AdmissionReview of resp in the request's
+// version.
+func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
 	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
-		return json.Marshal(&admissionv1beta1.AdmissionReview{
-			TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-			Response: convert.ResponseToV1beta1(resp),
-		})
+		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
 	}
-	return json.Marshal(&admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind},
-		Response: resp,
-	})
+	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
+}
+
+// decodeSubjectAccessReview is decodeAdmissionReview for a
+// SubjectAccessReview: its version, and its spec as authorization.k8s.io/v1.
+func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
+	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantSubjectAccessReview)
+	}
+	var spec *authorizationv1.SubjectAccessReviewSpec
+	switch review := obj.(type) {
+	case *authorizationv1.SubjectAccessReview:
+		spec = &review.Spec
+	case *authorizationv1beta1.SubjectAccessReview:
+		spec = convert.SpecFromV1beta1(&review.Spec)
+	default: // an unversioned meta kind (decoderOf)
+		return schema.GroupVersionKind{}, nil, notA(*gvk, wantSubjectAccessReview)
+	}
+	// The apiserver sets exactly one; an authorize function may rely on it.
+	switch {
+	case spec.ResourceAttributes == nil && spec.NonResourceAttributes == nil:
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has neither spec.resourceAttributes nor spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
+	case spec.ResourceAttributes != nil && spec.NonResourceAttributes != nil:
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has both spec.resourceAttributes and spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
+	}
+	return *gvk, spec, nil
+}
+
+// encodeSubjectAccessReview encodes a SubjectAccessReview holding only
+// status, in the version the request came in.
+func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
+		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
+	}
+	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
+}
+
+// describeDecodeError says why a body is not the review wanted without
+// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
+func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
+	switch {
+	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
+		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
+	case runtime.IsNotRegisteredError(err) && gvk != nil:
+		return notA(*gvk, want)
+	}
+	detail := err.Error()
+	if len(detail) > maxErrorDetail {
+		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
+	}
+	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
+}
+
+func notA(gvk schema.GroupVersionKind, want string) error {
+	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
 }
 
 // admissionAttrs names an admission request for its log line: never the
@@ -542,20 +564,26 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	return attrs
 }
 
-// verdict names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request (a 400 for an
-// object that does not decode, or a 5xx); any other refusal is "denied".
-// validationAction.apply may make a denial "warned", "audited" or
-// "warned_and_audited".
-func verdict(resp *admissionv1.AdmissionResponse) string {
-	switch {
-	case resp.Allowed && len(resp.Patch) > 0:
-		return "patched"
-	case resp.Allowed:
-		return "allowed"
-	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
-		return "errored"
-	default:
-		return "denied"
+// authorizationAttrs names a SubjectAccessReview for its log line: who,
+// which verb, on what. Never its groups, extra or uid: the apiserver's
+// audit log has those, and extra may carry tokens' claims.
+func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs, slog.String("user", spec.User))
+	if ra := spec.ResourceAttributes; ra != nil {
+		resource := ra.Resource
+		if ra.Group != "" {
+			resource = ra.Group + "/" + resource
+		}
+		attrs = append(attrs, slog.String("verb", ra.Verb), slog.String("resource", resource))
+		if ra.Subresource != "" {
+			attrs = append(attrs, slog.String("subresource", ra.Subresource))
+		}
+		if ra.Namespace != "" {
+			attrs = append(attrs, slog.String("namespace", ra.Namespace))
+		}
+		return attrs
 	}
+	// "path" is the route's in every review line.
+	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
 }

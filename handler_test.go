@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,8 +65,8 @@ func denyingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admissi
 // checks: the version, the uid, patch and patchType together, a patch
 // that applies and changes nothing a second time, and a denial's Status.
 func TestServeFixtures(t *testing.T) {
-	mutating := serve(discardLogger, patchingAdmit)
-	validating := serve(discardLogger, denyingAdmit)
+	mutating := admissionHandler(discardLogger, patchingAdmit)
+	validating := admissionHandler(discardLogger, denyingAdmit)
 	for name, body := range fixtures(t) {
 		t.Run(name, func(t *testing.T) {
 			in := decodeReviewIn(t, body)
@@ -142,7 +143,7 @@ func TestBadInput(t *testing.T) {
 		{"bad timeout", http.MethodPost, "application/json", "/mutate?timeout=soon", bytes.NewReader(deployment), 400, metav1.StatusReasonBadRequest, `timeout="soon"`},
 		{"negative timeout", http.MethodPost, "application/json", "/mutate?timeout=-1s", bytes.NewReader(deployment), 400, metav1.StatusReasonBadRequest, "timeout"},
 	}
-	h := serve(discardLogger, patchingAdmit)
+	h := admissionHandler(discardLogger, patchingAdmit)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := httptest.NewRequest(tc.method, tc.target, tc.body)
@@ -190,7 +191,7 @@ func TestUndecodableObject(t *testing.T) {
 				if route == "/validate" {
 					admit = denyingAdmit
 				}
-				out := checkReview(t, route, decodeReviewIn(t, all[tc.fixture]), post(serve(discardLogger, admit), route, body))
+				out := checkReview(t, route, decodeReviewIn(t, all[tc.fixture]), post(admissionHandler(discardLogger, admit), route, body))
 				s := out.Response.Status
 				if out.Response.Allowed || s == nil || s.Code != http.StatusBadRequest || s.Reason != metav1.StatusReasonBadRequest {
 					t.Fatalf("got allowed=%v status %+v, want allowed=false, code 400, reason BadRequest", out.Response.Allowed, s)
@@ -212,12 +213,12 @@ func TestUndecodableObject(t *testing.T) {
 func TestObjectWithoutMetadata(t *testing.T) {
 	body := withObject(t, plumbingReviews(t)["v1-widget-create"], json.RawMessage(`{"apiVersion":"example.com/v1","kind":"Widget"}`))
 	in := decodeReviewIn(t, body)
-	out := checkReview(t, "/mutate", in, post(serve(discardLogger, patchingAdmit), "/mutate", body))
+	out := checkReview(t, "/mutate", in, post(admissionHandler(discardLogger, patchingAdmit), "/mutate", body))
 	patched := applyPatch(t, in.Request.Object, decodePatch(t, out.Response.Patch))
 	if got := metadataMap(t, patched, "labels"); got[testLabel.Key] != testLabel.Value {
 		t.Errorf("patched object has labels %v, want %s", got, testLabel)
 	}
-	out = checkReview(t, "/validate", in, post(serve(discardLogger, denyingAdmit), "/validate", body))
+	out = checkReview(t, "/validate", in, post(admissionHandler(discardLogger, denyingAdmit), "/validate", body))
 	if out.Response.Allowed || !strings.Contains(out.Response.Status.Message, "Widget ") {
 		t.Errorf("got allowed=%v %+v, want a denial naming the Widget", out.Response.Allowed, out.Response.Status)
 	}
@@ -244,7 +245,7 @@ func TestPanicIsAnswered(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			w := post(serve(slog.New(slog.NewTextHandler(&logs, nil)), tc.admit), "/mutate", body)
+			w := post(admissionHandler(slog.New(slog.NewTextHandler(&logs, nil)), tc.admit), "/mutate", body)
 			s := checkStatusBody(t, w, http.StatusInternalServerError, metav1.StatusReasonInternalError)
 			if !strings.Contains(s.Message, uid) {
 				t.Errorf("got message %q, want it to name the uid %s", s.Message, uid)
@@ -264,10 +265,59 @@ func TestPanicIsAnswered(t *testing.T) {
 	}
 }
 
+// TestSharedAnswer: an admit function may return one answer to every
+// request. Under many concurrent reviews, each is answered with its own
+// uid, and the shared answer is never written to (go test -race sees a
+// write from two requests at once).
+func TestSharedAnswer(t *testing.T) {
+	shared := allowedWithWarning("one answer for every request")
+	h := admissionHandler(discardLogger, func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return shared })
+	var review map[string]any
+	if err := json.Unmarshal(plumbingReviews(t)["v1-deployment-create"], &review); err != nil {
+		t.Fatal(err)
+	}
+	const reviews = 2000
+	bodies := make([][]byte, reviews)
+	for i := range bodies {
+		review["request"].(map[string]any)["uid"] = fmt.Sprintf("uid-%d", i)
+		var err error
+		if bodies[i], err = json.Marshal(review); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := make(chan string, reviews)
+	var wg sync.WaitGroup
+	for i, body := range bodies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out reviewIn
+			w := post(h, "/validate", body)
+			if err := json.Unmarshal(w.Body.Bytes(), &out); err != nil || out.Response == nil || out.Response.UID != fmt.Sprintf("uid-%d", i) {
+				wrong <- fmt.Sprintf("review uid-%d: got HTTP %d %s", i, w.Code, w.Body)
+			}
+		}()
+	}
+	wg.Wait()
+	close(wrong)
+	n := 0
+	for msg := range wrong {
+		if n++; n <= 5 {
+			t.Error(msg)
+		}
+	}
+	if n > 0 {
+		t.Errorf("%d of %d reviews were answered with another request's uid, or none", n, reviews)
+	}
+	if shared.UID != "" || !reflect.DeepEqual(shared.Warnings, []string{"one answer for every request"}) {
+		t.Errorf("the shared answer was written to: %+v", shared)
+	}
+}
+
 func TestNilResponseIsAnError(t *testing.T) {
 	body := plumbingReviews(t)["v1-deployment-create"]
 	admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return nil }
-	out := checkReview(t, "/mutate", decodeReviewIn(t, body), post(serve(discardLogger, admit), "/mutate", body))
+	out := checkReview(t, "/mutate", decodeReviewIn(t, body), post(admissionHandler(discardLogger, admit), "/mutate", body))
 	if out.Response.Allowed || out.Response.Status == nil || out.Response.Status.Code != http.StatusInternalServerError {
 		t.Errorf("got %+v, want a denial with code 500", out.Response)
 	}
@@ -295,7 +345,7 @@ func TestTimeoutIsTheDeadline(t *testing.T) {
 				left = time.Until(deadline)
 				return allowed()
 			}
-			checkReview(t, "/validate", decodeReviewIn(t, body), post(serve(discardLogger, admit), "/validate"+tc.query, body))
+			checkReview(t, "/validate", decodeReviewIn(t, body), post(admissionHandler(discardLogger, admit), "/validate"+tc.query, body))
 			if left <= tc.min || left > tc.max {
 				t.Errorf("got %s left before the deadline, want (%s, %s]", left, tc.min, tc.max)
 			}
@@ -316,7 +366,7 @@ func TestLogsNoObjectValues(t *testing.T) {
 	for name, body := range plumbingReviews(t) {
 		for _, admit := range []admitFunc{patchingAdmit, denyingAdmit} {
 			var logs bytes.Buffer
-			checkReview(t, name, decodeReviewIn(t, body), post(serve(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/x", body))
+			checkReview(t, name, decodeReviewIn(t, body), post(admissionHandler(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/x", body))
 			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 			if len(lines) != 1 {
 				t.Fatalf("%s: got %d log lines, want 1:\n%s", name, len(lines), logs.String())

@@ -85,11 +85,18 @@ const (
 	// server stops: the longest a review can take.
 	shutdownTimeout = maxWebhookTimeout
 
-	// http2MaxConcurrentStreams and http2MaxReadFrameSize are what
-	// kube-apiserver sets for its own HTTP/2 server: 100 streams matches
-	// what clients open, and 256 KiB frames hold 99% of objects.
-	http2MaxConcurrentStreams = 100
-	http2MaxReadFrameSize     = 256 << 10
+	// With -http2, one stream per connection, as HTTP/1.1 has one request:
+	// the connection cap then bounds the streams, and with them the small
+	// bodies read outside the budget (100 streams, kube-apiserver's own
+	// setting, let 256 connections hold about 400 MiB). Go's HTTP/2 client,
+	// the apiserver's, opens another connection when one's streams are
+	// taken. The windows and frames are the smallest HTTP/2 allows, so
+	// that a connection holds no more of a client's unread data than an
+	// HTTP/1.1 one: one small body, smallBodyBytes.
+	http2MaxConcurrentStreams = 1
+	http2MaxReadFrameSize     = 16 << 10
+	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
+	http2StreamBufferBytes    = smallBodyBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
 	// smallBodyBytes) held at once, as read and until answered. Decoding a
@@ -160,6 +167,15 @@ type config struct {
 	// memoryLimit is the soft memory limit to set (memoryLimitBase), or 0
 	// to leave the runtime's own: GOMEMLIMIT's, when it is set.
 	memoryLimit int64
+	// replacedDefaults are the policy's flags given on the command line
+	// that had defaults, which they replaced.
+	replacedDefaults []replaced
+}
+
+// replaced is a policy flag that replaced its defaults.
+type replaced struct {
+	flag     string
+	defaults []string
 }
 
 // parseFlags reads the command line, falling back to the environment for the
@@ -180,10 +196,17 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
 	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
-	cfg.policy.addFlags(flags)
+	if err := cfg.policy.addFlags(flags); err != nil {
+		return config{}, err
+	}
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
 	}
+	flags.Visit(func(f *flag.Flag) {
+		if d, ok := f.Value.(interface{ defaultsReplaced() []string }); ok && len(d.defaultsReplaced()) > 0 {
+			cfg.replacedDefaults = append(cfg.replacedDefaults, replaced{f.Name, d.defaultsReplaced()})
+		}
+	})
 	if flags.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q: every setting is a flag, see -help", flags.Arg(0))
 	}
@@ -247,71 +270,77 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logHandler = slog.NewJSONHandler(stderr, nil)
 	}
 	logger := slog.New(logHandler)
-	m := newMetrics()
+	srv, err := newServer(cfg, logger)
+	if err != nil {
+		return err
+	}
+	return srv.serve(ctx)
+}
+
+// server is the webhook built from its configuration, ready to serve.
+type server struct {
+	cfg         config
+	logger      *slog.Logger
+	reviews     *http.Server
+	listener    *limits.Listener
+	metrics     *http.Server // nil without -metrics-listen
+	metricsLn   net.Listener // its listener
+	reloadables []interface{ reloadIfChanged() }
+	serving     *atomic.Bool // from serving until shutdown begins: /ping's readiness
+}
+
+// newServer builds the server: its certificates, the review port's
+// listener and routes, and the metrics port. Nothing is wired after it is
+// built, and nothing is served until serve.
+func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if cfg.memoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.memoryLimit)
 	}
-
+	rawLn, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
+	}
+	listener := limits.NewListener(rawLn, maxConnections, freshGrace, idleGrace)
+	bodies := newBodyReader(cfg.maxInflightBytes)
+	m := newMetrics(listener, bodies)
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
 	if cfg.clientCAFile != "" {
 		clientCAs = newCAReloader("client CA", "client-ca", cfg.clientCAFile, logger, m)
 		if _, err := clientCAs.load(); err != nil {
-			return fmt.Errorf("-client-ca-file: %w", err)
+			listener.Close()
+			return nil, fmt.Errorf("-client-ca-file: %w", err)
 		}
 	}
 	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
 	if err != nil {
-		return err
+		listener.Close()
+		return nil, err
 	}
-	reloadables := []interface{ reloadIfChanged() }{keyPair}
+	s := &server{cfg: cfg, logger: logger, listener: listener, serving: &atomic.Bool{},
+		reloadables: []interface{ reloadIfChanged() }{keyPair}}
 	if clientCAs != nil {
-		reloadables = append(reloadables, clientCAs)
+		s.reloadables = append(s.reloadables, clientCAs)
 	}
-
-	// serving is true from serving with a loaded certificate until
-	// shutdown begins; /ping reports it.
-	var serving atomic.Bool
-	reviews := newReviewServer(logger, m, cfg.maxInflightBytes)
-	m.reviewServer = reviews
-	mux := http.NewServeMux()
-	for path, kind := range map[string]reviewKind{
-		"/mutate":   admissionReviews(mutate(cfg.policy)),
-		"/validate": admissionReviewsActing(validate(cfg.policy), cfg.validationAction),
-		// The authorization webhook's: the apiserver's
-		// AuthorizationConfiguration points a Webhook authorizer here.
-		"/authorize": subjectAccessReviews(authorize(cfg.policy)),
-	} {
-		h := reviews.handle(path, kind)
-		if clientCAs != nil {
-			h = requireClient(logger, cfg.allowedClientNames, h)
-		}
-		mux.Handle(path, h)
+	reviews := &reviewServer{logger: logger, metrics: m, bodies: bodies}
+	guard := func(h http.Handler) http.Handler { return h }
+	if clientCAs != nil {
+		guard = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
-	// /ping stays open without a client certificate: kubelet probes have none.
-	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
-		if !serving.Load() {
-			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = io.WriteString(w, "pong")
-	})
-
+	mux := routes(reviews, cfg.policy, cfg.validationAction, guard, s.serving.Load)
 	// While draining, every answer closes its connection, so nothing races:
 	// closing idle ones instead (SetKeepAlivesEnabled(false)) fails a review
 	// the apiserver is writing into one just then. For HTTP/2 net/http
 	// turns this header into a graceful GOAWAY.
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !serving.Load() {
+	draining := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.serving.Load() {
 			w.Header().Set("Connection", "close")
 		}
 		mux.ServeHTTP(w, r)
 	})
-
-	srv := &http.Server{
-		Handler:           handler,
+	s.reviews = &http.Server{
+		Handler:           draining,
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -319,36 +348,31 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          serverErrorLog(logger),
 		TLSConfig:         newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs),
+		ConnState:         s.listener.ConnState,
 	}
 	if cfg.http2 {
-		srv.HTTP2 = &http.HTTP2Config{
-			MaxConcurrentStreams: http2MaxConcurrentStreams,
-			MaxReadFrameSize:     http2MaxReadFrameSize,
+		s.reviews.HTTP2 = &http.HTTP2Config{
+			MaxConcurrentStreams:          http2MaxConcurrentStreams,
+			MaxReadFrameSize:              http2MaxReadFrameSize,
+			MaxReceiveBufferPerConnection: http2ReceiveBufferBytes,
+			MaxReceiveBufferPerStream:     http2StreamBufferBytes,
 		}
 	} else {
 		// A non-nil, empty map is how net/http is told not to speak HTTP/2.
-		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		s.reviews.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	}
 
-	rawLn, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return fmt.Errorf("-listen %s: %w", cfg.listen, err)
-	}
-	ln := limits.NewListener(rawLn, maxConnections, freshGrace, idleGrace, m.connectionClosed)
-	m.connections = ln
-	srv.ConnState = ln.ConnState
-	serveErr := make(chan error, 2)
-	var metricsSrv *http.Server
 	if cfg.metricsListen != "" {
 		rawMetricsLn, err := net.Listen("tcp", cfg.metricsListen)
 		if err != nil {
-			ln.Close()
-			return fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
+			s.listener.Close()
+			return nil, fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
-		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, freshGrace, idleGrace, nil)
+		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, freshGrace, idleGrace)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
-		metricsSrv = &http.Server{
+		s.metricsLn = metricsLn
+		s.metrics = &http.Server{
 			Handler:           metricsMux,
 			ReadHeaderTimeout: readHeaderTimeout,
 			IdleTimeout:       idleTimeout,
@@ -356,21 +380,40 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			ErrorLog:          serverErrorLog(logger),
 			ConnState:         metricsLn.ConnState,
 		}
+	}
+	return s, nil
+}
+
+// serve serves until ctx is done, then drains and shuts down: requests in
+// flight finish, and nothing accepted is dropped.
+func (s *server) serve(ctx context.Context) error {
+	serveErr := make(chan error, 2)
+	if s.metrics != nil {
 		go func() {
-			serveErr <- fmt.Errorf("serving metrics on %s: %w", metricsLn.Addr(), metricsSrv.Serve(metricsLn))
+			serveErr <- fmt.Errorf("serving metrics on %s: %w", s.metricsLn.Addr(), s.metrics.Serve(s.metricsLn))
 		}()
 		// On every way out; after the graceful Shutdown below it is a no-op.
-		defer metricsSrv.Close()
-		logger.Info("serving metrics", "addr", metricsLn.Addr().String(), "path", "/metrics")
+		defer s.metrics.Close()
+		s.logger.Info("serving metrics", "addr", s.metricsLn.Addr().String(), "path", "/metrics")
 	}
-	serving.Store(true)
-	go func() { serveErr <- fmt.Errorf("serving on %s: %w", ln.Addr(), srv.ServeTLS(ln, "", "")) }()
-	logger.Info("serving", "addr", ln.Addr().String(), "mtls", clientCAs != nil, "http2", cfg.http2,
-		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1), "validation_action", cfg.validationAction, "policy", cfg.policy)
+	s.serving.Store(true)
+	go func() {
+		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.ServeTLS(s.listener, "", ""))
+	}()
+	cfg := s.cfg
+	s.logger.Info("serving", "addr", s.listener.Addr().String(), "mtls", cfg.clientCAFile != "", "http2", cfg.http2,
+		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1), "validation_action", cfg.validationAction)
+	// What the policy enforces, and where an operator's flag replaced the
+	// defaults policy.go gives: a rule on by default is gone once a flag of
+	// its kind is given.
+	s.logger.Info("policy in force", "policy", cfg.policy)
+	for _, r := range cfg.replacedDefaults {
+		s.logger.Info("a policy flag replaced its defaults", "flag", "-"+r.flag, "defaults", r.defaults)
+	}
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
-	stopReloading := reload.Poll(certPollInterval, func() { logger.Info("SIGHUP: re-reading certificates") }, func() {
-		for _, r := range reloadables {
+	stopReloading := reload.Poll(certPollInterval, func() { s.logger.Info("SIGHUP: re-reading certificates") }, func() {
+		for _, r := range s.reloadables {
 			r.reloadIfChanged()
 		}
 	})
@@ -385,26 +428,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	// Drain: fail readiness so the endpoint is removed, and close each
 	// connection after its next response so clients move to other
 	// replicas, while still answering everything that arrives.
-	serving.Store(false)
-	logger.Info("shutting down: /ping fails and every answer closes its connection while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
+	s.serving.Store(false)
+	s.logger.Info("shutting down: /ping fails and every answer closes its connection while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
 	select {
 	case <-time.After(cfg.shutdownDelay):
 	case err := <-serveErr:
 		return err
 	}
-	logger.Info("shutting down: closing the listener and waiting for requests in flight", "timeout", shutdownTimeout)
+	s.logger.Info("shutting down: closing the listener and waiting for requests in flight", "timeout", shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := s.reviews.Shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutting down: %w", err)
 	}
 	// Metrics are served to the end, so the last scrape sees the drain.
-	if metricsSrv != nil {
-		if err := metricsSrv.Shutdown(shutdownCtx); err != nil {
+	if s.metrics != nil {
+		if err := s.metrics.Shutdown(shutdownCtx); err != nil {
 			return fmt.Errorf("shutting down the metrics server: %w", err)
 		}
 	}
-	logger.Info("stopped")
+	s.logger.Info("stopped")
 	return nil
 }
 

@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -51,6 +54,45 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("got cert %q key %q configured %v, want %q %q %v", cfg.certFile, cfg.keyFile, cfg.certConfigured, tc.wantCert, tc.wantKey, tc.configured)
 			}
 		})
+	}
+}
+
+// TestAddListFlag: a list flag's defaults are parsed when it is
+// registered, so that one that does not parse stops the server with an
+// error naming the flag and the default, instead of leaving the list
+// empty and the rule off. Given on the command line, the flag replaces
+// its defaults, and says which.
+func TestAddListFlag(t *testing.T) {
+	parseSmall := func(before []int, s string) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err == nil && n > 9 {
+			err = fmt.Errorf("%d is not below 10", n)
+		}
+		return n, err
+	}
+	var list []int
+	err := addListFlag(flag.NewFlagSet("test", flag.ContinueOnError), "small", "", &list, parseSmall, "1", "12")
+	if err == nil || !strings.Contains(err.Error(), "-small") || !strings.Contains(err.Error(), `"12"`) || !strings.Contains(err.Error(), "not below 10") {
+		t.Errorf("a default that does not parse: got %v, want an error naming -small, the default and why", err)
+	}
+
+	flags := flag.NewFlagSet("test", flag.ContinueOnError)
+	flags.SetOutput(io.Discard)
+	if err := addListFlag(flags, "small", "", &list, parseSmall, "1", "2"); err != nil {
+		t.Fatal(err)
+	}
+	replaced := flags.Lookup("small").Value.(interface{ defaultsReplaced() []string })
+	if err := flags.Parse(nil); err != nil || !reflect.DeepEqual(list, []int{1, 2}) || replaced.defaultsReplaced() != nil {
+		t.Errorf("no flag: got %v, %v, replaced %v; want the defaults [1 2], none replaced", list, err, replaced.defaultsReplaced())
+	}
+	if err := flags.Parse([]string{"-small", "3", "-small", "4"}); err != nil || !reflect.DeepEqual(list, []int{3, 4}) {
+		t.Errorf("-small 3 -small 4: got %v, %v; want [3 4] in place of the defaults", list, err)
+	}
+	if got := replaced.defaultsReplaced(); !reflect.DeepEqual(got, []string{"1", "2"}) {
+		t.Errorf("the defaults replaced: got %q, want [1 2]", got)
+	}
+	if err := flags.Parse([]string{"-small", "10"}); err == nil || !strings.Contains(err.Error(), "not below 10") {
+		t.Errorf("-small 10: got %v, want the parser's error", err)
 	}
 }
 
@@ -264,9 +306,7 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, testEnv, nil, io.Discard, logs)
 	}()
-	for !strings.Contains(logs.String(), "msg=serving") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitForLog(t, logs, "msg=serving")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"io"
 	"net/http"
-	"sync/atomic"
 	"time"
 
 	"github.com/example/webhook/limits"
@@ -29,28 +28,29 @@ type metrics struct {
 	inFlight *promtext.CounterVec   // requests being served, by route (a gauge kept as up/down counts)
 	latency  *promtext.HistogramVec // seconds from the request's arrival to its answer, by route
 
-	reviewServer   *reviewServer // its budget and turn; nil without one
-	budgetRejected atomic.Uint64
-	bodiesCut      *promtext.CounterVec // bodies cut by the clock, by reason
+	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
-	connections       *limits.Listener     // the review port's; nil without one
-	connectionsClosed *promtext.CounterVec // closed by the server before a request, by reason
+	connections *limits.Listener // the review port's: connections open, and closed before a request
+	bodies      *bodyReader      // the byte budget, and bodies refused and cut
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
 }
 
-func newMetrics() *metrics {
+// newMetrics counts the review routes' requests, and reads the rest from
+// the review port's listener and the body reader as it is scraped.
+func newMetrics(connections *limits.Listener, bodies *bodyReader) *metrics {
 	return &metrics{
-		requests:          promtext.NewCounterVec("webhook", "code"),
-		reviews:           promtext.NewCounterVec("webhook", "verdict"),
-		panics:            promtext.NewCounterVec("webhook"),
-		inFlight:          promtext.NewCounterVec("webhook"),
-		latency:           promtext.NewHistogramVec(latencyBuckets, "webhook"),
-		bodiesCut:         promtext.NewCounterVec("reason"),
-		connectionsClosed: promtext.NewCounterVec("reason"),
-		certNotAfter:      promtext.NewGaugeVec("certificate"),
-		reloadErrors:      promtext.NewCounterVec("certificate"),
+		requests:       promtext.NewCounterVec("webhook", "code"),
+		reviews:        promtext.NewCounterVec("webhook", "verdict"),
+		panics:         promtext.NewCounterVec("webhook"),
+		inFlight:       promtext.NewCounterVec("webhook"),
+		latency:        promtext.NewHistogramVec(latencyBuckets, "webhook"),
+		clientsRefused: promtext.NewCounterVec("reason"),
+		connections:    connections,
+		bodies:         bodies,
+		certNotAfter:   promtext.NewGaugeVec("certificate"),
+		reloadErrors:   promtext.NewCounterVec("certificate"),
 	}
 }
 
@@ -81,25 +81,11 @@ func (m *metrics) panicked(route string) {
 	}
 }
 
-func (m *metrics) budgetRejection() {
+// clientRefused counts a request refused for its client certificate:
+// reason is "missing" or "name" (requireClient).
+func (m *metrics) clientRefused(reason string) {
 	if m != nil {
-		m.budgetRejected.Add(1)
-	}
-}
-
-// bodyCut counts a body cut by the clock: reason is "stalled" or
-// "too_slow" (body.go).
-func (m *metrics) bodyCut(reason string) {
-	if m != nil {
-		m.bodiesCut.Add(1, reason)
-	}
-}
-
-// connectionClosed counts a connection the server closed before it sent a
-// request: reason is "header_timeout", "capacity" or "refused" (limits.Listener).
-func (m *metrics) connectionClosed(reason string) {
-	if m != nil {
-		m.connectionsClosed.Add(1, reason)
+		m.clientsRefused.Add(1, reason)
 	}
 }
 
@@ -143,29 +129,34 @@ func (m *metrics) write(w io.Writer) {
 	family(w, "webhook_panics_total", "counter", "Admit and authorize functions that panicked, by route; each was answered with HTTP 500.")
 	m.panics.Write(w, "webhook_panics_total")
 
-	if s := m.reviewServer; s != nil && s.budget != nil {
-		used, waitingRoom := s.budget.State()
-		_, waitingTurn := s.turn.State()
+	if b := m.bodies; b != nil {
+		used, waitingRoom := b.budget.State()
+		_, waitingTurn := b.turn.State()
 		family(w, "webhook_inflight_budget_bytes", "gauge", "The most bytes of large review bodies held at once (-max-inflight-bytes).")
-		sample(w, "webhook_inflight_budget_bytes", "", float64(s.budget.Capacity()))
+		sample(w, "webhook_inflight_budget_bytes", "", float64(b.budget.Capacity()))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
 		sample(w, "webhook_inflight_bytes", "", float64(used))
 		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for their turn to be read, or for room in the budget.")
 		sample(w, "webhook_inflight_waiting_requests", "", float64(waitingRoom+waitingTurn))
 		family(w, "webhook_inflight_rejected_total", "counter", "Large reviews answered without a review because they found no turn or no room before their deadline, or too many waited.")
-		sample(w, "webhook_inflight_rejected_total", "", float64(m.budgetRejected.Load()))
+		sample(w, "webhook_inflight_rejected_total", "", float64(b.overloaded.Load()))
+		family(w, "webhook_request_bodies_cut_total", "counter", "Request bodies cut because they stopped arriving (stalled) or arrived too slowly (too_slow).")
+		sample(w, "webhook_request_bodies_cut_total", `reason="stalled"`, float64(b.stalled.Load()))
+		sample(w, "webhook_request_bodies_cut_total", `reason="too_slow"`, float64(b.tooSlow.Load()))
 	}
-	family(w, "webhook_request_bodies_cut_total", "counter", "Request bodies cut because they stopped arriving (stalled) or arrived too slowly (too_slow).")
-	m.bodiesCut.Write(w, "webhook_request_bodies_cut_total")
-
-	if m.connections != nil {
+	if l := m.connections; l != nil {
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
-		sample(w, "webhook_connections_open", "", float64(m.connections.Open()))
+		sample(w, "webhook_connections_open", "", float64(l.Open()))
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")
-		sample(w, "webhook_connections_limit", "", float64(m.connections.Max()))
+		sample(w, "webhook_connections_limit", "", float64(l.Max()))
+		family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), to make room at the limit (capacity), or at once, before their TLS handshake (refused).")
+		closed := l.Closed()
+		for _, reason := range []string{"capacity", "header_timeout", "refused"} {
+			sample(w, "webhook_connections_closed_total", `reason="`+reason+`"`, float64(closed[reason]))
+		}
 	}
-	family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), to make room at the limit (capacity), or at once, the limit full of connections within their grace (refused).")
-	m.connectionsClosed.Write(w, "webhook_connections_closed_total")
+	family(w, "webhook_client_certificates_refused_total", "counter", "Requests to a review route refused with -client-ca-file: without a client certificate (missing), or with one whose name is not in -allowed-client-names (name).")
+	m.clientsRefused.Write(w, "webhook_client_certificates_refused_total")
 
 	family(w, "webhook_certificate_expiration_timestamp_seconds", "gauge", "When each certificate last loaded expires (for a CA bundle, its first to expire), in Unix seconds.")
 	m.certNotAfter.Write(w, "webhook_certificate_expiration_timestamp_seconds")

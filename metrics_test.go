@@ -46,33 +46,49 @@ func scrape(t *testing.T, m *metrics) map[string]float64 {
 }
 
 func TestMetricsCountReviews(t *testing.T) {
-	m := newMetrics()
-	reviews := newReviewServer(discardLogger, m, maxBodyBytes)
-	m.reviewServer = reviews
-	all := plumbingReviews(t)
-	mutating := reviews.handle("/mutate", admissionReviews(patchingAdmit))
-	validating := reviews.handle("/validate", admissionReviews(denyingAdmit))
-	post(mutating, "/mutate", all["v1-deployment-create"])
-	post(mutating, "/mutate", all["v1-deployment-delete"])
-	post(validating, "/validate", all["v1-secret-create"])
-	post(validating, "/validate", []byte(`{}`))
-	post(reviews.handle("/panics", admissionReviews(func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { panic("no") })), "/panics", all["v1-deployment-create"])
-	sars := plumbingSubjectAccessReviews(t)
-	post(reviews.handle("/authorize", subjectAccessReviews(denyingAuthorize)), "/authorize", sars["v1-get-configmap"])
-	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1beta1-get-version"])
-	post(reviews.handle("/authorize", subjectAccessReviews(indifferentAuthorize)), "/authorize", sars["v1-get-version"])
-	post(reviews.handle("/authorize", subjectAccessReviews(allowingAuthorize)), "/authorize", sars["v1-delete-namespace"])
-	post(reviews.handle("/authorize", subjectAccessReviews(allowingAuthorize)), "/authorize", []byte(`{}`))
-	m.certificate("serving", time.Unix(1893456000, 0))
-	m.reloadFailed("serving")
-	// The review port's listener, as run wires it.
+	// The review port's listener, as newServer builds it: of one
+	// connection, so that a second is refused.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	m.connections = limits.NewListener(ln, 4, freshGrace, idleGrace, m.connectionClosed)
-	m.connectionClosed("capacity")
+	listener := limits.NewListener(ln, 1, freshGrace, idleGrace)
+	srv := &http.Server{Handler: http.NotFoundHandler(), ConnState: listener.ConnState}
+	go srv.Serve(listener)
+	defer srv.Close()
+	bodies := newBodyReader(maxBodyBytes)
+	m := newMetrics(listener, bodies)
+	reviews := &reviewServer{logger: discardLogger, metrics: m, bodies: bodies}
+	all := plumbingReviews(t)
+	mutating := reviews.admission("/mutate", patchingAdmit, validationAction{})
+	validating := reviews.admission("/validate", denyingAdmit, validationAction{})
+	post(mutating, "/mutate", all["v1-deployment-create"])
+	post(mutating, "/mutate", all["v1-deployment-delete"])
+	post(validating, "/validate", all["v1-secret-create"])
+	post(validating, "/validate", []byte(`{}`))
+	post(reviews.admission("/panics", func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { panic("no") }, validationAction{}), "/panics", all["v1-deployment-create"])
+	sars := plumbingSubjectAccessReviews(t)
+	post(reviews.authorization("/authorize", denyingAuthorize), "/authorize", sars["v1-get-configmap"])
+	post(reviews.authorization("/authorize", indifferentAuthorize), "/authorize", sars["v1beta1-get-version"])
+	post(reviews.authorization("/authorize", indifferentAuthorize), "/authorize", sars["v1-get-version"])
+	post(reviews.authorization("/authorize", allowingAuthorize), "/authorize", sars["v1-delete-namespace"])
+	post(reviews.authorization("/authorize", allowingAuthorize), "/authorize", []byte(`{}`))
+	m.certificate("serving", time.Unix(1893456000, 0))
+	m.reloadFailed("serving")
+	m.clientRefused("missing")
+	// One connection holds the port; the next, within its grace, is refused.
+	first, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.SetReadDeadline(time.Now().Add(5 * time.Second))
+	second.Read(make([]byte, 1)) // until it is closed
+	second.Close()
 
 	got := scrape(t, m)
 	for series, want := range map[string]float64{
@@ -98,18 +114,24 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_inflight_rejected_total`:                                         0,
 		`webhook_certificate_expiration_timestamp_seconds{certificate="serving"}`: 1893456000,
 		`webhook_certificate_reload_errors_total{certificate="serving"}`:          1,
-		`webhook_connections_open`:                                                0,
-		`webhook_connections_limit`:                                               4,
-		`webhook_connections_closed_total{reason="capacity"}`:                     1,
+		`webhook_connections_open`:                                                1,
+		`webhook_connections_limit`:                                               1,
+		`webhook_connections_closed_total{reason="refused"}`:                      1,
+		`webhook_connections_closed_total{reason="capacity"}`:                     0,
+		`webhook_request_bodies_cut_total{reason="stalled"}`:                      0,
+		`webhook_client_certificates_refused_total{reason="missing"}`:             1,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s: got %v (present: %v), want %v", series, v, ok, want)
 		}
 	}
-	// The buckets are cumulative and end at the count.
+	// Every bucket is there, cumulative, and they end at the count.
 	last := -1.0
 	for _, le := range append(latencyBuckets, math.Inf(+1)) {
-		v := got[`webhook_latency_seconds_bucket{webhook="/mutate",le="`+promtext.FormatValue(le)+`"}`]
+		v, ok := got[`webhook_latency_seconds_bucket{webhook="/mutate",le="`+promtext.FormatValue(le)+`"}`]
+		if !ok {
+			t.Errorf("bucket le=%v is missing", le)
+		}
 		if v < last {
 			t.Errorf("bucket le=%v holds %v, fewer than the one before (%v)", le, v, last)
 		}

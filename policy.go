@@ -1,35 +1,29 @@
 package main
 
-// This file is the webhook's policy: what it admits, what it changes, what
-// it denies when asked to authorize, and the flags that configure it. It is
-// the file to change to make the webhook yours, with policy_test.go beside
-// it; README.md's "Make it yours" lists the rest. Everything else is
-// plumbing you need not open.
+// This file is the webhook's policy: what it admits, what it changes, and
+// what it denies when asked to authorize, then the flags that configure it.
+// It is the file to change to make the webhook yours, with policy_test.go;
+// README.md's "Make it yours" lists the rest. main.go expects of it the
+// type policy with its addFlags method, the admit functions mutate and
+// validate, and the authorize function authorize.
 //
-// main.go expects five things of this file: the type policy, its addFlags
-// method (which may register nothing), the admit functions mutate and
-// validate, and the authorize function authorize. LogValue is optional: it
-// shapes the start-up log line. The building blocks they use are:
-//
-//   - the responses allowed, allowedWithWarning (for a deprecation or a
-//     soft limit), denied, patched and errored (handler.go), and
-//     noOpinion, deniedBecause and allowedBecause (authorization.go). A
-//     denial is what the operator's -validation-action makes it (refused,
-//     or let through with a warning or an audit annotation while the
-//     policy rolls out); the policy never needs to know which;
-//   - objectMeta, the fields of metadata most policies read (the namespace
-//     is req.Namespace), decodeObject, any other fields into a struct of
-//     yours, and objectName, the object's name for a message (handler.go);
-//   - setLabels and setAnnotations, the JSON Patch that sets entries of
-//     metadata.labels or metadata.annotations from a []keyValue (patch.go);
-//   - patchObject, the JSON Patch for any other field: set and setDefault
-//     set a field deep in the object, creating missing parents; appendTo
-//     appends to a list, creating it; a path such as "spec", "containers",
-//     strconv.Itoa(i), "securityContext" reaches a field of the i-th
-//     element (patch.go; docs/patching.md works an example).
+// They are built from the toolbox (toolbox.go, patch.go): the answers
+// allowed, allowedWithWarning, denied, patched and errored, and noOpinion,
+// deniedBecause and allowedBecause; the readers objectMeta (the metadata
+// most policies read; the namespace is req.Namespace), decodeObject (any
+// other fields, into a struct of yours) and objectName (the object's name
+// for a message); the patch builders setLabels and setAnnotations (entries
+// of metadata.labels or .annotations from a []keyValue) and patchObject
+// (set, setDefault and appendTo anywhere in the object, creating missing
+// parents; docs/patching.md works an example); and addListFlag, a
+// repeatable flag whose defaults are checked at start-up. A denial is what
+// the operator's -validation-action makes it (refused, or let through with
+// a warning or an audit annotation while the policy rolls out); the policy
+// never needs to know which.
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -43,16 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// defaultAnnotation is what /mutate adds and /validate requires unless told
-// otherwise: the demonstration this project started from.
-const defaultAnnotation = "webhook.example.com/allow=true"
-
-// defaultDenyRules are the -deny rules /authorize applies unless given
-// others: none, so it has no opinion on anything. A rule here, such as
-// "group=developers,verb=create,resource=pods,subresource=exec,namespace=prod-*",
-// is on in every deployment.
-var defaultDenyRules []string
-
 // policy is the webhook's whole configuration of what to admit and what to
 // change. It reaches the admit functions through their makers, never as a
 // global.
@@ -60,25 +44,6 @@ type policy struct {
 	annotate []keyValue // the annotations /mutate sets
 	require  []keyValue // the annotations /validate insists on
 	deny     []denyRule // the rules by which /authorize denies; else no opinion
-}
-
-// addFlags registers the policy's flags on flags, which main.go parses with
-// the server's own. Each has a working default: the tests start the server
-// with no flags, and every deployment runs the defaults (deploy/ passes
-// only the server's flags), so a rule for everywhere is a default here.
-func (p *policy) addFlags(flags *flag.FlagSet) {
-	flags.Var(newAnnotationsFlag(&p.annotate, defaultAnnotation), "annotate", "annotation `key=value` that /mutate sets (repeatable)")
-	flags.Var(newAnnotationsFlag(&p.require, defaultAnnotation), "require", "annotation `key=value` that /validate requires (repeatable)")
-	flags.Var(newDenyRulesFlag(&p.deny, defaultDenyRules...), "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)")
-}
-
-// LogValue is how the policy appears in the server's start-up log line.
-func (p policy) LogValue() slog.Value {
-	return slog.GroupValue(
-		slog.Any("annotate", p.annotate),
-		slog.Any("require", p.require),
-		slog.Any("deny", p.deny),
-	)
 }
 
 // mutate returns the admit function of /mutate: it adds p.annotate to every
@@ -125,63 +90,6 @@ func validate(p policy) admitFunc {
 	}
 }
 
-// actsOn reports whether the policy applies to req. Only writes of a whole
-// object are acted on: DELETE and CONNECT carry no object to annotate, and a
-// subresource such as deployments/scale or /status carries another kind
-// (autoscaling/v1 Scale) whose metadata is not the object's.
-func actsOn(req *admissionv1.AdmissionRequest) bool {
-	return (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) && req.SubResource == ""
-}
-
-// annotationsFlag is a repeatable -flag key=value that fills a list of
-// annotations; the first use replaces the default. Each key is checked as
-// the apiserver checks them, so a typo fails at start-up.
-type annotationsFlag struct {
-	list    *[]keyValue
-	changed bool
-}
-
-func newAnnotationsFlag(list *[]keyValue, def string) *annotationsFlag {
-	f := &annotationsFlag{list: list}
-	// The default is a constant known to be valid.
-	_ = f.Set(def)
-	f.changed = false
-	return f
-}
-
-func (f *annotationsFlag) String() string {
-	if f == nil || f.list == nil {
-		return ""
-	}
-	s := make([]string, len(*f.list))
-	for i, a := range *f.list {
-		s[i] = a.String()
-	}
-	return strings.Join(s, ",")
-}
-
-func (f *annotationsFlag) Set(s string) error {
-	key, value, ok := strings.Cut(s, "=")
-	if !ok {
-		return fmt.Errorf("want key=value, such as %s", defaultAnnotation)
-	}
-	if !f.changed {
-		*f.list, f.changed = nil, true
-	}
-	all := map[string]string{key: value}
-	for _, a := range *f.list {
-		if a.Key == key {
-			return fmt.Errorf("annotation key %q is given twice", key)
-		}
-		all[a.Key] = a.Value
-	}
-	if errs := apivalidation.ValidateAnnotations(all, field.NewPath("metadata", "annotations")); len(errs) > 0 {
-		return errs.ToAggregate()
-	}
-	*f.list = append(*f.list, keyValue{Key: key, Value: value})
-	return nil
-}
-
 // authorize returns the authorize function of /authorize: it denies a
 // request that matches any of p.deny, naming the rule, and has no opinion
 // on everything else. It never allows, so RBAC stays the only way in and a
@@ -196,6 +104,71 @@ func authorize(p policy) authorizeFunc {
 		return noOpinion()
 	}
 }
+
+// actsOn reports whether the policy applies to req. Only writes of a whole
+// object are acted on: DELETE and CONNECT carry no object to annotate, and a
+// subresource such as deployments/scale or /status carries another kind
+// (autoscaling/v1 Scale) whose metadata is not the object's.
+func actsOn(req *admissionv1.AdmissionRequest) bool {
+	return (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) && req.SubResource == ""
+}
+
+// The policy's flags.
+
+// defaultAnnotation is what /mutate adds and /validate requires unless told
+// otherwise: the demonstration this project started from.
+const defaultAnnotation = "webhook.example.com/allow=true"
+
+// defaultDenyRules are the -deny rules /authorize applies unless given
+// others: none, so it has no opinion on anything. A rule here, such as
+// "group=developers,verb=create,resource=pods,subresource=exec,namespace=prod-*",
+// is on in every deployment.
+var defaultDenyRules []string
+
+// addFlags registers the policy's flags on flags, which main.go parses with
+// the server's own. Each has a working default: the tests start the server
+// with no flags, and every deployment runs the defaults (deploy/ passes
+// only the server's flags), so a rule for everywhere is a default here. A
+// default that does not parse is an error: the server does not start.
+func (p *policy) addFlags(flags *flag.FlagSet) error {
+	return errors.Join(
+		addListFlag(flags, "annotate", "annotation `key=value` that /mutate sets (repeatable)", &p.annotate, parseAnnotation, defaultAnnotation),
+		addListFlag(flags, "require", "annotation `key=value` that /validate requires (repeatable)", &p.require, parseAnnotation, defaultAnnotation),
+		addListFlag(flags, "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)", &p.deny, parseDenyRule, defaultDenyRules...),
+	)
+}
+
+// LogValue is how the policy appears in the server's start-up log.
+func (p policy) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.Any("annotate", p.annotate),
+		slog.Any("require", p.require),
+		slog.Any("deny", p.deny),
+	)
+}
+
+// parseAnnotation parses key=value, an annotation to add to those before it
+// in the list. Each key is checked as the apiserver checks them, so a typo
+// fails at start-up.
+func parseAnnotation(before []keyValue, s string) (keyValue, error) {
+	key, value, ok := strings.Cut(s, "=")
+	if !ok {
+		return keyValue{}, fmt.Errorf("want key=value, such as %s", defaultAnnotation)
+	}
+	all := map[string]string{key: value}
+	for _, a := range before {
+		if a.Key == key {
+			return keyValue{}, fmt.Errorf("annotation key %q is given twice", key)
+		}
+		all[a.Key] = a.Value
+	}
+	if errs := apivalidation.ValidateAnnotations(all, field.NewPath("metadata", "annotations")); len(errs) > 0 {
+		return keyValue{}, errs.ToAggregate()
+	}
+	return keyValue{Key: key, Value: value}, nil
+}
+
+// The -deny rule language.
 
 // ruleAttributes are the attributes a -deny rule can name: user, group and
 // verb are in every review; apiGroup through name only in a request for a
@@ -264,8 +237,9 @@ func (p rulePair) match(s string) bool {
 }
 
 // parseDenyRule parses attribute=value,…, so that a typo stops the server
-// at start-up instead of silently denying nothing.
-func parseDenyRule(s string) (denyRule, error) {
+// at start-up instead of silently denying nothing. The rules before it do
+// not matter.
+func parseDenyRule(_ []denyRule, s string) (denyRule, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("the rule is empty: want attribute=value,…, such as user=jane,verb=delete,resource=namespaces")
 	}
@@ -296,47 +270,4 @@ func parseDenyRule(s string) (denyRule, error) {
 		return nil, fmt.Errorf("the rule names both path and a resource's attributes (%s), which no request has together", strings.Join(resourceAttributes, ", "))
 	}
 	return r, nil
-}
-
-// denyRulesFlag is the repeatable -deny RULE; the first use replaces the
-// default rules.
-type denyRulesFlag struct {
-	rules   *[]denyRule
-	changed bool
-}
-
-// newDenyRulesFlag returns the -deny flag filling rules, which holds
-// defaults until the flag is given.
-func newDenyRulesFlag(rules *[]denyRule, defaults ...string) *denyRulesFlag {
-	f := &denyRulesFlag{rules: rules}
-	for _, d := range defaults {
-		// TestDefaultDenyRules checks that every default parses.
-		if r, err := parseDenyRule(d); err == nil {
-			*f.rules = append(*f.rules, r)
-		}
-	}
-	return f
-}
-
-func (f *denyRulesFlag) String() string {
-	if f == nil || f.rules == nil {
-		return ""
-	}
-	s := make([]string, len(*f.rules))
-	for i, r := range *f.rules {
-		s[i] = r.String()
-	}
-	return strings.Join(s, " ")
-}
-
-func (f *denyRulesFlag) Set(s string) error {
-	r, err := parseDenyRule(s)
-	if err != nil {
-		return err
-	}
-	if !f.changed {
-		*f.rules, f.changed = nil, true
-	}
-	*f.rules = append(*f.rules, r)
-	return nil
 }

@@ -14,7 +14,7 @@ package main
 //   - newReview(t, operation, object, oldObject) makes a review for a case
 //     no fixture has, from YAML or JSON: give "" for the object the
 //     operation lacks (CREATE sends object, UPDATE both, DELETE only
-//     oldObject). post(serve(discardLogger, validate(p)), "/validate",
+//     oldObject). post(admissionHandler(discardLogger, validate(p)), "/validate",
 //     body) answers it, checkReview reads the answer as the apiserver
 //     does, and policyWithDefaults(t) is the policy run with no flags.
 //   - parsePolicyFlags and checkFlagError read the policy's flags;
@@ -64,7 +64,7 @@ func TestAnnotationOnEveryFixture(t *testing.T) {
 	p := policyWithDefaults(t)
 	for name, body := range fixtures(t) {
 		in := decodeReviewIn(t, body)
-		out := checkReview(t, name+" /mutate", in, post(serve(discardLogger, mutate(p)), "/mutate", body))
+		out := checkReview(t, name+" /mutate", in, post(admissionHandler(discardLogger, mutate(p)), "/mutate", body))
 		if ops := decodePatch(t, out.Response.Patch); len(ops) > 0 {
 			patched := applyPatch(t, in.Request.Object, ops)
 			before, after := metadataMap(t, in.Request.Object, "annotations"), metadataMap(t, patched, "annotations")
@@ -77,7 +77,7 @@ func TestAnnotationOnEveryFixture(t *testing.T) {
 				t.Errorf("%s: the patched object has %s=%q, want %q", name, allow.Key, after[allow.Key], allow.Value)
 			}
 		}
-		out = checkReview(t, name+" /validate", in, post(serve(discardLogger, validate(p)), "/validate", body))
+		out = checkReview(t, name+" /validate", in, post(admissionHandler(discardLogger, validate(p)), "/validate", body))
 		if !out.Response.Allowed {
 			for _, part := range []string{allow.String(), "metadata.annotations"} {
 				if !strings.Contains(out.Response.Status.Message, part) {
@@ -94,12 +94,12 @@ func TestObjectWithoutMetadataIsAnnotated(t *testing.T) {
 	p := policyWithDefaults(t)
 	body := newReview(t, admissionv1.Create, `{"apiVersion": "example.com/v1", "kind": "Widget"}`, "")
 	in := decodeReviewIn(t, body)
-	out := checkReview(t, "/mutate", in, post(serve(discardLogger, mutate(p)), "/mutate", body))
+	out := checkReview(t, "/mutate", in, post(admissionHandler(discardLogger, mutate(p)), "/mutate", body))
 	patched := applyPatch(t, in.Request.Object, decodePatch(t, out.Response.Patch))
 	if got := metadataMap(t, patched, "annotations"); got[allow.Key] != allow.Value {
 		t.Errorf("patched object has annotations %v, want %s", got, allow)
 	}
-	out = checkReview(t, "/validate", in, post(serve(discardLogger, validate(p)), "/validate", body))
+	out = checkReview(t, "/validate", in, post(admissionHandler(discardLogger, validate(p)), "/validate", body))
 	if out.Response.Allowed {
 		t.Errorf("/validate admitted an object without the required annotation")
 	}
@@ -254,7 +254,7 @@ func TestAuthorizeSubjectAccessReviews(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		h := serveAuthorize(discardLogger, authorize(p))
+		h := authorizationHandler(discardLogger, authorize(p))
 		for name, body := range subjectAccessReviewFixtures(t) {
 			out := checkSubjectAccessReview(t, name, body, post(h, "/authorize", body))
 			s := out.Status
@@ -294,26 +294,25 @@ func TestBadDenyRules(t *testing.T) {
 	}
 }
 
-// TestDefaultDenyRules checks that every rule in defaultDenyRules parses,
-// and that a -deny flag replaces them.
+// TestDefaultDenyRules checks that the policy runs with defaultDenyRules,
+// and that -deny flags replace them.
 func TestDefaultDenyRules(t *testing.T) {
-	for _, d := range defaultDenyRules {
-		if _, err := parseDenyRule(d); err != nil {
-			t.Errorf("defaultDenyRules: %q: %v", d, err)
-		}
-	}
-	var rules []denyRule
-	f := newDenyRulesFlag(&rules, "user=a", "user=b")
-	if got := f.String(); got != "user=a user=b" {
-		t.Errorf("with defaults user=a and user=b: got %q, want both", got)
-	}
-	if err := f.Set("user=c"); err != nil {
+	p, _, err := parsePolicyFlags()
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Set("user=d"); err != nil {
+	if len(p.deny) != len(defaultDenyRules) {
+		t.Errorf("with no flags: got %d rules, want defaultDenyRules' %d", len(p.deny), len(defaultDenyRules))
+	}
+	p, _, err = parsePolicyFlags("-deny", "user=c", "-deny", "user=d")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if got := f.String(); got != "user=c user=d" {
+	var got []string
+	for _, r := range p.deny {
+		got = append(got, r.String())
+	}
+	if !reflect.DeepEqual(got, []string{"user=c", "user=d"}) {
 		t.Errorf("-deny user=c -deny user=d: got %q, want them in place of the defaults", got)
 	}
 }

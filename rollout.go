@@ -21,10 +21,9 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // validationAction is what /validate does with a denial of the policy's:
@@ -104,21 +103,18 @@ const (
 	maxWarningRunes = 4 << 10
 )
 
-// apply turns resp, a denial, into the answer a, and returns its verdict:
-// "denied" (resp unchanged), "warned", "audited" or "warned_and_audited".
-// The policy's warnings and audit annotations are kept in a copy: a policy
-// may return the same answer to every request.
-func (a validationAction) apply(resp *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
-	if !a.warn && !a.audit {
-		return resp, "denied"
-	}
+// soften turns resp, a denial of the request uid, into the answer a says,
+// and returns its verdict: "warned", "audited" or "warned_and_audited". It
+// is a fresh answer: allowed, without the denial's status or any patch
+// (which a validating webhook may not return), carrying the policy's
+// warnings and audit annotations in copies, and the denial's message as a
+// warning, an audit annotation, or both.
+func (a validationAction) soften(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
 	message := "the policy gave no reason"
 	if resp.Result != nil && resp.Result.Message != "" {
 		message = resp.Result.Message
 	}
-	// A fresh answer: allowed, and without the denial's status, or any
-	// patch, which a validating webhook may not return.
-	out := &admissionv1.AdmissionResponse{Allowed: true, Warnings: resp.Warnings, AuditAnnotations: resp.AuditAnnotations}
+	out := &admissionv1.AdmissionResponse{UID: uid, Allowed: true, Warnings: resp.Warnings, AuditAnnotations: resp.AuditAnnotations}
 	verdict := "audited"
 	if a.warn {
 		// Clipped, so that append copies instead of writing into the
@@ -136,45 +132,6 @@ func (a validationAction) apply(resp *admissionv1.AdmissionResponse) (*admission
 			verdict = "warned_and_audited"
 		}
 	}
+	out.Warnings = legibleWarnings(out.Warnings)
 	return out, verdict
-}
-
-// legibleWarnings returns warnings as the apiserver will pass them on. It
-// drops, without a word, a warning that is not valid UTF-8 or has a control
-// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
-// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
-// a warning longer than maxWarningRunes is cut with "…". warnings is
-// copied before any change, and returned as it is when none is needed.
-func legibleWarnings(warnings []string) []string {
-	var out []string
-	for i, w := range warnings {
-		lw := legibleWarning(w)
-		if lw == w && out == nil {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(warnings)
-		}
-		out[i] = lw
-	}
-	if out == nil {
-		return warnings
-	}
-	return out
-}
-
-func legibleWarning(w string) string {
-	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
-		return w
-	}
-	w = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(w, "\uFFFD"))
-	if runes := []rune(w); len(runes) > maxWarningRunes {
-		w = string(runes[:maxWarningRunes-1]) + "…"
-	}
-	return w
 }

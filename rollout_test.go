@@ -110,15 +110,16 @@ func TestValidationActions(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(fixture+"/"+tc.action.String(), func(t *testing.T) {
 				body := all[fixture]
-				_, req, err := decodeReview(body)
+				_, req, err := decodeAdmissionReview(body)
 				if err != nil {
 					t.Fatal(err)
 				}
 				// What the admit function says of this object.
 				message := denyingAdmit(context.Background(), req).Result.Message
 				var logs bytes.Buffer
-				m := newMetrics()
-				h := (&reviewServer{logger: slog.New(slog.NewJSONHandler(&logs, nil)), metrics: m}).handle("/validate", admissionReviewsActing(denyingAdmit, tc.action))
+				reviews := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil)))
+				m := reviews.metrics
+				h := reviews.admission("/validate", denyingAdmit, tc.action)
 				w := post(h, "/validate?timeout=10s", body)
 				out := checkReview(t, "/validate", decodeReviewIn(t, body), w)
 				got := decodeAnswerIn(t, w.Body.Bytes()).Response
@@ -179,7 +180,7 @@ func TestValidationActionSoftensOnlyDenials(t *testing.T) {
 	run := func(t *testing.T, route string, admit admitFunc, body []byte) (reviewIn, answerIn, map[string]any) {
 		t.Helper()
 		var logs bytes.Buffer
-		h := (&reviewServer{logger: slog.New(slog.NewJSONHandler(&logs, nil))}).handle(route, admissionReviewsActing(admit, action))
+		h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admission(route, admit, action)
 		w := post(h, route, body)
 		return checkReview(t, route, in, w), decodeAnswerIn(t, w.Body.Bytes()), reviewLine(t, &logs)
 	}
@@ -259,7 +260,7 @@ func TestAllowedWithWarning(t *testing.T) {
 		t.Run(fixture, func(t *testing.T) {
 			body := all[fixture]
 			var logs bytes.Buffer
-			w := post(serve(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/validate", body)
+			w := post(admissionHandler(slog.New(slog.NewJSONHandler(&logs, nil)), admit), "/validate", body)
 			out := checkReview(t, "/validate", decodeReviewIn(t, body), w)
 			answer := decodeAnswerIn(t, w.Body.Bytes())
 			if !out.Response.Allowed || out.Response.Status != nil || !reflect.DeepEqual(answer.Response.Warnings, []string{warning}) {

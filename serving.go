@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/example/webhook/reload"
@@ -184,20 +185,66 @@ func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificat
 // requireClient lets a request through only with a client certificate,
 // verified at the handshake, whose Common Name is in allowed (any, when
 // empty), as kube-apiserver's --requestheader-client-ca-file and
-// --requestheader-allowed-names do.
-func requireClient(logger *slog.Logger, allowed []string, next http.Handler) http.Handler {
+// --requestheader-allowed-names do. Each refusal is counted, and logged at
+// most refusalLogBurst times a refusalLogInterval with how many went
+// unlogged: any client that reaches the port can send requests without a
+// certificate, and must not be able to flood the log.
+func requireClient(logger *slog.Logger, m *metrics, allowed []string, next http.Handler) http.Handler {
+	logs := &logLimiter{burst: refusalLogBurst, interval: refusalLogInterval}
+	refuse := func(w http.ResponseWriter, r *http.Request, reason, why string, code int, message string, attrs ...any) {
+		m.clientRefused(reason)
+		if ok, unlogged := logs.allow(time.Now()); ok {
+			logger.Warn(why, append(attrs, "path", r.URL.Path, "remote", r.RemoteAddr, "unlogged_before", unlogged)...)
+		}
+		writeStatus(w, code, message)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.PeerCertificates) == 0 {
-			logger.Warn("refused a request without a client certificate", "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeStatus(w, http.StatusUnauthorized, "a client certificate signed by the webhook's client CA is required")
+			refuse(w, r, "missing", "refused a request without a client certificate", http.StatusUnauthorized, "a client certificate signed by the webhook's client CA is required")
 			return
 		}
 		cn := r.TLS.PeerCertificates[0].Subject.CommonName
 		if len(allowed) > 0 && !slices.Contains(allowed, cn) {
-			logger.Warn("refused a client certificate whose name is not allowed", "path", r.URL.Path, "remote", r.RemoteAddr, "common_name", cn)
-			writeStatus(w, http.StatusForbidden, fmt.Sprintf("client certificate name %q is not in -allowed-client-names", cn))
+			refuse(w, r, "name", "refused a client certificate whose name is not allowed", http.StatusForbidden, fmt.Sprintf("client certificate name %q is not in -allowed-client-names", cn), "common_name", cn)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+const (
+	// refusalLogBurst and refusalLogInterval bound the log lines of
+	// refused client certificates: enough to see who is refused, too few
+	// to flood anything.
+	refusalLogBurst    = 5
+	refusalLogInterval = time.Minute
+)
+
+// logLimiter lets at most burst lines a interval through, and counts those
+// it holds back.
+type logLimiter struct {
+	burst    int
+	interval time.Duration
+
+	mu       sync.Mutex
+	since    time.Time // the interval's start
+	logged   int       // in the interval
+	unlogged int       // since the last line let through
+}
+
+// allow reports whether a line may be logged now, and how many were held
+// back since the last one that was.
+func (l *logLimiter) allow(now time.Time) (ok bool, unlogged int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.since) >= l.interval {
+		l.since, l.logged = now, 0
+	}
+	if l.logged >= l.burst {
+		l.unlogged++
+		return false, 0
+	}
+	l.logged++
+	unlogged, l.unlogged = l.unlogged, 0
+	return true, unlogged
 }

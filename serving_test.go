@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -545,5 +547,40 @@ func TestUnusedConnectionKept(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("/ping on the unused connection: got %d", resp.StatusCode)
+	}
+}
+
+// TestClientRefusalsDoNotFloodTheLog: with -client-ca-file, each request
+// without a client certificate is refused and counted, but at most
+// refusalLogBurst of them are logged in a refusalLogInterval, and the next
+// line says how many were not.
+func TestClientRefusalsDoNotFloodTheLog(t *testing.T) {
+	var logs bytes.Buffer
+	m := newMetrics(nil, nil)
+	h := requireClient(slog.New(slog.NewTextHandler(&logs, nil)), m, nil, http.NotFoundHandler())
+	const requests = 100
+	for range requests {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/validate", nil))
+		if w.Code != http.StatusUnauthorized {
+			t.Fatalf("a request without a client certificate: got HTTP %d, want 401", w.Code)
+		}
+	}
+	if got := strings.Count(logs.String(), "refused a request without a client certificate"); got != refusalLogBurst {
+		t.Errorf("%d refusals logged %d lines, want %d:\n%s", requests, got, refusalLogBurst, &logs)
+	}
+	if got := scrape(t, m)[`webhook_client_certificates_refused_total{reason="missing"}`]; got != requests {
+		t.Errorf("refusals counted: got %v, want %d", got, requests)
+	}
+
+	l := &logLimiter{burst: 2, interval: time.Minute}
+	start := time.Now()
+	for i, want := range []bool{true, true, false, false, false} {
+		if ok, _ := l.allow(start); ok != want {
+			t.Errorf("line %d in the first interval: allowed %v, want %v", i, ok, want)
+		}
+	}
+	if ok, unlogged := l.allow(start.Add(time.Minute)); !ok || unlogged != 3 {
+		t.Errorf("the first line of the next interval: allowed %v saying %d unlogged, want true and 3", ok, unlogged)
 	}
 }

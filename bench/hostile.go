@@ -23,6 +23,9 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 )
 
 // The slow-clients scenario: hostile clients of each kind the issues
@@ -102,6 +105,7 @@ type hostileKind struct {
 	name  string
 	conns int
 	plain bool // never starts TLS: run gets the TCP connection
+	h2    bool // speaks HTTP/2, to a webhook run with -http2
 	// run is one connection's life; it returns when the server is done
 	// with it or ctx ends.
 	run func(ctx context.Context, h *hostiles, conn net.Conn)
@@ -175,6 +179,38 @@ var hostileKinds = []hostileKind{
 	}},
 }
 
+// http2Kind opens as many streams as the webhook lets it, each declaring a
+// small body (under the budget's smallBodyBytes) and sending all of it but
+// the last byte: each stream holds its body's buffer until the body is
+// cut. Run with -http2.
+var http2Kind = hostileKind{name: "HTTP/2, 100 streams each sending 16 KB but the last byte", conns: hostileConns, h2: true,
+	run: func(ctx context.Context, h *hostiles, c net.Conn) {
+		const streams, bodyBytes = 100, 16000
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		if err := fr.WriteSettings(); err != nil {
+			return
+		}
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		body := bytes.Repeat([]byte{' '}, bodyBytes-1)
+		for i := range streams {
+			block.Reset()
+			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "webhook"}, {":path", "/validate?timeout=30s"},
+				{"content-type", "application/json"}, {"content-length", strconv.Itoa(bodyBytes)}} {
+				_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+			}
+			id := uint32(2*i + 1)
+			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}) != nil ||
+				fr.WriteData(id, false, body) != nil {
+				return
+			}
+		}
+		h.waitClosed(ctx, c)
+	}}
+
 // hostiles runs hostile connections against one webhook.
 type hostiles struct {
 	addr        string
@@ -220,7 +256,12 @@ func (h *hostiles) loop(ctx context.Context, kind hostileKind, first bool) {
 			raw.Close()
 			continue
 		}
-		c := tls.Client(raw, h.tls)
+		config := h.tls
+		if kind.h2 {
+			config = config.Clone()
+			config.NextProtos = []string{"h2"}
+		}
+		c := tls.Client(raw, config)
 		hsCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = c.HandshakeContext(hsCtx)
 		cancel()
@@ -286,12 +327,13 @@ func hostileClients(args []string) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	var kinds []hostileKind
+	all := append(slices.Clone(hostileKinds), http2Kind)
 	for _, name := range strings.Split(*kindNames, ";") {
-		i := slices.IndexFunc(hostileKinds, func(k hostileKind) bool { return k.name == name })
+		i := slices.IndexFunc(all, func(k hostileKind) bool { return k.name == name })
 		if i < 0 {
 			return fmt.Errorf("no hostile kind %q", name)
 		}
-		kinds = append(kinds, hostileKinds[i])
+		kinds = append(kinds, all[i])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *d)
 	defer cancel()
@@ -362,6 +404,7 @@ type slowClientsOptions struct {
 	steadyFrom, probeFrom string
 	busyNeighbour         int           // cores kept busy beside the webhook
 	steadyDelay           time.Duration // of each of the steady client's writes
+	http2                 bool          // the webhook runs with -http2, against http2Kind
 }
 
 // runSlowClients runs the steady client alone, then beside each hostile
@@ -389,6 +432,9 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		loads = append(loads, slowClientsLoad{kinds: []hostileKind{k}})
 	}
 	loads = append(loads, slowClientsLoad{kinds: hostileKinds}, slowClientsLoad{kinds: hostileKinds, warm: true})
+	if opts.http2 {
+		loads = []slowClientsLoad{{}, {kinds: []hostileKind{http2Kind}}}
+	}
 	var results []slowClientsResult
 	for _, l := range loads {
 		if opts.only != "" && !strings.Contains(l.name(), opts.only) {
@@ -398,7 +444,11 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		if err != nil {
 			return nil, nil, err
 		}
-		wh, err := start("webhook", webhookBin, certArgs, probeClient, "-metrics-listen", metricsAddr)
+		args := []string{"-metrics-listen", metricsAddr}
+		if opts.http2 {
+			args = append(args, "-http2")
+		}
+		wh, err := start("webhook", webhookBin, certArgs, probeClient, args...)
 		if err != nil {
 			return nil, nil, err
 		}

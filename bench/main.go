@@ -97,6 +97,7 @@ func run() error {
 	slowFor := flag.Duration("slow-clients-for", 60*time.Second, "how long each load of the slow-clients scenario runs")
 	oneAddress := flag.Bool("one-address", false, "with -slow-clients, the steady client and the prober connect from the hostile clients' address, as behind a proxy that gives every client one; written to results/slow-clients-one-address.md")
 	steadyDelay := flag.Duration("steady-delay", 0, "with -slow-clients, each of the steady client's writes arrives this `long` after it is made, as from an apiserver far away or busy; written to results/slow-clients-far.md")
+	http2Flood := flag.Bool("http2", false, "with -slow-clients, run the webhook with -http2 against a flood of HTTP/2 streams; written to results/slow-clients-http2.md")
 	busyNeighbour := flag.Int("busy-neighbour", 0, "with -slow-clients, processes spinning this many `cores` beside the webhook through each load, as a node's other Pods do; written to results/slow-clients-busy-N.md")
 	flag.Parse()
 	if *smoke {
@@ -163,7 +164,7 @@ func run() error {
 		if *oneAddress {
 			steadyFrom, probeFrom = hostileAddr, hostileAddr
 		}
-		opts := slowClientsOptions{caFile: filepath.Join(certs, "ca.crt"), reviewFile: filepath.Join(bodies, "deployment-2k.json"), d: d, only: *only, steadyFrom: steadyFrom, probeFrom: probeFrom, busyNeighbour: *busyNeighbour, steadyDelay: *steadyDelay}
+		opts := slowClientsOptions{caFile: filepath.Join(certs, "ca.crt"), reviewFile: filepath.Join(bodies, "deployment-2k.json"), d: d, only: *only, steadyFrom: steadyFrom, probeFrom: probeFrom, busyNeighbour: *busyNeighbour, steadyDelay: *steadyDelay, http2: *http2Flood}
 		results, costs, err := runSlowClients(webhookBin, certArgs, certs, bodies, opts)
 		if err != nil {
 			return err
@@ -182,6 +183,9 @@ func run() error {
 			}
 			if *steadyDelay > 0 {
 				name += "-far"
+			}
+			if *http2Flood {
+				name += "-http2"
 			}
 			if *busyNeighbour > 0 {
 				name += fmt.Sprintf("-busy-%d", *busyNeighbour)

@@ -1,8 +1,8 @@
 // Package limits holds the generic machinery the webhook's server uses to
 // bound what clients can make it hold: a listener that caps the
 // connections open (Listener), a first-come-first-served weighted
-// semaphore (Budget), and a body reader held to a stall timeout and a
-// floor rate (BodyClock). It knows nothing of webhooks: the root package
+// semaphore (Semaphore), and a body reader held to a stall timeout and a
+// floor rate (MinRateReader). It knows nothing of webhooks: the root package
 // says how many connections, how long the graces, how many bytes and how
 // slow a body, and why.
 package limits
@@ -61,7 +61,7 @@ import (
 //     that sent one request and holds on.
 //
 // The fresh grace counts only the time the server spent waiting in Read for
-// the client, as BodyClock does for bodies: a connection whose handshake
+// the client, as MinRateReader does for bodies: a connection whose handshake
 // waits for the server's CPU, taken by a flood's handshakes or a node's
 // other work, has not made anyone wait. Behind a proxy that gives every
 // client one address, rules 1 and 2 are moot and rule 3 decides alone.
@@ -71,13 +71,16 @@ import (
 // kubelet's probe would time out; refused, the backlog stays short.
 //
 // The listener learns each connection's state from http.Server.ConnState,
-// which must be set to its ConnState method.
+// which must be set to its ConnState method (net/http's HTTP/2 server
+// reports a connection active while it serves a stream, and idle after).
 type Listener struct {
 	net.Listener
 	max                   int
 	freshGrace, idleGrace time.Duration
-	closed                func(reason string)
 	epoch                 time.Time // connections' clocks count from it
+
+	// Connections closed before they sent a complete request, by reason.
+	closedAtCapacity, refused, headerTimeouts atomic.Uint64
 
 	mu       sync.Mutex
 	open     int                     // connections open
@@ -118,17 +121,18 @@ type limitedConn struct {
 
 // NewListener returns ln holding at most max connections, sparing at the
 // cap one that has made the server wait less than freshGrace for its first
-// request header, and one idle for less than idleGrace. closed, when not
-// nil, is called for each connection the listener closes before it sent a
-// complete request: reason is "capacity" for one closed to make room,
-// "refused" for a newcomer closed at once, "header_timeout" for one that
-// net/http's ReadHeaderTimeout closed.
-func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration, closed func(reason string)) *Listener {
-	if closed == nil {
-		closed = func(string) {}
-	}
-	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, closed: closed, epoch: time.Now(),
+// request header, and one idle for less than idleGrace.
+func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration) *Listener {
+	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, epoch: time.Now(),
 		bySource: map[netip.Addr]*holding{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// Closed returns how many connections the listener has closed before they
+// sent a complete request, by reason: "capacity" for one closed to make
+// room, "refused" for a newcomer closed at once, "header_timeout" for one
+// that net/http's ReadHeaderTimeout closed.
+func (l *Listener) Closed() map[string]uint64 {
+	return map[string]uint64{"capacity": l.closedAtCapacity.Load(), "refused": l.refused.Load(), "header_timeout": l.headerTimeouts.Load()}
 }
 
 // Accept accepts the next connection once there is room for it, closing
@@ -179,7 +183,7 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 		// A newcomer that came when every connection was serving waits
 		// its turn, even once one of them is between requests.
 		if refuse || (unused > 0 && !waited) {
-			l.closed("refused") // before the close, which the client sees
+			l.refused.Add(1) // before the close, which the client sees
 			c.Close()
 			return nil, nil
 		}
@@ -201,7 +205,7 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 	if victim != nil {
 		// The raw connection, without TLS's close_notify, which could
 		// block on a client that does not read.
-		l.closed("capacity")
+		l.closedAtCapacity.Add(1)
 		victim.Conn.Close()
 	}
 	return lc, nil
@@ -421,7 +425,7 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		fresh := c.in == &c.limiter.fresh
 		c.limiter.mu.Unlock()
 		if fresh {
-			c.limiter.closed("header_timeout")
+			c.limiter.headerTimeouts.Add(1)
 		}
 	}
 	return n, err

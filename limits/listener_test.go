@@ -13,7 +13,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"sync"
+
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,29 +25,10 @@ const (
 	idleGrace  = time.Second
 )
 
-// closedCounter counts the connections a Listener closed, by reason.
-type closedCounter struct {
-	mu       sync.Mutex
-	byReason map[string]int
-}
-
-func (c *closedCounter) closed(reason string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.byReason[reason]++
-}
-
-func (c *closedCounter) count(reason string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.byReason[reason]
-}
-
 // limitedServer serves plain HTTP through a Listener of max connections:
 // / answers at once, /block waits for release.
 type limitedServer struct {
 	addr    string
-	closed  *closedCounter
 	limiter *Listener
 	release chan struct{}
 	entered chan struct{} // a request to /block is being served
@@ -59,8 +40,8 @@ func newLimitedServer(t *testing.T, max int) *limitedServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &limitedServer{addr: ln.Addr().String(), closed: &closedCounter{byReason: map[string]int{}}, release: make(chan struct{}), entered: make(chan struct{}, max)}
-	s.limiter = NewListener(ln, max, freshGrace, idleGrace, s.closed.closed)
+	s := &limitedServer{addr: ln.Addr().String(), release: make(chan struct{}), entered: make(chan struct{}, max)}
+	s.limiter = NewListener(ln, max, freshGrace, idleGrace)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
@@ -71,6 +52,11 @@ func newLimitedServer(t *testing.T, max int) *limitedServer {
 	go srv.Serve(s.limiter)
 	t.Cleanup(func() { close(s.release); srv.Close() })
 	return s
+}
+
+// count returns the connections the listener closed for reason.
+func (s *limitedServer) count(reason string) int {
+	return int(s.limiter.Closed()[reason])
 }
 
 func (s *limitedServer) dial(t *testing.T) net.Conn {
@@ -140,7 +126,7 @@ func TestManyHalfOpenConnections(t *testing.T) {
 	if err := get(s.dial(t), "/"); err == nil {
 		t.Error("a newcomer while every connection is within its grace was served, want it refused")
 	}
-	if got := s.closed.count("refused"); got != 1 {
+	if got := s.count("refused"); got != 1 {
 		t.Errorf("newcomers refused: got %d, want 1", got)
 	}
 	time.Sleep(freshGrace)
@@ -155,7 +141,7 @@ func TestManyHalfOpenConnections(t *testing.T) {
 			t.Errorf("half-open connection %d was closed, want only the oldest", i+1)
 		}
 	}
-	if got := s.closed.count("capacity"); got != 1 {
+	if got := s.count("capacity"); got != 1 {
 		t.Errorf("connections closed at the cap: got %v, want 1", got)
 	}
 }
@@ -207,10 +193,10 @@ func TestFairShare(t *testing.T) {
 			t.Errorf("half-open connection %d was closed, want the idle ones to go first", i)
 		}
 	}
-	if got := s.closed.count("refused"); got != 2 {
+	if got := s.count("refused"); got != 2 {
 		t.Errorf("newcomers refused: got %d, want 2", got)
 	}
-	if got := s.closed.count("capacity"); got != 2 {
+	if got := s.count("capacity"); got != 2 {
 		t.Errorf("connections closed at the cap: got %d, want 2", got)
 	}
 }
@@ -356,8 +342,9 @@ func TestVictimOfTheHeaviestAddress(t *testing.T) {
 // work take its CPU.
 type tlsLimitedServer struct {
 	*limitedServer
-	handshakes atomic.Int64
-	config     *tls.Config // the clients'
+	handshakes   atomic.Int64
+	config       *tls.Config // the clients'
+	serverConfig *tls.Config
 }
 
 func newTLSLimitedServer(t *testing.T, max int, slowFrom string, slowBy time.Duration) *tlsLimitedServer {
@@ -382,10 +369,10 @@ func newTLSLimitedServer(t *testing.T, max int, slowFrom string, slowBy time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &tlsLimitedServer{limitedServer: &limitedServer{addr: ln.Addr().String(), closed: &closedCounter{byReason: map[string]int{}}, release: make(chan struct{}), entered: make(chan struct{}, max)},
+	s := &tlsLimitedServer{limitedServer: &limitedServer{addr: ln.Addr().String(), release: make(chan struct{}), entered: make(chan struct{}, max)},
 		config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
-	s.limiter = NewListener(ln, max, freshGrace, idleGrace, s.closed.closed)
-	serverConfig := &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.limiter = NewListener(ln, max, freshGrace, idleGrace)
+	s.serverConfig = &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 		s.handshakes.Add(1)
 		if host, _, _ := net.SplitHostPort(hello.Conn.RemoteAddr().String()); host == slowFrom {
 			time.Sleep(slowBy)
@@ -393,7 +380,7 @@ func newTLSLimitedServer(t *testing.T, max int, slowFrom string, slowBy time.Dur
 		return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 	}}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }),
-		ConnState: s.limiter.ConnState, IdleTimeout: time.Minute, TLSConfig: serverConfig}
+		ConnState: s.limiter.ConnState, IdleTimeout: time.Minute, TLSConfig: s.serverConfig.Clone()}
 	go srv.ServeTLS(s.limiter, "", "")
 	t.Cleanup(func() { srv.Close() })
 	return s
@@ -449,7 +436,7 @@ func TestFloodRefusedBeforeHandshake(t *testing.T) {
 	if got := s.handshakes.Load() - before; got != 0 {
 		t.Errorf("the server began %d handshakes for the flood's newcomers, want 0", got)
 	}
-	if got := s.closed.count("refused"); got != newcomers {
+	if got := s.count("refused"); got != newcomers {
 		t.Errorf("newcomers refused: got %d, want %d", got, newcomers)
 	}
 	for i, c := range flood {
@@ -504,7 +491,7 @@ func TestSlowHandshakeKept(t *testing.T) {
 	if err := <-slowDone; err != nil {
 		t.Errorf("the connection whose handshake waited for the server: %v, want it served", err)
 	}
-	if got := s.closed.count("capacity"); got != 0 {
+	if got := s.count("capacity"); got != 0 {
 		t.Errorf("connections closed at the cap: got %d, want 0 (the newcomer refused)", got)
 	}
 }
@@ -527,5 +514,70 @@ func TestNeverALighterAddress(t *testing.T) {
 	}
 	if closedByServer(lone) {
 		t.Error("the lighter address's connection was closed for a newcomer of a heavier one, want it kept")
+	}
+}
+
+// TestHTTP2ServingNeverCut: an HTTP/2 connection serving a request is not
+// closed at the cap (net/http's HTTP/2 server reports its state through
+// ConnState, as HTTP/1.1's does); a silent connection beside it is.
+func TestHTTP2ServingNeverCut(t *testing.T) {
+	const max = 2
+	s := newTLSLimitedServer(t, max, "", 0)
+	// A second server on the same listener's kind, speaking HTTP/2, its
+	// /block held until the test lets it go.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	limiter := NewListener(ln, max, freshGrace, idleGrace)
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		<-release
+		io.WriteString(w, "ok")
+	})
+	serverConfig := s.serverConfig.Clone()
+	serverConfig.NextProtos = []string{"h2", "http/1.1"}
+	srv := &http.Server{Handler: mux, ConnState: limiter.ConnState,
+		TLSConfig: serverConfig, HTTP2: &http.HTTP2Config{}, IdleTimeout: time.Minute}
+	go srv.ServeTLS(limiter, "", "")
+	t.Cleanup(func() { srv.Close() })
+
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: s.config, ForceAttemptHTTP2: true}}
+	served := make(chan error, 1)
+	go func() {
+		resp, err := client.Get("https://" + ln.Addr().String() + "/block")
+		if err == nil {
+			defer resp.Body.Close()
+			if resp.ProtoMajor != 2 {
+				err = fmt.Errorf("served over %s, want HTTP/2", resp.Proto)
+			} else {
+				_, err = io.ReadAll(resp.Body)
+			}
+		}
+		served <- err
+	}()
+	<-entered
+	silent, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	for limiter.Open() != max {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(freshGrace + 100*time.Millisecond) // both have made the server wait past the grace
+	newcomer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer newcomer.Close()
+	if !closedByServer(silent) {
+		t.Error("the silent connection is open, want it closed for the newcomer")
+	}
+	close(release)
+	if err := <-served; err != nil {
+		t.Errorf("the HTTP/2 request being served: %v, want it answered", err)
 	}
 }

@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// TestBodyClock sends a body that stops, and one that trickles a byte
+// TestMinRateReader sends a body that stops, and one that trickles a byte
 // every 20 ms: each is cut, for its own reason, soon after the stall
 // timeout.
-func TestBodyClock(t *testing.T) {
+func TestMinRateReader(t *testing.T) {
 	const stall = 200 * time.Millisecond
 	for _, tc := range []struct {
 		name, reason, message string
@@ -25,7 +25,7 @@ func TestBodyClock(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got := make(chan error, 1)
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				clock := NewBodyClock(r, http.NewResponseController(w), time.Now().Add(time.Minute), stall, 1<<20)
+				clock := NewMinRateReader(r, http.NewResponseController(w), time.Now().Add(time.Minute), stall, 1<<20)
 				_, err := clock.ReadFull(make([]byte, 1000))
 				got <- err
 			}))
@@ -47,11 +47,11 @@ func TestBodyClock(t *testing.T) {
 				}()
 			}
 			start := time.Now()
-			var cut *CutError
+			var cut *SlowBodyError
 			select {
 			case err := <-got:
 				if !errors.As(err, &cut) || cut.Reason != tc.reason || err.Error() != tc.message {
-					t.Fatalf("got %v, want a CutError %q: %q", err, tc.reason, tc.message)
+					t.Fatalf("got %v, want a SlowBodyError %q: %q", err, tc.reason, tc.message)
 				}
 			case <-time.After(5 * time.Second):
 				t.Fatal("the body was never cut")

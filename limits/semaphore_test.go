@@ -11,13 +11,13 @@ import (
 
 // acquireAsync runs acquire in the background; its result arrives on the
 // channel.
-func acquireAsync(b *Budget, ctx context.Context, n int64) <-chan error {
+func acquireAsync(b *Semaphore, ctx context.Context, n int64) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- b.Acquire(ctx, n) }()
 	return done
 }
 
-func waitWaiting(t *testing.T, b *Budget, want int) {
+func waitWaiting(t *testing.T, b *Semaphore, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -41,9 +41,9 @@ func notYet(t *testing.T, done <-chan error, what string) {
 	}
 }
 
-func TestBudgetWaitsInOrder(t *testing.T) {
+func TestSemaphoreWaitsInOrder(t *testing.T) {
 	ctx := context.Background()
-	b := NewBudget(10)
+	b := NewSemaphore(10)
 	if err := b.Acquire(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
@@ -73,8 +73,8 @@ func TestBudgetWaitsInOrder(t *testing.T) {
 	}
 }
 
-func TestBudgetDeadline(t *testing.T) {
-	b := NewBudget(10)
+func TestSemaphoreDeadline(t *testing.T) {
+	b := NewSemaphore(10)
 	if err := b.Acquire(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
@@ -112,11 +112,11 @@ func TestBudgetDeadline(t *testing.T) {
 	}
 }
 
-// TestBudgetNeverOverspends hammers the budget from many goroutines
+// TestSemaphoreNeverOverspends hammers the semaphore from many goroutines
 // and checks the bytes held never exceed the capacity (run with -race).
-func TestBudgetNeverOverspends(t *testing.T) {
+func TestSemaphoreNeverOverspends(t *testing.T) {
 	const capacity = 100
-	b := NewBudget(capacity)
+	b := NewSemaphore(capacity)
 	var held, peak atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 16 {

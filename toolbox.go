@@ -1,0 +1,236 @@
+package main
+
+// The policy's toolbox: the shape of a decision (admitFunc, authorizeFunc),
+// the answers it returns, the readers of the object under review, and
+// addListFlag for its flags. patch.go has the rest, the JSON Patch
+// builders. Nothing here sees HTTP.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/json"
+)
+
+// admitFunc decides on one admission request, never returning nil. It sees
+// neither HTTP nor globals, and its ctx ends at the apiserver's deadline.
+// The answer it returns is never written to: the generic path completes a
+// copy (the uid, -validation-action), so one answer may serve every
+// request. policy.go makes them.
+type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
+
+// authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
+// one of ResourceAttributes and NonResourceAttributes, with noOpinion,
+// deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
+// globals, and ctx ends at the apiserver's deadline. policy.go makes them.
+type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
+
+// allowed admits the request unchanged.
+func allowed() *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true}
+}
+
+// allowedWithWarning admits the request unchanged and warns the user, for
+// a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
+// it to one line, its point first (legibleWarnings says why). To patch and
+// warn, set the Warnings of patched's answer.
+func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
+}
+
+// patched admits the request with ops applied. With no ops it sets neither
+// patch nor patchType: the apiserver rejects one without the other.
+func patched(ops []patchOp) *admissionv1.AdmissionResponse {
+	if len(ops) == 0 {
+		return allowed()
+	}
+	patch, err := json.Marshal(ops)
+	if err != nil {
+		return errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
+}
+
+// denied refuses the request with 403 Forbidden. The apiserver shows the
+// user `admission webhook "<name>" denied the request: <message>`.
+func denied(message string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusForbidden,
+		Reason:  metav1.StatusReasonForbidden,
+		Message: message,
+	}}
+}
+
+// errored refuses a request the webhook could not judge, such as one whose
+// object does not decode, still with HTTP 200: the apiserver shows the
+// message only from a review.
+func errored(code int32, err error) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    code,
+		Reason:  reasonForCode(code),
+		Message: err.Error(),
+	}}
+}
+
+// noOpinion neither allows nor denies: the apiserver asks the next
+// authorizer, and forbids the request if none allows it.
+func noOpinion() authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{}
+}
+
+// deniedBecause denies the request outright, so RBAC cannot allow it. The
+// apiserver ends its Forbidden message, which kubectl prints, with reason.
+func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: reason}
+}
+
+// allowedBecause allows the request outright: no later authorizer is asked.
+// reason is for the apiserver's audit log and may be empty.
+func allowedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: reason}
+}
+
+// objectMetadata is the part of an object's metadata that most policies
+// read; the namespace is req.Namespace. For more, decodeObject decodes
+// only the fields a policy reads.
+type objectMetadata struct {
+	Name         string            `json:"name,omitempty"`
+	GenerateName string            `json:"generateName,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
+
+	// Missing is true when the object has no metadata at all, which the
+	// apiserver never sends but a hand-made request can.
+	Missing bool `json:"-"`
+}
+
+// objectMeta decodes the metadata of req.Object or req.OldObject, of any
+// kind, skipping the rest of metadata: managedFields above all, most of
+// the work of decoding it.
+func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
+	var partial struct {
+		Metadata *objectMetadata `json:"metadata"`
+	}
+	if err := decodeObject(obj, &partial); err != nil {
+		return nil, err
+	}
+	if partial.Metadata == nil {
+		return &objectMetadata{Missing: true}, nil
+	}
+	return partial.Metadata, nil
+}
+
+// decodeObject decodes the object under review, obj being req.Object or
+// req.OldObject, into into: a pointer to a struct holding just the fields
+// the policy reads, each tagged with its JSON name, such as
+//
+//	type container struct {
+//		Name  string `json:"name"`
+//		Image string `json:"image"`
+//	}
+//	var pod struct {
+//		Spec struct {
+//			Containers []container `json:"containers"`
+//		} `json:"spec"`
+//	}
+//
+// Decoding is case-sensitive, as in the apiserver: a field without its tag
+// (Image for "image") stays empty. Unknown fields are skipped. An absent
+// object (req.Object on DELETE) is an error.
+func decodeObject(obj runtime.RawExtension, into any) error {
+	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
+		return errors.New("the request carries no object to admit")
+	}
+	if err := json.Unmarshal(obj.Raw, into); err != nil {
+		return fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
+	}
+	return nil
+}
+
+// objectName names the object for a message: "namespace/name", or "name"
+// if cluster-scoped; on CREATE with generateName, the prefix and "*".
+func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string {
+	name := req.Name
+	if name == "" && meta != nil {
+		name = meta.Name
+		if name == "" && meta.GenerateName != "" {
+			name = meta.GenerateName + "*"
+		}
+	}
+	if req.Namespace == "" {
+		return name
+	}
+	return req.Namespace + "/" + name
+}
+
+// addListFlag registers -name on flags, a repeatable flag that fills *list
+// with each value parse accepts (parse sees the values before it, to refuse
+// a repeated one). Until the flag is given, *list holds defaults; the first
+// use replaces them all, and the server's start-up log says so. The
+// defaults are parsed now, as the command line will be: one that does not
+// parse is an error naming it, so that a typo in policy.go stops the
+// server rather than leaving a rule out.
+func addListFlag[T any](flags *flag.FlagSet, name, usage string, list *[]T, parse func(before []T, value string) (T, error), defaults ...string) error {
+	*list = nil
+	for _, d := range defaults {
+		v, err := parse(*list, d)
+		if err != nil {
+			return fmt.Errorf("policy.go: the default %q of -%s does not parse: %w", d, name, err)
+		}
+		*list = append(*list, v)
+	}
+	flags.Var(&listFlag[T]{list: list, parse: parse, defaults: defaults}, name, usage)
+	return nil
+}
+
+// listFlag is the flag.Value of addListFlag.
+type listFlag[T any] struct {
+	list     *[]T
+	parse    func([]T, string) (T, error)
+	defaults []string
+	given    bool
+}
+
+func (f *listFlag[T]) Set(s string) error {
+	if !f.given {
+		*f.list, f.given = nil, true
+	}
+	v, err := f.parse(*f.list, s)
+	if err != nil {
+		return err
+	}
+	*f.list = append(*f.list, v)
+	return nil
+}
+
+// String lists the values, as -help shows the defaults.
+func (f *listFlag[T]) String() string {
+	if f == nil || f.list == nil {
+		return ""
+	}
+	s := make([]string, len(*f.list))
+	for i, v := range *f.list {
+		s[i] = fmt.Sprint(v)
+	}
+	return strings.Join(s, " ")
+}
+
+// defaultsReplaced returns the defaults the command line replaced, if any.
+func (f *listFlag[T]) defaultsReplaced() []string {
+	if !f.given {
+		return nil
+	}
+	return f.defaults
+}
