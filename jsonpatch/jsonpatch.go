@@ -1,13 +1,14 @@
 // Package jsonpatch applies a JSON Patch (RFC 6902) to a JSON document as
 // the kube-apiserver applies a mutating webhook's patch: with
 // gopkg.in/evanphx/json-patch.v4, as k8s.io/apiserver v0.37 calls it
-// (mutating/dispatcher.go: DecodePatch, then Apply to the object). It is
-// for tests: the webhook's tests apply every patch they check with it, so a
-// patch that passes them is one the apiserver accepts, and e2e/jsonpatch
+// (mutating/dispatcher.go: DecodePatch, then Apply to the object), and
+// with its error texts. The webhook's tests apply every patch they check
+// with it, so a patch that passes them is one the apiserver accepts;
+// webhook doctor applies a live webhook's patch with it; and e2e/jsonpatch
 // fuzzes it against that library so the two cannot drift apart.
 //
 // It depends on the standard library only, so the root module stays free
-// of dependencies, and the webhook binary does not link it.
+// of dependencies; the server itself never applies a patch.
 //
 // Where json-patch v4 departs from RFC 6902, this does as json-patch does,
 // because that is what a webhook's patch meets:
@@ -111,13 +112,19 @@ func apply(root any, op map[string]*json.RawMessage, copied *int) (any, error) {
 		if c == nil {
 			return nil, fmt.Errorf("add operation does not apply: doc is missing path: %q: missing value", path)
 		}
-		return root, c.add(key, valueNode(value, hasValue))
+		if err := c.add(key, valueNode(value, hasValue)); err != nil {
+			return nil, fmt.Errorf("error in add for path: '%s': %w", path, err)
+		}
+		return root, nil
 	case "remove":
 		c, key := find(root, path)
 		if c == nil {
 			return nil, fmt.Errorf("remove operation does not apply: doc is missing path: %q: missing value", path)
 		}
-		return root, c.remove(key)
+		if err := c.remove(key); err != nil {
+			return nil, fmt.Errorf("error in remove for path: '%s': %w", path, err)
+		}
+		return root, nil
 	case "replace":
 		if path == "" {
 			switch v := valueNode(value, hasValue).(type) {
@@ -135,7 +142,11 @@ func apply(root any, op map[string]*json.RawMessage, copied *int) (any, error) {
 		if _, err := c.get(key); err != nil {
 			return nil, fmt.Errorf("replace operation does not apply: doc is missing key: %s: missing value", path)
 		}
-		return root, c.set(key, valueNode(value, hasValue))
+		if err := c.set(key, valueNode(value, hasValue)); err != nil {
+			// json-patch's own words, remove included.
+			return nil, fmt.Errorf("error in remove for path: '%s': %w", path, err)
+		}
+		return root, nil
 	case "move", "copy":
 		from, err := stringField(op, "from")
 		if err != nil {
@@ -151,7 +162,7 @@ func apply(root any, op map[string]*json.RawMessage, copied *int) (any, error) {
 		}
 		if kind == "move" {
 			if err := c.remove(key); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("error in move for path: '%s': %w", key, err)
 			}
 		} else {
 			var size int
@@ -163,7 +174,13 @@ func apply(root any, op map[string]*json.RawMessage, copied *int) (any, error) {
 		if c, key = find(root, path); c == nil {
 			return nil, fmt.Errorf("%s operation does not apply: doc is missing destination path: %s: missing value", kind, path)
 		}
-		return root, c.add(key, v)
+		if err := c.add(key, v); err != nil {
+			if kind == "move" {
+				return nil, fmt.Errorf("error in move for path: '%s': %w", path, err)
+			}
+			return nil, fmt.Errorf("error while adding value during copy: %w", err)
+		}
+		return root, nil
 	case "test":
 		want := valueNode(value, hasValue)
 		if path == "" {
