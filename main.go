@@ -42,10 +42,9 @@ const (
 	// the same reason. Go's transport, the apiserver's, keeps a connection
 	// it dialed for a review that another connection served, unused, in its
 	// pool; closing it races with the review it then sends on it, which
-	// fails with a broken pipe (e2e TestMemoryUnderBurst saw it with a 1 s
-	// timeout). A client that holds a place sending nothing, or half a
-	// header, gives it back at the cap after freshGrace (limits.Listener),
-	// which is what bounds the connections' memory.
+	// fails with a broken pipe. A client that holds a place sending
+	// nothing, or half a header, gives it back at the cap after freshGrace
+	// (limits.Listener), which is what bounds the connections' memory.
 	readHeaderTimeout = idleTimeout
 
 	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a

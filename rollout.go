@@ -6,7 +6,7 @@ package main
 // Audit), Gatekeeper's enforcementAction and Kyverno's
 // validationFailureAction do.
 //
-// The apiserver (k8s.io/apiserver v1.37.1, pkg/admission/plugin/webhook/
+// The apiserver (k8s.io/apiserver, pkg/admission/plugin/webhook/
 // validating/dispatcher.go, webhookDispatcher.callHook; for v1 and v1beta1
 // alike, pkg/admission/plugin/webhook/request/admissionreview.go,
 // VerifyAdmissionResponse) sends each warning to the client as a "Warning:
