@@ -45,7 +45,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/json"
+	"k8s.io/apimachinery/pkg/util/json" // encoding/json's API, as the apiserver decodes
 
 	"github.com/example/webhook/convert"
 )
@@ -56,9 +56,13 @@ const maxWebhookTimeout = 30 * time.Second
 
 // routes serves the review routes, each with the policy's function, and
 // /ping, which reports ready. guard wraps the review routes (requireClient,
-// with -client-ca-file); /ping stays open, as kubelet probes have no
-// client certificate.
-func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler, ready func() bool) *http.ServeMux {
+// with -client-ca-file); /ping stays open, as kubelet probes have no client
+// certificate. Once ready reports false, shutdown has begun: every answer
+// closes its connection, so that clients move to other replicas while
+// everything that arrives is still answered. (Closing idle connections
+// instead races with a review being written into one; for HTTP/2 net/http
+// turns the header into a graceful GOAWAY.)
+func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler, ready func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", guard(reviews.admission("/mutate", mutate(p), validationAction{})))
 	mux.Handle("/validate", guard(reviews.admission("/validate", validate(p), action)))
@@ -73,7 +77,12 @@ func routes(reviews *reviewServer, p policy, action validationAction, guard func
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = w.Write([]byte("pong"))
 	})
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready() {
+			w.Header().Set("Connection", "close")
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // reviewServer is what the review routes share: the log, the metrics, and
@@ -139,60 +148,6 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 	})
 }
 
-// authorization serves /authorize: a SubjectAccessReview decided by
-// authorize and answered in the version it came in, with only its status,
-// the one part the apiserver reads (authorization.go says how it reads it).
-func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		s.metrics.inFlightAdd(path, 1)
-		defer s.metrics.inFlightAdd(path, -1)
-
-		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
-		if err != nil {
-			s.refuse(w, path, start, err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		body, held, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
-		if err != nil {
-			s.refuse(w, path, start, err)
-			return
-		}
-		defer s.bodies.release(held)
-
-		gvk, spec, err := decodeSubjectAccessReview(body)
-		if err != nil {
-			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
-			return
-		}
-		attrs := authorizationAttrs(spec)
-
-		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
-		if panicked != nil {
-			// A 500 is retried, then the authorizer's failurePolicy decides.
-			s.logPanic(ctx, path, attrs, panicked)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
-			return
-		}
-		if status.Allowed && status.Denied {
-			// The apiserver denies such an answer and logs an error: deny
-			// here too, with a status it reads as meant, and a reason that
-			// says what went wrong.
-			status = deniedBecause("the webhook's authorize function answered both allowed and denied; denied")
-			attrs = append(attrs, slog.String("error", "the authorize function answered both allowed and denied"))
-		}
-		out, err := encodeSubjectAccessReview(gvk, status)
-		if err != nil {
-			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
-			return
-		}
-		s.reply(w, r, path, start, out, authorizationVerdict(status), attrs)
-	})
-}
-
 // checkRequest checks what comes before a review's body, in the order
 // controller-runtime checks it: the method, the content type, and the
 // apiserver's ?timeout= (a Go duration such as "10s"), which it returns,
@@ -232,6 +187,101 @@ func timeoutParameter(rawQuery string) (string, bool) {
 	return "", false
 }
 
+// decodeAdmissionReview decodes an AdmissionReview of either version: its
+// version, and its request as admission.k8s.io/v1, the one type admit
+// functions see.
+func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
+	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
+	}
+	var req *admissionv1.AdmissionRequest
+	switch review := obj.(type) {
+	case *admissionv1.AdmissionReview:
+		req = review.Request
+	case *admissionv1beta1.AdmissionReview:
+		if review.Request != nil {
+			req = convert.RequestFromV1beta1(review.Request)
+		}
+	default: // an unversioned meta kind (decoderOf)
+		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
+	}
+	if req == nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
+	}
+	return *gvk, req, nil
+}
+
+// admissionDecoder decodes AdmissionReview in the two versions the
+// apiserver sends.
+var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+
+// decoderOf decodes the kinds that add register, in the versions they
+// register, and nothing else: any other kind fails to decode, but for a
+// few unversioned meta kinds, such as v1 Status, that registering any API
+// group registers too. (AddToScheme fails only on conflicting
+// registrations, which distinct group versions cannot have.)
+func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
+	scheme := runtime.NewScheme()
+	for _, f := range add {
+		_ = f(scheme)
+	}
+	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
+}
+
+const (
+	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+
+	// maxErrorDetail bounds how much of a decoder's error reaches a
+	// message, so a huge or hostile body cannot make a huge answer.
+	maxErrorDetail = 256
+)
+
+// describeDecodeError says why a body is not the review wanted without
+// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
+func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
+	switch {
+	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
+		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
+	case runtime.IsNotRegisteredError(err) && gvk != nil:
+		return notA(*gvk, want)
+	}
+	detail := err.Error()
+	if len(detail) > maxErrorDetail {
+		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
+	}
+	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
+}
+
+func notA(gvk schema.GroupVersionKind, want string) error {
+	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
+}
+
+// admissionAttrs names an admission request for its log line: never the
+// object or any of its values, which may be a Secret's.
+func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
+	name := req.Name
+	if req.Namespace != "" {
+		name = req.Namespace + "/" + name
+	}
+	attrs := make([]slog.Attr, 0, 10)
+	attrs = append(attrs,
+		slog.String("uid", string(req.UID)),
+		slog.String("operation", string(req.Operation)),
+		slog.String("kind", req.Kind.Kind),
+		slog.String("name", name),
+		slog.String("user", req.UserInfo.Username),
+	)
+	if req.SubResource != "" {
+		attrs = append(attrs, slog.String("subresource", req.SubResource))
+	}
+	if req.DryRun != nil && *req.DryRun {
+		attrs = append(attrs, slog.Bool("dry_run", true))
+	}
+	return attrs
+}
+
 // callSafely calls decide and turns a panic into log attributes instead of
 // a dropped connection. The panic's value is logged only when the runtime
 // made it: one the policy made may hold a Secret's contents.
@@ -249,12 +299,13 @@ func callSafely[T any](decide func() T) (result T, panicked []any) {
 	return decide(), nil
 }
 
-// completeAdmission returns the answer to send for resp, admit's answer
-// to the request uid, and its verdict. It is a copy, for a policy may
-// return one answer to every request: the policy's answer, its warnings
-// and its audit annotations are never written to. The copy carries the
-// uid and the warnings as the apiserver will pass them on; a denial under
-// -validation-action warn or audit is softened (rollout.go).
+// completeAdmission makes the answer to send to the request uid from resp,
+// what the admit function returned, and names its verdict. The answer is a
+// copy of resp carrying the request's uid and resp's warnings as the
+// apiserver will pass them on: a policy may return one answer to every
+// request, so resp, its warnings and its audit annotations are never
+// written to. A denial under -validation-action warn or audit becomes a
+// fresh answer that allows (rollout.go's soften).
 func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
 	if resp == nil {
 		// Encoded, a nil response is a review without one, which the
@@ -262,13 +313,31 @@ func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, actio
 		resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
 	}
 	v := verdict(resp)
-	if v == "denied" && action != (validationAction{}) {
+	if v == "denied" && action != (validationAction{}) { // warn or audit; the zero value is deny
 		return action.soften(resp, uid)
 	}
 	answer := *resp
 	answer.UID = uid
 	answer.Warnings = legibleWarnings(resp.Warnings)
 	return &answer, v
+}
+
+// verdict names what an answer does: "patched", "allowed", "denied", or
+// "errored" when the webhook could not judge the request (a 400 for an
+// object that does not decode, or a 5xx); any other refusal is "denied".
+// completeAdmission may make a denial "warned", "audited" or
+// "warned_and_audited".
+func verdict(resp *admissionv1.AdmissionResponse) string {
+	switch {
+	case resp.Allowed && len(resp.Patch) > 0:
+		return "patched"
+	case resp.Allowed:
+		return "allowed"
+	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
+		return "errored"
+	default:
+		return "denied"
+	}
 }
 
 // legibleWarnings returns warnings as the apiserver will pass them on. It
@@ -295,6 +364,7 @@ func legibleWarnings(warnings []string) []string {
 	return out
 }
 
+// legibleWarning is one warning as legibleWarnings returns it.
 func legibleWarning(w string) string {
 	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
 		return w
@@ -311,35 +381,14 @@ func legibleWarning(w string) string {
 	return w
 }
 
-// verdict names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request (a 400 for an
-// object that does not decode, or a 5xx); any other refusal is "denied".
-// completeAdmission may make a denial "warned", "audited" or
-// "warned_and_audited".
-func verdict(resp *admissionv1.AdmissionResponse) string {
-	switch {
-	case resp.Allowed && len(resp.Patch) > 0:
-		return "patched"
-	case resp.Allowed:
-		return "allowed"
-	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
-		return "errored"
-	default:
-		return "denied"
+// encodeAdmissionReview encodes an AdmissionReview of resp in the request's
+// version.
+func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
+		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
 	}
-}
-
-// authorizationVerdict names what a status does, for the log line and the
-// metrics: "allowed", "denied" or "no_opinion".
-func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
-	switch {
-	case s.Denied:
-		return "denied"
-	case s.Allowed:
-		return "allowed"
-	default:
-		return "no_opinion"
-	}
+	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
 }
 
 // reply sends a review with 200, and logs and counts it.
@@ -416,72 +465,68 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
 }
 
-// Decoding and encoding reviews.
+// The authorization webhook's path: the same steps for a
+// SubjectAccessReview.
 
-const (
-	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
-	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+// authorization serves /authorize: a SubjectAccessReview decided by
+// authorize and answered in the version it came in, with only its status,
+// the one part the apiserver reads. It reads it so
+// (k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go,
+// WebhookAuthorizer.Authorize): allowed allows the request; denied alone
+// denies it, status.reason ending the user's Forbidden message, and no
+// later authorizer runs; neither is no opinion, and the next authorizer
+// (RBAC) decides; both is malformed, a denial with an error. An answer
+// other than HTTP 200, or none, is the authorizer's failurePolicy
+// (NoOpinion or Deny), after a retry of 429s, 5xx and dropped connections.
+func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		s.metrics.inFlightAdd(path, 1)
+		defer s.metrics.inFlightAdd(path, -1)
 
-	// maxErrorDetail bounds how much of a decoder's error reaches a
-	// message, so a huge or hostile body cannot make a huge answer.
-	maxErrorDetail = 256
-)
-
-// decoderOf decodes the kinds that add register, in the versions they
-// register, and nothing else: any other kind fails to decode, but for a
-// few unversioned meta kinds, such as v1 Status, that registering any API
-// group registers too. (AddToScheme fails only on conflicting
-// registrations, which distinct group versions cannot have.)
-func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
-	scheme := runtime.NewScheme()
-	for _, f := range add {
-		_ = f(scheme)
-	}
-	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
-}
-
-var (
-	// admissionDecoder decodes AdmissionReview in the two versions the
-	// apiserver sends.
-	admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
-	// authorizationDecoder decodes SubjectAccessReview in the two versions
-	// the apiserver sends (the authorizer's subjectAccessReviewVersion).
-	authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
-)
-
-// decodeAdmissionReview decodes an AdmissionReview of either version: its
-// version, and its request as admission.k8s.io/v1, the one type admit
-// functions see.
-func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
-	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
-	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
-	}
-	var req *admissionv1.AdmissionRequest
-	switch review := obj.(type) {
-	case *admissionv1.AdmissionReview:
-		req = review.Request
-	case *admissionv1beta1.AdmissionReview:
-		if review.Request != nil {
-			req = convert.RequestFromV1beta1(review.Request)
+		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
 		}
-	default: // an unversioned meta kind (decoderOf)
-		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
-	}
-	if req == nil {
-		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
-	}
-	return *gvk, req, nil
-}
+		ctx, cancel := context.WithTimeout(r.Context(), timeout)
+		defer cancel()
+		body, held, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
+		if err != nil {
+			s.refuse(w, path, start, err)
+			return
+		}
+		defer s.bodies.release(held)
 
-// encodeAdmissionReview encodes an AdmissionReview of resp in the request's
-// version.
-func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
-	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
-	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
-		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
-	}
-	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
+		gvk, spec, err := decodeSubjectAccessReview(body)
+		if err != nil {
+			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			return
+		}
+		attrs := authorizationAttrs(spec)
+
+		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
+		if panicked != nil {
+			// A 500 is retried, then the authorizer's failurePolicy decides.
+			s.logPanic(ctx, path, attrs, panicked)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
+			return
+		}
+		if status.Allowed && status.Denied {
+			// The apiserver denies such an answer and logs an error: deny
+			// here too, with a status it reads as meant, and a reason that
+			// says what went wrong.
+			status = deniedBecause("the webhook's authorize function answered both allowed and denied; denied")
+			attrs = append(attrs, slog.String("error", "the authorize function answered both allowed and denied"))
+		}
+		out, err := encodeSubjectAccessReview(gvk, status)
+		if err != nil {
+			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
+			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			return
+		}
+		s.reply(w, r, path, start, out, authorizationVerdict(status), attrs)
+	})
 }
 
 // decodeSubjectAccessReview is decodeAdmissionReview for a
@@ -510,59 +555,9 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 	return *gvk, spec, nil
 }
 
-// encodeSubjectAccessReview encodes a SubjectAccessReview holding only
-// status, in the version the request came in.
-func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
-	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
-	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
-		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
-	}
-	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
-}
-
-// describeDecodeError says why a body is not the review wanted without
-// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
-func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
-	switch {
-	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
-	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return notA(*gvk, want)
-	}
-	detail := err.Error()
-	if len(detail) > maxErrorDetail {
-		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
-	}
-	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
-}
-
-func notA(gvk schema.GroupVersionKind, want string) error {
-	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
-}
-
-// admissionAttrs names an admission request for its log line: never the
-// object or any of its values, which may be a Secret's.
-func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
-	name := req.Name
-	if req.Namespace != "" {
-		name = req.Namespace + "/" + name
-	}
-	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs,
-		slog.String("uid", string(req.UID)),
-		slog.String("operation", string(req.Operation)),
-		slog.String("kind", req.Kind.Kind),
-		slog.String("name", name),
-		slog.String("user", req.UserInfo.Username),
-	)
-	if req.SubResource != "" {
-		attrs = append(attrs, slog.String("subresource", req.SubResource))
-	}
-	if req.DryRun != nil && *req.DryRun {
-		attrs = append(attrs, slog.Bool("dry_run", true))
-	}
-	return attrs
-}
+// authorizationDecoder decodes SubjectAccessReview in the two versions
+// the apiserver sends (the authorizer's subjectAccessReviewVersion).
+var authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
 
 // authorizationAttrs names a SubjectAccessReview for its log line: who,
 // which verb, on what. Never its groups, extra or uid: the apiserver's
@@ -586,4 +581,27 @@ func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.At
 	}
 	// "path" is the route's in every review line.
 	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
+}
+
+// authorizationVerdict names what a status does, for the log line and the
+// metrics: "allowed", "denied" or "no_opinion".
+func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
+	switch {
+	case s.Denied:
+		return "denied"
+	case s.Allowed:
+		return "allowed"
+	default:
+		return "no_opinion"
+	}
+}
+
+// encodeSubjectAccessReview encodes a SubjectAccessReview holding only
+// status, in the version the request came in.
+func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
+		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
+	}
+	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
 }

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/example/webhook/certs"
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
 	"github.com/example/webhook/reload"
@@ -251,11 +252,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully, returning instead of exiting so that tests drive it. `webhook
-// certs` (runCerts) and `webhook doctor` (package doctor, which reads stdin
+// certs` (package certs) and `webhook doctor` (package doctor, which reads stdin
 // for a file named "-") run instead when named.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
-		return runCerts(args[1:], time.Now(), stdout, stderr)
+		return certs.Run(args[1:], time.Now(), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
 		return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
@@ -327,19 +328,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if clientCAs != nil {
 		guard = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
-	mux := routes(reviews, cfg.policy, cfg.validationAction, guard, s.serving.Load)
-	// While draining, every answer closes its connection, so nothing races:
-	// closing idle ones instead (SetKeepAlivesEnabled(false)) fails a review
-	// the apiserver is writing into one just then. For HTTP/2 net/http
-	// turns this header into a graceful GOAWAY.
-	draining := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.serving.Load() {
-			w.Header().Set("Connection", "close")
-		}
-		mux.ServeHTTP(w, r)
-	})
 	s.reviews = &http.Server{
-		Handler:           draining,
+		Handler:           routes(reviews, cfg.policy, cfg.validationAction, guard, s.serving.Load),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -475,10 +465,10 @@ func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
 func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
 		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
-			if err := writeDevCertificates("tls", time.Now()); err != nil {
+			if err := certs.WriteDev("tls", time.Now()); err != nil {
 				return nil, fmt.Errorf("making a development certificate in tls/: %w", err)
 			}
-			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", devHosts, "valid_for", devCertValidity)
+			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", certs.DevHosts, "valid_for", certs.DevValidity)
 		}
 	}
 	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger, m)

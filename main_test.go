@@ -166,6 +166,19 @@ func TestBadFlags(t *testing.T) {
 
 // TestDoctorSubcommand checks that run hands `webhook doctor` to package
 // doctor, whose tests cover it, and returns the exit status main gives.
+// TestCertsSubcommand: `webhook certs` runs package certs (its own tests
+// say what it makes).
+func TestCertsSubcommand(t *testing.T) {
+	dir := t.TempDir()
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"certs", "-dir", dir, "-hosts", "127.0.0.1"}, testEnv, nil, &stdout, io.Discard); err != nil {
+		t.Fatalf("webhook certs: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err != nil || stdout.Len() == 0 {
+		t.Errorf("webhook certs: %v, printed %q; want tls.crt made and the caBundle printed", err, stdout.String())
+	}
+}
+
 func TestDoctorSubcommand(t *testing.T) {
 	var stderr bytes.Buffer
 	err := run(context.Background(), []string{"doctor"}, testEnv, nil, io.Discard, &stderr)

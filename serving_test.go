@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"github.com/example/webhook/certs"
 	"io"
 	"log/slog"
 	"math/big"
@@ -27,25 +28,25 @@ import (
 
 // testPKI is a serving CA and a client CA, kept apart as they must be.
 type testPKI struct {
-	servingCA, clientCA *keyPair
+	servingCA, clientCA *certs.KeyPair
 }
 
 func newTestPKI(t *testing.T) testPKI {
 	t.Helper()
-	servingCA, err := newCA("test serving CA", time.Now(), time.Hour)
+	servingCA, err := certs.NewCA("test serving CA", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clientCA, err := newCA("test client CA", time.Now(), time.Hour)
+	clientCA, err := certs.NewCA("test client CA", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return testPKI{servingCA, clientCA}
 }
 
-func (p testPKI) serving(t *testing.T) *keyPair {
+func (p testPKI) serving(t *testing.T) *certs.KeyPair {
 	t.Helper()
-	kp, err := newServingCert(p.servingCA, devHosts, time.Now(), time.Hour)
+	kp, err := certs.NewServingCert(p.servingCA, certs.DevHosts, time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,9 +54,9 @@ func (p testPKI) serving(t *testing.T) *keyPair {
 }
 
 // newClientCert issues a client certificate named cn by ca.
-func newClientCert(t *testing.T, ca *keyPair, cn string) tls.Certificate {
+func newClientCert(t *testing.T, ca *certs.KeyPair, cn string) tls.Certificate {
 	t.Helper()
-	kp, err := issue(&x509.Certificate{
+	kp, err := certs.Issue(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: cn},
 		NotBefore:   time.Now().Add(-time.Minute),
 		NotAfter:    time.Now().Add(time.Hour),
@@ -65,7 +66,7 @@ func newClientCert(t *testing.T, ca *keyPair, cn string) tls.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pair, err := tls.X509KeyPair(kp.certPEM, kp.keyPEM)
+	pair, err := tls.X509KeyPair(kp.CertPEM, kp.KeyPEM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func (v *secretVolume) path(name string) string { return filepath.Join(v.dir, na
 // given, with a new connection per request unless keepAlive.
 func (p testPKI) tlsClient(cert *tls.Certificate, keepAlive bool) *http.Client {
 	pool := x509.NewCertPool()
-	pool.AddCert(p.servingCA.cert)
+	pool.AddCert(p.servingCA.Cert)
 	cfg := &tls.Config{RootCAs: pool}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
@@ -128,14 +129,14 @@ func TestCertificateRotation(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
 	vol := &secretVolume{dir: t.TempDir()}
 	first, second := pki.serving(t), pki.serving(t)
-	vol.write(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": first.keyPEM})
+	vol.write(t, map[string][]byte{"tls.crt": first.CertPEM, "tls.key": first.KeyPEM})
 	addr, logs, stop := startRun(t, "-tls-cert-file", vol.path("tls.crt"), "-tls-private-key-file", vol.path("tls.key"))
 	defer stop()
 
 	// A connection made before the swap keeps working after it.
 	pooled := pki.tlsClient(nil, true)
-	if got := servedSerial(t, pooled, addr); got.Cmp(first.cert.SerialNumber) != 0 {
-		t.Fatalf("serving serial %x, want the first certificate's %x", got, first.cert.SerialNumber)
+	if got := servedSerial(t, pooled, addr); got.Cmp(first.Cert.SerialNumber) != 0 {
+		t.Fatalf("serving serial %x, want the first certificate's %x", got, first.Cert.SerialNumber)
 	}
 
 	// A loop of reviews, each on a new connection, runs across the swaps.
@@ -167,9 +168,9 @@ func TestCertificateRotation(t *testing.T) {
 
 	time.Sleep(300 * time.Millisecond)
 	swapped := time.Now()
-	vol.write(t, map[string][]byte{"tls.crt": second.certPEM, "tls.key": second.keyPEM})
+	vol.write(t, map[string][]byte{"tls.crt": second.CertPEM, "tls.key": second.KeyPEM})
 	for {
-		if s := lastSerial.Load(); s != nil && s.Cmp(second.cert.SerialNumber) == 0 {
+		if s := lastSerial.Load(); s != nil && s.Cmp(second.Cert.SerialNumber) == 0 {
 			break
 		}
 		if time.Since(swapped) > 10*time.Second {
@@ -178,19 +179,19 @@ func TestCertificateRotation(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("new certificate served %s after the swap", time.Since(swapped).Round(time.Millisecond))
-	if got := servedSerial(t, pooled, addr); got.Cmp(first.cert.SerialNumber) != 0 {
+	if got := servedSerial(t, pooled, addr); got.Cmp(first.Cert.SerialNumber) != 0 {
 		t.Errorf("the pooled connection's certificate changed to %x; connections in flight must be untouched", got)
 	}
 
 	// A broken pair (the key of another certificate) keeps the good one.
-	vol.write(t, map[string][]byte{"tls.crt": first.certPEM, "tls.key": second.keyPEM})
+	vol.write(t, map[string][]byte{"tls.crt": first.CertPEM, "tls.key": second.KeyPEM})
 	time.Sleep(3 * certPollInterval)
 	syscallHUP(t) // a SIGHUP re-reads too, and must not log the same failure again
 	time.Sleep(certPollInterval)
 	stopLoop()
 	wg.Wait()
-	if got := servedSerial(t, pki.tlsClient(nil, false), addr); got.Cmp(second.cert.SerialNumber) != 0 {
-		t.Errorf("after a broken update got serial %x, want the last good %x", got, second.cert.SerialNumber)
+	if got := servedSerial(t, pki.tlsClient(nil, false), addr); got.Cmp(second.Cert.SerialNumber) != 0 {
+		t.Errorf("after a broken update got serial %x, want the last good %x", got, second.Cert.SerialNumber)
 	}
 	if n := strings.Count(logs.String(), "keeping the last good serving certificate"); n != 1 {
 		t.Errorf("got %d log lines about the broken pair, want exactly 1:\n%s", n, logs)
@@ -231,13 +232,13 @@ func servedSerial(t *testing.T, client *http.Client, addr string) *big.Int {
 
 func TestExpiringCertificateWarns(t *testing.T) {
 	pki := newTestPKI(t)
-	soon, err := newServingCert(pki.servingCA, devHosts, time.Now(), 24*time.Hour)
+	soon, err := certs.NewServingCert(pki.servingCA, certs.DevHosts, time.Now(), 24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "tls.crt"), soon.certPEM)
-	writeFile(t, filepath.Join(dir, "tls.key"), soon.keyPEM)
+	writeFile(t, filepath.Join(dir, "tls.crt"), soon.CertPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), soon.KeyPEM)
 	_, logs, stop := startRun(t, "-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key"))
 	defer stop()
 	if !strings.Contains(logs.String(), "expires soon") {
@@ -257,23 +258,23 @@ func TestMutualTLS(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
 	dir := t.TempDir()
 	serving := pki.serving(t)
-	writeFile(t, filepath.Join(dir, "tls.crt"), serving.certPEM)
-	writeFile(t, filepath.Join(dir, "tls.key"), serving.keyPEM)
+	writeFile(t, filepath.Join(dir, "tls.crt"), serving.CertPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), serving.KeyPEM)
 	caVol := &secretVolume{dir: t.TempDir()}
-	caVol.write(t, map[string][]byte{"ca.crt": pki.clientCA.certPEM})
+	caVol.write(t, map[string][]byte{"ca.crt": pki.clientCA.CertPEM})
 	addr, logs, stop := startRun(t,
 		"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key"),
 		"-client-ca-file", caVol.path("ca.crt"), "-allowed-client-names", "kube-apiserver, webhook-client")
 	defer stop()
 
-	otherCA, err := newCA("some other CA", time.Now(), time.Hour)
+	otherCA, err := certs.NewCA("some other CA", time.Now(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	apiserver := newClientCert(t, pki.clientCA, "kube-apiserver")
 	intruder := newClientCert(t, pki.clientCA, "intruder")
 	foreign := newClientCert(t, otherCA, "kube-apiserver")
-	servingAsClient := tls.Certificate{Certificate: [][]byte{serving.cert.Raw}, PrivateKey: serving.key}
+	servingAsClient := tls.Certificate{Certificate: [][]byte{serving.Cert.Raw}, PrivateKey: serving.Key}
 
 	tests := []struct {
 		name     string
@@ -332,7 +333,7 @@ func TestMutualTLS(t *testing.T) {
 
 	// The client CA reloads like the serving pair: after the swap the other
 	// CA's certificate is admitted and the first CA's is refused.
-	caVol.write(t, map[string][]byte{"ca.crt": otherCA.certPEM})
+	caVol.write(t, map[string][]byte{"ca.crt": otherCA.CertPEM})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		resp, err := pki.tlsClient(&foreign, false).Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))
@@ -356,11 +357,11 @@ func TestProtocols(t *testing.T) {
 	pki := newTestPKI(t)
 	dir := t.TempDir()
 	serving := pki.serving(t)
-	writeFile(t, filepath.Join(dir, "tls.crt"), serving.certPEM)
-	writeFile(t, filepath.Join(dir, "tls.key"), serving.keyPEM)
+	writeFile(t, filepath.Join(dir, "tls.crt"), serving.CertPEM)
+	writeFile(t, filepath.Join(dir, "tls.key"), serving.KeyPEM)
 	certFlags := []string{"-tls-cert-file", filepath.Join(dir, "tls.crt"), "-tls-private-key-file", filepath.Join(dir, "tls.key")}
 	pool := x509.NewCertPool()
-	pool.AddCert(pki.servingCA.cert)
+	pool.AddCert(pki.servingCA.Cert)
 
 	handshake := func(addr string, cfg *tls.Config) (tls.ConnectionState, error) {
 		cfg.RootCAs = pool

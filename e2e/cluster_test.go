@@ -57,6 +57,7 @@ var (
 	workDir       string // this run's scratch, removed at the end
 	etcdURL       string // for a second apiserver of a test's own
 	kubeAPIServer string // the binary
+	etcdBinary    string // the binary
 )
 
 func TestMain(m *testing.M) {
@@ -99,7 +100,8 @@ func runSuite(m *testing.M) (code int) {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	etcd, err := startEtcd(etcdBin)
+	etcdBinary = etcdBin
+	etcd, err := startEtcd(etcdBin, filepath.Join(workDir, "etcd"))
 	if etcd != nil {
 		procs = append(procs, etcd.process)
 	}
@@ -253,14 +255,102 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// freePort returns a loopback port that was free a moment ago.
+// handedOut are the ports freePort has returned in this run.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a loopback port that was free a moment ago and that it
+// has not returned before in this run: the kernel may hand a closed port
+// out again at once. Another socket can still take it before the process
+// it is for binds it: startEtcd and startAPIServer then start again on
+// another (startRetrying); a webhook the tests start needs no port chosen
+// for it (startWebhook).
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portAttempts is how many times a server is started on fresh ports when
+// one it was given was taken in between.
+const portAttempts = 5
+
+// startRetrying starts a server with start, on ports it picks with pick,
+// again on others when it exits saying an address was in use. A failure
+// names the ports and what held them.
+func startRetrying[S any](name string, pick func() (int, error), start func(pick func() (int, error)) (S, *process, error)) (S, error) {
+	var last error
+	for attempt := 1; attempt <= portAttempts; attempt++ {
+		var ports []int
+		picker := func() (int, error) {
+			port, err := pick()
+			ports = append(ports, port)
+			return port, err
+		}
+		s, p, err := start(picker)
+		if err == nil {
+			return s, nil
+		}
+		if p == nil || !strings.Contains(p.log.String(), "address already in use") {
+			return s, err
+		}
+		p.stop()
+		var held []string
+		for _, port := range ports {
+			if h := portHolder(port); h != "" {
+				held = append(held, fmt.Sprintf("%d (held by %s)", port, h))
+			} else {
+				held = append(held, fmt.Sprint(port))
+			}
+		}
+		last = fmt.Errorf("%s could not bind one of its ports %s, taken after they were chosen: %w", name, strings.Join(held, ", "), err)
+		fmt.Fprintf(os.Stderr, "e2e: %v; starting it again on other ports (attempt %d of %d)\n", last, attempt, portAttempts)
+	}
+	var zero S
+	return zero, last
+}
+
+// portHolder names the process listening on a loopback port, from /proc,
+// or returns "" when it cannot tell.
+func portHolder(port int) string {
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		raw, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(raw)) {
+			f := strings.Fields(line)
+			if len(f) > 9 && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range procs {
+		if target, err := os.Readlink(fd); err == nil && inodes[target] {
+			pid := strings.Split(fd, "/")[2]
+			cmdline, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+			return fmt.Sprintf("pid %s, %s", pid, strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " ")))
+		}
+	}
+	if len(inodes) > 0 {
+		return "a socket of another user's process"
+	}
+	return ""
 }
 
 type etcdServer struct {
@@ -268,36 +358,48 @@ type etcdServer struct {
 	clientURL string
 }
 
-func startEtcd(bin string) (*etcdServer, error) {
-	clientPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
-	peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
-	dir := filepath.Join(workDir, "etcd")
-	p, err := startProcess("etcd", workDir, bin,
-		"--data-dir", dir,
-		"--listen-client-urls", client, "--advertise-client-urls", client,
-		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-		"--initial-cluster", "default="+peer,
-		"--log-level", "warn",
-	)
-	if err != nil {
-		return nil, err
-	}
-	e := &etcdServer{process: p, clientURL: client}
-	return e, waitFor(p, startTimeout, func() bool {
-		resp, err := http.Get(client + "/health")
+// startEtcd starts etcd with its data in dataDir, on ports freePort picks.
+func startEtcd(bin, dataDir string) (*etcdServer, error) {
+	return startEtcdOn(bin, dataDir, freePort)
+}
+
+// startEtcdOn is startEtcd on ports pick picks.
+func startEtcdOn(bin, dataDir string, pick func() (int, error)) (*etcdServer, error) {
+	return startRetrying("etcd", pick, func(pick func() (int, error)) (*etcdServer, *process, error) {
+		clientPort, err := pick()
 		if err != nil {
-			return false
+			return nil, nil, err
 		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
+		peerPort, err := pick()
+		if err != nil {
+			return nil, nil, err
+		}
+		client := fmt.Sprintf("http://127.0.0.1:%d", clientPort)
+		peer := fmt.Sprintf("http://127.0.0.1:%d", peerPort)
+		// A fresh data directory each attempt: one begun with other ports
+		// would not take these.
+		if err := os.RemoveAll(dataDir); err != nil {
+			return nil, nil, err
+		}
+		p, err := startProcess("etcd", filepath.Dir(dataDir), bin,
+			"--data-dir", dataDir,
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			"--initial-cluster", "default="+peer,
+			"--log-level", "warn",
+		)
+		if err != nil {
+			return nil, nil, err
+		}
+		e := &etcdServer{process: p, clientURL: client}
+		return e, p, waitFor(p, startTimeout, func() bool {
+			resp, err := http.Get(client + "/health")
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		})
 	})
 }
 
@@ -317,7 +419,18 @@ func startAPIServer(bin, etcdURL, dir string, extraArgs []string) (*apiServer, e
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	return startRetrying("kube-apiserver "+filepath.Base(dir), freePort, func(pick func() (int, error)) (*apiServer, *process, error) {
+		a, err := startAPIServerOn(bin, etcdURL, dir, extraArgs, pick)
+		if a == nil {
+			return a, nil, err
+		}
+		return a, a.process, err
+	})
+}
+
+// startAPIServerOn is one attempt of startAPIServer, on a port pick picks.
+func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() (int, error)) (*apiServer, error) {
+	port, err := pick()
 	if err != nil {
 		return nil, err
 	}
@@ -397,3 +510,48 @@ func (p *process) logMark() int { return len(p.log.String()) }
 
 // logSince returns what the process logged after mark.
 func (p *process) logSince(mark int) string { return p.log.String()[mark:] }
+
+// TestTakenPortIsRetried: a port chosen for etcd and taken by another
+// socket before etcd binds it, as can happen on a busy machine, does not
+// fail the suite: etcd starts again on other ports, and the failed attempt
+// names the port and what held it. Nor does freePort hand a port out twice.
+func TestTakenPortIsRetried(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("freePort returned %d twice", port)
+		}
+		seen[port] = true
+	}
+
+	thief, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer thief.Close()
+	taken := thief.Addr().(*net.TCPAddr).Port
+	picks := 0
+	pick := func() (int, error) {
+		if picks++; picks == 1 {
+			return taken, nil // what freePort returned before the thief took it
+		}
+		return freePort()
+	}
+	e, err := startEtcdOn(etcdBinary, filepath.Join(t.TempDir(), "etcd"), pick)
+	if e != nil {
+		defer e.stop()
+	}
+	if err != nil {
+		t.Fatalf("etcd with its client port taken: %v, want it started on another", err)
+	}
+	if picks < 4 {
+		t.Errorf("etcd started after %d ports were picked, want a second attempt (4 or more): was port %d free after all?", picks, taken)
+	}
+	if holder := portHolder(taken); !strings.Contains(holder, fmt.Sprint(os.Getpid())) {
+		t.Errorf("portHolder(%d) = %q, want this test's process, pid %d", taken, holder, os.Getpid())
+	}
+}

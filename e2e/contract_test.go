@@ -124,7 +124,7 @@ func TestHTTP2(t *testing.T) {
 			w := startWebhook(t, "", tc.flags...)
 			mark := apiserver.logMark()
 			registerDeployed(t, w, ns, hookOptions{})
-			if err := createThroughAll(context.Background(), apiserver, ns, "web", false); err != nil {
+			if err := createThroughAll(t, context.Background(), apiserver, ns, "web", false); err != nil {
 				t.Fatal(err)
 			}
 			if reviews := grepLines(w.log.String(), "msg=review"); !strings.Contains(reviews, tc.wantProto) {
@@ -145,11 +145,11 @@ func TestWebhookDown(t *testing.T) {
 	registerRoute(t, route, hookOptions{name: "ignore.webhook.example.com", url: w.url(route), caBundle: w.caPEM, namespace: ignoreNS, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
 	w.stop()
 
-	err := createAdmitted(ctx, apiserver, failNS, route, "web", false)
+	err := createAdmitted(t, ctx, apiserver, failNS, route, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with the webhook down: got %v, want a clear failed-call error", err)
 	}
-	if err := createAdmitted(ctx, apiserver, ignoreNS, route, "web", false); err != nil {
+	if err := createAdmitted(t, ctx, apiserver, ignoreNS, route, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with the webhook down: %v", err)
 	}
 }
@@ -192,14 +192,14 @@ func TestWebhookTooSlow(t *testing.T) {
 	registerRoute(t, route, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, namespace: ignoreNS, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
 
 	start := time.Now()
-	err = createAdmitted(ctx, apiserver, failNS, route, "web", false)
+	err = createAdmitted(t, ctx, apiserver, failNS, route, "web", false)
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "slow-fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with a slow webhook: got %v, want a failed-call error", err)
 	}
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Errorf("the apiserver waited %s for a webhook with timeoutSeconds 1", took)
 	}
-	if err := createAdmitted(ctx, apiserver, ignoreNS, route, "web", false); err != nil {
+	if err := createAdmitted(t, ctx, apiserver, ignoreNS, route, "web", false); err != nil {
 		t.Errorf("failurePolicy Ignore with a slow webhook: %v", err)
 	}
 }
@@ -215,7 +215,7 @@ type failedCreate struct {
 // reached, on two goroutines as a busy cluster would, and returns every
 // failure and how many creates succeeded. progress, when not nil, counts
 // successes as they happen.
-func createLoop(ns string, stop <-chan struct{}, limit int, progress *atomic.Int64) (failed []failedCreate, ok int) {
+func createLoop(t *testing.T, ns string, stop <-chan struct{}, limit int, progress *atomic.Int64) (failed []failedCreate, ok int) {
 	var mu sync.Mutex
 	var n atomic.Int64
 	var wg sync.WaitGroup
@@ -234,7 +234,7 @@ func createLoop(ns string, stop <-chan struct{}, limit int, progress *atomic.Int
 				default:
 				}
 				name := fmt.Sprintf("load-%d", i)
-				err := createThroughAll(context.Background(), apiserver, ns, name, false)
+				err := createThroughAll(t, context.Background(), apiserver, ns, name, false)
 				mu.Lock()
 				if err != nil {
 					failed = append(failed, failedCreate{name, time.Now(), err})
@@ -260,11 +260,11 @@ type createResults struct {
 
 // startCreates runs createLoop in the background; the function it returns
 // stops the loop and gives its results.
-func startCreates(ns string, limit int, progress *atomic.Int64) (stop func() createResults) {
+func startCreates(t *testing.T, ns string, limit int, progress *atomic.Int64) (stop func() createResults) {
 	quit := make(chan struct{})
 	done := make(chan createResults, 1)
 	go func() {
-		failed, ok := createLoop(ns, quit, limit, progress)
+		failed, ok := createLoop(t, ns, quit, limit, progress)
 		done <- createResults{failed, ok}
 	}()
 	return func() createResults {
@@ -287,7 +287,7 @@ func TestRotationUnderLoad(t *testing.T) {
 	registerDeployed(t, w, ns, hookOptions{})
 
 	var progress atomic.Int64
-	stopCreates := startCreates(ns, 5000, &progress)
+	stopCreates := startCreates(t, ns, 5000, &progress)
 	time.Sleep(2 * time.Second)
 	beforeSwap := progress.Load()
 	// The renewal writes the key, then the certificate, each renamed into
@@ -329,7 +329,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	w := startWebhook(t, "", "-shutdown-delay", "2s")
 	registerDeployed(t, w, ns, hookOptions{})
 
-	stopCreates := startCreates(ns, 5000, nil)
+	stopCreates := startCreates(t, ns, 5000, nil)
 	time.Sleep(1500 * time.Millisecond)
 	w.signal(syscall.SIGTERM)
 	select {

@@ -61,7 +61,8 @@ func admittedObject(route, name string, padding int) (*unstructured.Unstructured
 // deploy/webhooks.yaml send to the webhook and that the policy's /validate
 // denies when /mutate has not run, the resource it is created in, and a
 // part of the denial's message when it is created in namespace ns. The
-// rollout tests (rollout_test.go) create it under each -validation-action.
+// rollout tests (rollout_test.go) create it under each -validation-action;
+// a policy that denies nothing returns a nil object, and they skip.
 // The demonstration's is admittedObject before /mutate has annotated it.
 func deniedObject(ns, name string) (*unstructured.Unstructured, schema.GroupVersionResource, string) {
 	obj, resource := admittedObject(validateRoute, name, 0)

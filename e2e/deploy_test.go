@@ -209,7 +209,7 @@ func TestURLMode(t *testing.T) {
 		waitForHookActive(t, hookOptions{name: "url-mode " + route, namespace: ns, seen: w.saw}, route)
 	}
 
-	if err := createThroughAll(context.Background(), apiserver, ns, "web", false); err != nil {
+	if err := createThroughAll(t, context.Background(), apiserver, ns, "web", false); err != nil {
 		t.Fatal(err)
 	}
 	reviewedOnEach(t, w, "web")

@@ -351,7 +351,7 @@ func TestDoctor(t *testing.T) {
 			} else {
 				route = registerValidating(t, o)
 			}
-			err := createAdmitted(context.Background(), apiserver, ns, route, "web", false)
+			err := createAdmitted(t, context.Background(), apiserver, ns, route, "web", false)
 			if err == nil || !strings.Contains(err.Error(), tc.apiserver) {
 				t.Fatalf("the apiserver's create: got %v, want an error with %q", err, tc.apiserver)
 			}

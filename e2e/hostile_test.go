@@ -177,7 +177,7 @@ func TestHostileClients(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := createThroughAll(context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d-%d", b, i), false); err != nil {
+				if err := createThroughAll(t, context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d-%d", b, i), false); err != nil {
 					failedMu.Lock()
 					failed = append(failed, err.Error())
 					failedMu.Unlock()

@@ -69,7 +69,7 @@ func TestAdmissionMatchConditions(t *testing.T) {
 	// The one in the middle is left out; the last shows the webhook was
 	// still being called after it.
 	for _, name := range []string{"called-1", "skipped-1", "called-2"} {
-		if err := createAdmitted(ctx, apiserver, ns, route, name, false); err != nil {
+		if err := createAdmitted(t, ctx, apiserver, ns, route, name, false); err != nil {
 			t.Fatalf("creating the admitted object %s/%s: %v", ns, name, err)
 		}
 	}

@@ -30,19 +30,10 @@ func startAsDeployed(t *testing.T) (*webhookServer, string, int64) {
 	t.Helper()
 	dir := t.TempDir()
 	webhookCerts(t, filepath.Join(dir, "tls"))
-	metricsPort, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsAddr := fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), metricsAddr)
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := startWebhookEnv(t, dir, fmt.Sprintf("127.0.0.1:%d", port), env, args...)
+	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), "127.0.0.1:0")
+	w := startWebhookEnv(t, dir, "127.0.0.1:0", env, args...)
 	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
-	return w, metricsAddr, memoryLimit
+	return w, w.metricsAddr(t), memoryLimit
 }
 
 // deploymentRun returns how deploy/in-cluster/deployment.yaml runs the
@@ -123,7 +114,7 @@ func TestMemoryUnderBurst(t *testing.T) {
 				defer wg.Done()
 				// Each deployed webhook's own object, in turn, so that
 				// every write is one its rules send.
-				obj, resource := admittedObject(routes[i%len(routes)], fmt.Sprintf("large-%d-%d", round, i), objectBytes)
+				obj, resource := admittedFor(t, routes[i%len(routes)], fmt.Sprintf("large-%d-%d", round, i), objectBytes)
 				objects := apiserver.dynamic.Resource(resource).Namespace(ns)
 				stored, err := objects.Create(context.Background(), obj, metav1.CreateOptions{})
 				if err != nil {

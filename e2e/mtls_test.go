@@ -64,7 +64,7 @@ plugins:
 	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
 		ns := createNamespaceIn(t, withCert, "mtls-admitted")
 		registerDeployed(t, allowed, ns, hookOptions{api: withCert})
-		if err := createThroughAll(ctx, withCert, ns, "web", false); err != nil {
+		if err := createThroughAll(t, ctx, withCert, ns, "web", false); err != nil {
 			t.Fatal(err)
 		}
 		reviewedOnEach(t, allowed, "web")
@@ -73,7 +73,7 @@ plugins:
 		ns := createNamespace(t, "mtls-no-cert")
 		route := oneRoute(t)
 		registerRoute(t, route, hookOptions{name: "nocert.webhook.example.com", url: allowed.url(route), caBundle: allowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(ctx, apiserver, ns, route, "web", false)
+		err := createAdmitted(t, ctx, apiserver, ns, route, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
 			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
 		}
@@ -85,7 +85,7 @@ plugins:
 		ns := createNamespaceIn(t, withCert, "mtls-wrong-name")
 		route := oneRoute(t)
 		registerRoute(t, route, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url(route), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(ctx, withCert, ns, route, "web", false)
+		err := createAdmitted(t, ctx, withCert, ns, route, "web", false)
 		if err == nil || !strings.Contains(err.Error(), `"kube-apiserver" is not in -allowed-client-names`) {
 			t.Errorf("got %v, want the webhook's 403 message passed through", err)
 		}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestOverloadAnswer proves the answer the webhook gives a review that
@@ -33,12 +32,8 @@ func TestOverloadAnswer(t *testing.T) {
 		padding     = 64 << 10 // makes the object's review a large one
 	)
 	ns := createNamespace(t, "overload")
-	metricsPort, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
-	w := startWebhook(t, "", fmt.Sprintf("-metrics-listen=127.0.0.1:%d", metricsPort))
+	w := startWebhook(t, "", "-metrics-listen=127.0.0.1:0")
+	metricsURL := "http://" + w.metricsAddr(t) + "/metrics"
 	registerDeployed(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
 	// The create's first call: to /mutate when it is deployed, as mutating
 	// webhooks run first.
@@ -66,10 +61,9 @@ func TestOverloadAnswer(t *testing.T) {
 	waitUntil(t, "the slow client holds the turn", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] > 0 })
 	before := scrape(t, metricsURL)
 
-	obj, resource := admittedObject(route, "overloaded", padding)
-	objects := apiserver.dynamic.Resource(resource).Namespace(ns)
+	obj, resource := admittedFor(t, route, "overloaded", padding)
 	start := time.Now()
-	_, err = objects.Create(context.Background(), obj, metav1.CreateOptions{})
+	err = createOrUpdate(context.Background(), t, apiserver, ns, route, obj, resource, false)
 	took := time.Since(start)
 	t.Logf("create while the turn is held: %v after %s", err, took.Round(time.Millisecond))
 	if err == nil {
@@ -95,8 +89,8 @@ func TestOverloadAnswer(t *testing.T) {
 	// Once the slow client goes, the turn is free and writes go on.
 	conn.Close()
 	waitUntil(t, "the budget is given back when the slow client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
-	obj, _ = admittedObject(route, "after-overload", padding)
-	if _, err := objects.Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+	obj, _ = admittedFor(t, route, "after-overload", padding)
+	if err := createOrUpdate(context.Background(), t, apiserver, ns, route, obj, resource, false); err != nil {
 		t.Errorf("create after the overload: %v", err)
 	}
 }

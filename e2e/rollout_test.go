@@ -165,6 +165,10 @@ func createEvent(t *testing.T, path, resource, ns, name string) auditEvent {
 // the user sees the denial as a warning (warn), the audit log records it
 // under the webhook's name (audit), or both; the message is the policy's.
 func TestValidationActions(t *testing.T) {
+	skipWithoutValidation(t)
+	if obj, _, _ := deniedObject("check", "check"); obj == nil {
+		t.Skip("deniedObject (e2e/demonstration_test.go) returns none: the policy denies nothing, so no denial is rolled out")
+	}
 	api, auditLog := startAuditedAPIServer(t)
 	mark := api.logMark()
 	for _, tc := range []struct{ action, version string }{
@@ -183,6 +187,7 @@ func TestValidationActions(t *testing.T) {
 
 			client, warnings := warningClient(t, api)
 			obj, resource, message := deniedObject(ns, "rolled-out")
+			labelFor(t, obj, validateRoute)
 			_, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
 			event := createEvent(t, auditLog, resource.Resource, ns, "rolled-out")
 			annotation, audited := event.Annotations[hook+"/"+wouldDenyAuditKey]
@@ -229,6 +234,15 @@ func TestValidationActions(t *testing.T) {
 	}
 }
 
+// skipWithoutValidation skips a test of /validate's answers when
+// deploy/webhooks.yaml registers no validating webhook.
+func skipWithoutValidation(t *testing.T) {
+	t.Helper()
+	if _, ok := deployed(t)[validateRoute]; !ok {
+		t.Skip("deploy/webhooks.yaml registers no validating webhook: /validate has no denial to roll out and no warning to show")
+	}
+}
+
 // warningPolicy is a copier's policy.go of the tests' own, whose /validate
 // answers allowedWithWarning for every object. The demonstration's policy
 // warns about nothing, and stays as it is; this shows that a policy's own
@@ -241,6 +255,7 @@ const warningPolicy = "testdata/warning-policy.go"
 // that its warning reaches the client through the apiserver, and that the
 // object is created.
 func TestPolicyWarning(t *testing.T) {
+	skipWithoutValidation(t)
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
 		filepath.Join(repoRoot, "policy.go"): filepath.Join(repoRoot, "e2e", warningPolicy),
 	}})
@@ -259,14 +274,10 @@ func TestPolicyWarning(t *testing.T) {
 	ctx := context.Background()
 	ns := createNamespace(t, "policy-warning")
 	mark := apiserver.logMark()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := startWebhookBinary(t, bin, "", fmt.Sprintf("127.0.0.1:%d", port), nil)
+	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil)
 	registerValidating(t, hookOptions{name: "validate-" + ns + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, seen: w.saw})
 	client, warnings := warningClient(t, apiserver)
-	obj, resource := admittedObject(validateRoute, "warned", 0)
+	obj, resource := admittedFor(t, validateRoute, "warned", 0)
 	if _, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("got %v, want the object created with a warning", err)
 	}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -14,7 +15,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -38,14 +41,11 @@ type webhookServer struct {
 
 // startWebhook runs the webhook binary with args in a directory of its own.
 // Unless args configure a certificate, it makes its development one there,
-// whose CA becomes the caBundle.
+// whose CA becomes the caBundle. It listens on a port the kernel chooses,
+// which no other socket can have taken first.
 func startWebhook(t *testing.T, dir string, args ...string) *webhookServer {
 	t.Helper()
-	port, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return startWebhookOn(t, dir, fmt.Sprintf("127.0.0.1:%d", port), args...)
+	return startWebhookOn(t, dir, "127.0.0.1:0", args...)
 }
 
 // startWebhookOn is startWebhook on a given address.
@@ -61,7 +61,8 @@ func startWebhookEnv(t *testing.T, dir, addr string, env []string, args ...strin
 }
 
 // startWebhookBinary is startWebhookEnv for a webhook binary built another
-// way, such as with a policy.go of a test's own.
+// way, such as with a policy.go of a test's own. On port 0 it learns the
+// port the kernel chose from the webhook's log.
 func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args ...string) *webhookServer {
 	t.Helper()
 	if dir == "" {
@@ -79,6 +80,14 @@ func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args 
 		}
 	})
 	err = waitFor(p, startTimeout, func() bool {
+		if strings.HasSuffix(w.addr, ":0") {
+			m := servingAddr.FindStringSubmatch(p.log.String())
+			if m == nil {
+				return false
+			}
+			w.addr = m[1]
+			p.name = "webhook " + w.addr
+		}
 		if w.client == nil {
 			ca, err := os.ReadFile(filepath.Join(dir, "tls", "ca.crt"))
 			if err != nil {
@@ -97,9 +106,28 @@ func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args 
 		return resp.StatusCode == http.StatusOK
 	})
 	if err != nil {
+		if _, port, _ := net.SplitHostPort(addr); strings.Contains(p.log.String(), "address already in use") {
+			n, _ := strconv.Atoi(port)
+			err = fmt.Errorf("%w: port %s was taken after it was chosen, by %s", err, port, cmp.Or(portHolder(n), "a process that has since closed it"))
+		}
 		t.Fatal(err)
 	}
 	return w
+}
+
+// servingAddr finds the address in the webhook's "serving" log line, in its
+// text or its JSON format.
+var servingAddr = regexp.MustCompile(`(?:msg=serving addr=|"msg":"serving","addr":")([0-9.:\[\]a-f]+)`)
+
+// metricsAddr returns the address the webhook serves metrics on, from its
+// log: with -metrics-listen 127.0.0.1:0, the port the kernel chose.
+func (w *webhookServer) metricsAddr(t *testing.T) string {
+	t.Helper()
+	m := regexp.MustCompile(`(?:msg="serving metrics" addr=|"msg":"serving metrics","addr":")([0-9.:]+)`).FindStringSubmatch(w.log.String())
+	if m == nil {
+		t.Fatalf("the webhook logged no metrics address:\n%s", w.log.String())
+	}
+	return m[1]
 }
 
 // url is the webhook's URL-mode address for path.
@@ -146,10 +174,19 @@ const (
 var configurationKind = map[string]string{mutateRoute: "MutatingWebhookConfiguration", validateRoute: "ValidatingWebhookConfiguration"}
 
 // deployedWebhooks are the webhooks deploy/webhooks.yaml registers for one
-// route: their names and rules.
+// route: their names and rules, all of them together, and each webhook.
 type deployedWebhooks struct {
 	names []string
 	rules []admissionregistrationv1.RuleWithOperations
+	hooks []deployedWebhook
+}
+
+// deployedWebhook is one webhook of deploy/webhooks.yaml: what decides
+// which objects the apiserver sends it.
+type deployedWebhook struct {
+	name                              string
+	rules                             []admissionregistrationv1.RuleWithOperations
+	namespaceSelector, objectSelector *metav1.LabelSelector
 }
 
 // readDeployed reads deploy/webhooks.yaml once: the tests register what
@@ -165,12 +202,15 @@ var readDeployed = sync.OnceValues(func() (map[string]deployedWebhooks, error) {
 	deployed := map[string]deployedWebhooks{}
 	dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
 	for {
-		// Only kind, names and rules: caBundle is still a placeholder here.
+		// Only kind, names, rules and selectors: caBundle is still a
+		// placeholder here.
 		var cfg struct {
 			Kind     string `json:"kind"`
 			Webhooks []struct {
-				Name  string                                       `json:"name"`
-				Rules []admissionregistrationv1.RuleWithOperations `json:"rules"`
+				Name              string                                       `json:"name"`
+				Rules             []admissionregistrationv1.RuleWithOperations `json:"rules"`
+				NamespaceSelector *metav1.LabelSelector                        `json:"namespaceSelector"`
+				ObjectSelector    *metav1.LabelSelector                        `json:"objectSelector"`
 			} `json:"webhooks"`
 		}
 		if err := dec.Decode(&cfg); errors.Is(err, io.EOF) {
@@ -191,6 +231,7 @@ var readDeployed = sync.OnceValues(func() (map[string]deployedWebhooks, error) {
 			d := deployed[route]
 			d.names = append(d.names, w.Name)
 			d.rules = append(d.rules, w.Rules...)
+			d.hooks = append(d.hooks, deployedWebhook{w.Name, w.Rules, w.NamespaceSelector, w.ObjectSelector})
 			deployed[route] = d
 		}
 	}
@@ -346,7 +387,9 @@ func registerValidating(t *testing.T, o hookOptions) (route string) {
 // waitForHookActive waits until the apiserver calls the new webhook: a new
 // configuration takes about a second to be used. It sends dry-run creates of
 // route's admitted object (createAdmitted) until o.seen reports the
-// webhook received one.
+// webhook received one. Probes the apiserver answers without calling the
+// webhook for hookActivation end the wait early, saying why the webhook
+// may not be sent them.
 func waitForHookActive(t *testing.T, o hookOptions, route string) {
 	t.Helper()
 	if o.seen == nil {
@@ -354,18 +397,33 @@ func waitForHookActive(t *testing.T, o hookOptions, route string) {
 		return
 	}
 	deadline := time.Now().Add(startTimeout)
+	var answered time.Time // since when every probe has been answered unseen
 	for i := 0; time.Now().Before(deadline); i++ {
 		// The name carries the route (probeRoute), so that a webhook
 		// server that logs every route tells this one's call apart.
 		name := fmt.Sprintf("probe%s-%d-%d", strings.ReplaceAll(route, "/", "-"), time.Now().UnixNano()%100000, i)
-		err := createAdmitted(context.Background(), o.apiServer(), o.namespace, route, name, true)
+		err := createAdmitted(t, context.Background(), o.apiServer(), o.namespace, route, name, true)
 		if o.seen(name, err) {
 			return
 		}
+		switch {
+		case err != nil:
+			answered = time.Time{}
+		case answered.IsZero():
+			answered = time.Now()
+		case time.Since(answered) > hookActivation:
+			probe, resource := admittedFor(t, route, name, 0)
+			_, _, _, _, _, rules := o.common(deployed(t)[route].rules)
+			t.Fatalf("webhook %s is not called, after %s: %s", o.name, hookActivation, whyNotCalled(t, o.apiServer(), o.name, route, o.namespace, probe, resource, rules))
+		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("the apiserver did not call webhook %s within %s", o.name, startTimeout)
+	t.Fatalf("the apiserver did not call webhook %s within %s, and refused the last probe", o.name, startTimeout)
 }
+
+// hookActivation is how long a new webhook may go unused while the
+// apiserver answers the probes: it takes about a second.
+const hookActivation = 20 * time.Second
 
 // patcher is a mutating webhook of a test's own that answers every review
 // with one JSON Patch, for the tests of what happens after the policy's
@@ -456,24 +514,23 @@ func probeRoute(name string) (string, bool) {
 // refused is a seen for a webhook that is expected to fail every call.
 func refused(_ string, err error) bool { return err != nil }
 
-// createAdmitted creates admittedObject(route, name) in namespace ns of
-// api. With dryRun the apiserver admits it (calling the webhooks) but
-// stores nothing.
-func createAdmitted(ctx context.Context, api *apiServer, ns, route, name string, dryRun bool) error {
-	obj, resource := admittedObject(route, name, 0)
-	opts := metav1.CreateOptions{}
-	if dryRun {
-		opts.DryRun = []string{metav1.DryRunAll}
-	}
-	_, err := api.dynamic.Resource(resource).Namespace(ns).Create(ctx, obj, opts)
-	return err
+// createAdmitted sends admittedObject(route, name), labelled as the
+// route's objectSelector asks, through the webhook at route in namespace
+// ns of api: a create, or as the rules' operations say (createOrUpdate).
+// With dryRun the apiserver admits it (calling the webhooks) but stores
+// nothing.
+func createAdmitted(t *testing.T, ctx context.Context, api *apiServer, ns, route, name string, dryRun bool) error {
+	t.Helper()
+	obj, resource := admittedFor(t, route, name, 0)
+	return createOrUpdate(ctx, t, api, ns, route, obj, resource, dryRun)
 }
 
 // createThroughAll creates, in ns, the admitted object named name of each
 // route deploy/webhooks.yaml registers, /mutate's first, so that every
 // deployed webhook is sent one; routes whose objects are of one resource
 // share a single create. It returns the first error.
-func createThroughAll(ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
+func createThroughAll(t *testing.T, ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
+	t.Helper()
 	d, err := readDeployed()
 	if err != nil {
 		return err
@@ -488,7 +545,7 @@ func createThroughAll(ctx context.Context, api *apiServer, ns, name string, dryR
 			continue
 		}
 		created[resource] = true
-		if err := createAdmitted(ctx, api, ns, route, name, dryRun); err != nil {
+		if err := createAdmitted(t, ctx, api, ns, route, name, dryRun); err != nil {
 			return err
 		}
 	}
@@ -528,9 +585,19 @@ func createNamespace(t *testing.T, name string) string {
 
 func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
 	t.Helper()
+	for _, route := range deployedRoutes(t) {
+		admitOperation(t, route) // a route its rules keep the tests from driving fails here, at once
+	}
+	return createLabelledNamespaceIn(t, a, name, testLabels(t).namespace)
+}
+
+// createLabelledNamespaceIn is createNamespaceIn with the labels set alone,
+// not those the deployed namespaceSelectors ask for.
+func createLabelledNamespaceIn(t *testing.T, a *apiServer, name string, set map[string]string) string {
+	t.Helper()
 	name = strings.ToLower(name)
 	api := a.client.CoreV1().Namespaces()
-	if _, err := api.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+	if _, err := api.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: set}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", name, err)
 	}
 	t.Cleanup(func() { _ = api.Delete(context.Background(), name, metav1.DeleteOptions{}) })

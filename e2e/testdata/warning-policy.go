@@ -17,7 +17,7 @@ import (
 
 type policy struct{}
 
-func (p *policy) addFlags(*flag.FlagSet) {}
+func (p *policy) addFlags(*flag.FlagSet) error { return nil }
 
 func mutate(policy) admitFunc {
 	return func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {

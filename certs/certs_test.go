@@ -1,4 +1,4 @@
-package main
+package certs
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 func certsRun(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err = run(t.Context(), append([]string{"certs"}, args...), func(string) string { return "" }, nil, &out, &errOut)
+	err = Run(args, time.Now(), &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 

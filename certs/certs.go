@@ -1,4 +1,8 @@
-package main
+// Package certs makes the webhook's certificates: `webhook certs`, a CA of
+// the webhook's own and serving certificates it signs, and the development
+// certificate the server makes when none is configured. It is a tool, not
+// the server: the root package calls Run and WriteDev.
+package certs
 
 import (
 	"crypto/ecdsa"
@@ -23,32 +27,32 @@ import (
 )
 
 const (
-	// devCertValidity bounds the embedded development certificate: long
+	// DevValidity bounds the embedded development certificate: long
 	// enough not to get in a developer's way, short enough that a copy left
 	// somewhere stops working on its own.
-	devCertValidity = 90 * 24 * time.Hour
+	DevValidity = 90 * 24 * time.Hour
 
 	// clockSkew backdates NotBefore so a certificate made now is accepted by
 	// a peer whose clock is a little behind.
 	clockSkew = 5 * time.Minute
 )
 
-// devHosts are the names the development certificate is valid for: enough
+// DevHosts are the names the development certificate is valid for: enough
 // for curl on this machine and for a URL-mode webhook on loopback.
-var devHosts = []string{"localhost", "127.0.0.1", "::1"}
+var DevHosts = []string{"localhost", "127.0.0.1", "::1"}
 
-// keyPair is a certificate with its private key, both parsed and PEM encoded.
-type keyPair struct {
-	cert    *x509.Certificate
-	key     *ecdsa.PrivateKey
-	certPEM []byte
-	keyPEM  []byte
+// KeyPair is a certificate with its private key, both parsed and PEM encoded.
+type KeyPair struct {
+	Cert    *x509.Certificate
+	Key     *ecdsa.PrivateKey
+	CertPEM []byte
+	KeyPEM  []byte
 }
 
-// newCA makes a self-signed CA of its own. It must never be the cluster's CA:
+// NewCA makes a self-signed CA of its own. It must never be the cluster's CA:
 // a webhook CA signs serving certificates only, and reusing the cluster CA
 // would let whoever holds this key mint cluster credentials.
-func newCA(commonName string, now time.Time, validity time.Duration) (*keyPair, error) {
+func NewCA(commonName string, now time.Time, validity time.Duration) (*KeyPair, error) {
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-clockSkew),
@@ -58,12 +62,12 @@ func newCA(commonName string, now time.Time, validity time.Duration) (*keyPair, 
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	return issue(tmpl, nil)
+	return Issue(tmpl, nil)
 }
 
-// newServingCert makes an ECDSA P-256 serving certificate signed by ca, valid
+// NewServingCert makes an ECDSA P-256 serving certificate signed by ca, valid
 // for hosts, each an IP address or a DNS name.
-func newServingCert(ca *keyPair, hosts []string, now time.Time, validity time.Duration) (*keyPair, error) {
+func NewServingCert(ca *KeyPair, hosts []string, now time.Time, validity time.Duration) (*KeyPair, error) {
 	if len(hosts) == 0 {
 		return nil, errors.New("a serving certificate needs at least one host name or IP address")
 	}
@@ -82,15 +86,15 @@ func newServingCert(ca *keyPair, hosts []string, now time.Time, validity time.Du
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	return issue(tmpl, ca)
+	return Issue(tmpl, ca)
 }
 
-// issue signs tmpl with a new P-256 key, by parent or, when parent is nil,
+// Issue signs tmpl with a new P-256 key, by parent or, when parent is nil,
 // by that new key itself.
-func issue(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
+func Issue(tmpl *x509.Certificate, parent *KeyPair) (*KeyPair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generating a key: %w", err)
+		return nil, fmt.Errorf("generating a Key: %w", err)
 	}
 	// RFC 5280 allows up to 20 octets; 128 random bits make serials unique.
 	if tmpl.SerialNumber, err = rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128)); err != nil {
@@ -98,7 +102,7 @@ func issue(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
 	}
 	signerCert, signerKey := tmpl, key
 	if parent != nil {
-		signerCert, signerKey = parent.cert, parent.key
+		signerCert, signerKey = parent.Cert, parent.Key
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, signerCert, &key.PublicKey, signerKey)
 	if err != nil {
@@ -112,30 +116,30 @@ func issue(tmpl *x509.Certificate, parent *keyPair) (*keyPair, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &keyPair{
-		cert:    cert,
-		key:     key,
-		certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
+	return &KeyPair{
+		Cert:    cert,
+		Key:     key,
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
 	}, nil
 }
 
-// writeDevCertificates writes a new development CA and a serving certificate
-// for devHosts into dir as ca.crt, tls.crt and tls.key. The CA's key is not
+// WriteDev writes a new development CA and a serving certificate
+// for DevHosts into dir as ca.crt, tls.crt and tls.key. The CA's key is not
 // kept, so nothing else can ever be signed by it.
-func writeDevCertificates(dir string, now time.Time) error {
-	ca, err := newCA("webhook development CA", now, devCertValidity)
+func WriteDev(dir string, now time.Time) error {
+	ca, err := NewCA("webhook development CA", now, DevValidity)
 	if err != nil {
 		return err
 	}
-	serving, err := newServingCert(ca, devHosts, now, devCertValidity)
+	serving, err := NewServingCert(ca, DevHosts, now, DevValidity)
 	if err != nil {
 		return err
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "ca.crt"), ca.certPEM, 0o644); err != nil {
+	if err := writeFileAtomic(filepath.Join(dir, "ca.crt"), ca.CertPEM, 0o644); err != nil {
 		return err
 	}
 	return writeKeyPair(dir, "tls", serving)
@@ -143,11 +147,11 @@ func writeDevCertificates(dir string, now time.Time) error {
 
 // writeKeyPair writes kp into dir as name.key and name.crt, the key first:
 // a watcher that sees the new certificate finds its key.
-func writeKeyPair(dir, name string, kp *keyPair) error {
-	if err := writeFileAtomic(filepath.Join(dir, name+".key"), kp.keyPEM, 0o600); err != nil {
+func writeKeyPair(dir, name string, kp *KeyPair) error {
+	if err := writeFileAtomic(filepath.Join(dir, name+".key"), kp.KeyPEM, 0o600); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, name+".crt"), kp.certPEM, 0o644)
+	return writeFileAtomic(filepath.Join(dir, name+".crt"), kp.CertPEM, 0o644)
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames it
@@ -182,10 +186,10 @@ const (
 	defaultCAValidity = 10 * 365 * 24 * time.Hour
 )
 
-// runCerts is `webhook certs`: it writes ca.crt, ca.key, tls.crt and tls.key
+// Run is `webhook certs`: it writes ca.crt, ca.Key, tls.crt and tls.Key
 // into -dir and prints the base64 caBundle on stdout. An existing CA in -dir
 // is kept, so issuing a new serving certificate leaves caBundle unchanged.
-func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
+func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook certs", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dir := flags.String("dir", "tls", "`directory` to write ca.crt, ca.key, tls.crt and tls.key into")
@@ -225,22 +229,22 @@ func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
 	ca, err := loadCA(filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key"))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		if ca, err = newCA("webhook CA", now, *caValidity); err != nil {
+		if ca, err = NewCA("webhook CA", now, *caValidity); err != nil {
 			return err
 		}
 		if err := writeKeyPair(*dir, "ca", ca); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.cert.NotAfter.Format(time.DateOnly))
+		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
 	case err != nil:
 		return fmt.Errorf("certs: the CA in %s: %w", *dir, err)
 	default:
-		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s); caBundle is unchanged\n", *dir, ca.cert.NotAfter.Format(time.DateOnly))
+		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s); caBundle is unchanged\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
 	}
-	if now.Add(*validity).After(ca.cert.NotAfter) {
-		return fmt.Errorf("certs: the CA expires on %s, before a serving certificate valid for %s would; rotate the CA first", ca.cert.NotAfter.Format(time.DateOnly), *validity)
+	if now.Add(*validity).After(ca.Cert.NotAfter) {
+		return fmt.Errorf("certs: the CA expires on %s, before a serving certificate valid for %s would; rotate the CA first", ca.Cert.NotAfter.Format(time.DateOnly), *validity)
 	}
-	serving, err := newServingCert(ca, names, now, *validity)
+	serving, err := NewServingCert(ca, names, now, *validity)
 	if err != nil {
 		return err
 	}
@@ -248,13 +252,13 @@ func runCerts(args []string, now time.Time, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote a serving certificate for %s to %s (valid until %s); caBundle on stdout\n",
-		strings.Join(names, ", "), *dir, serving.cert.NotAfter.Format(time.DateOnly))
-	_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(ca.certPEM))
+		strings.Join(names, ", "), *dir, serving.Cert.NotAfter.Format(time.DateOnly))
+	_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(ca.CertPEM))
 	return err
 }
 
-// loadCA reads a CA made by runCerts. A missing file gives fs.ErrNotExist.
-func loadCA(certFile, keyFile string) (*keyPair, error) {
+// loadCA reads a CA made by Run. A missing file gives fs.ErrNotExist.
+func loadCA(certFile, keyFile string) (*KeyPair, error) {
 	certPEM, err := os.ReadFile(certFile)
 	if err != nil {
 		return nil, err
@@ -274,5 +278,5 @@ func loadCA(certFile, keyFile string) (*keyPair, error) {
 	if !pair.Leaf.IsCA {
 		return nil, errors.New("ca.crt is not a CA certificate")
 	}
-	return &keyPair{cert: pair.Leaf, key: key, certPEM: certPEM, keyPEM: keyPEM}, nil
+	return &KeyPair{Cert: pair.Leaf, Key: key, CertPEM: certPEM, KeyPEM: keyPEM}, nil
 }
