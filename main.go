@@ -30,6 +30,7 @@ import (
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
 	"github.com/example/webhook/reload"
+	"github.com/example/webhook/review"
 )
 
 const (
@@ -130,15 +131,16 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	var exit *doctor.ExitError
+	// doctor and review end with the status their checks and verdicts say.
+	var exit interface{ ExitCode() int }
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
 	case errors.As(err, &exit):
-		if exit.Err != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", exit.Err)
+		if errors.Unwrap(err) != nil {
+			fmt.Fprintln(os.Stderr, "webhook:", err)
 		}
-		os.Exit(exit.Code)
+		os.Exit(exit.ExitCode())
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "webhook:", err)
 		os.Exit(1)
@@ -252,14 +254,18 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully, returning instead of exiting so that tests drive it. `webhook
-// certs` (package certs) and `webhook doctor` (package doctor, which reads stdin
-// for a file named "-") run instead when named.
+// certs` (package certs), `webhook doctor` (package doctor) and `webhook
+// review` (package review; both read stdin for a file named "-") run
+// instead when named.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return certs.Run(args[1:], time.Now(), stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "doctor" {
 		return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "review" {
+		return runReview(ctx, args[1:], stdin, stdout, stderr)
 	}
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {
@@ -275,6 +281,24 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	return srv.serve(ctx)
+}
+
+// runReview is `webhook review`: the policy, configured by the flags the
+// server takes, on manifests, through the server's own routes in process.
+func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("webhook review", flag.ContinueOnError)
+	var p policy
+	var action validationAction
+	if err := p.addFlags(flags); err != nil {
+		return err
+	}
+	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
+	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
+		bodies := newBodyReader(defaultMaxInflightBytes)
+		reviews := &reviewServer{logger: slog.New(slog.DiscardHandler), bodies: bodies}
+		open := func(h http.Handler) http.Handler { return h }
+		return routes(reviews, p, action, open, func() bool { return true })
+	})
 }
 
 // server is the webhook built from its configuration, ready to serve.

@@ -179,6 +179,16 @@ func TestCertsSubcommand(t *testing.T) {
 	}
 }
 
+// TestReviewSubcommand: `webhook review` runs package review, which says
+// what each bad usage is (its own tests drive it with a webhook of theirs).
+func TestReviewSubcommand(t *testing.T) {
+	err := run(context.Background(), []string{"review"}, testEnv, nil, io.Discard, io.Discard)
+	var exit interface{ ExitCode() int }
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(err.Error(), "-f is required") {
+		t.Errorf("webhook review with no -f: got %v, want exit status 2 saying -f is required", err)
+	}
+}
+
 func TestDoctorSubcommand(t *testing.T) {
 	var stderr bytes.Buffer
 	err := run(context.Background(), []string{"doctor"}, testEnv, nil, io.Discard, &stderr)

@@ -64,6 +64,9 @@ func (e *ExitError) Error() string {
 
 func (e *ExitError) Unwrap() error { return e.Err }
 
+// ExitCode is the status to exit with.
+func (e *ExitError) ExitCode() int { return e.Code }
+
 // Run is `webhook doctor ARGS...`. It returns flag.ErrHelp for -h, an
 // *ExitError with Code 1 when a check fails and 2 for bad usage or an
 // unreadable file, and any other error when the report could not be

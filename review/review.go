@@ -1,0 +1,513 @@
+// Package review is `webhook review`: it runs the webhook's policy on
+// manifests, without a cluster, through the very handler that serves the
+// apiserver's reviews, called in process. It builds each request as the
+// apiserver would, sends it to /mutate, applies the patch, sends the
+// result to /validate, and says what the apiserver would do: admit,
+// patch, warn or deny. It knows no policy: main.go hands it the webhook's
+// routes, built from the same flags the server takes.
+package review
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/example/webhook/jsonpatch"
+)
+
+// ExitError is an error that ends the program with Code: 1 when an object
+// is denied, errors, is not idempotent or differs on dry run; 2 for bad
+// usage or input that cannot be read.
+type ExitError struct {
+	Code int
+	Err  error // printed unless nil
+}
+
+func (e *ExitError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("exit status %d", e.Code)
+	}
+	return e.Err.Error()
+}
+
+func (e *ExitError) Unwrap() error { return e.Err }
+
+// ExitCode is the status to exit with.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// options are review's own flags.
+type options struct {
+	files, old, configs, groups listFlag
+	operation                   string
+	user, namespace, output     string
+	verbose                     bool
+	resources                   map[string]string // kind → plural, from -resource
+}
+
+// Run is `webhook review`. flags holds the webhook's policy flags and
+// -validation-action, which main.go registered; Run adds its own, parses
+// args, and then calls routes for the webhook's routes, built from them.
+func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
+	flags.SetOutput(stderr)
+	var o options
+	flags.Var(&o.files, "f", "manifest `file`, directory (its *.yaml, *.yml, *.json) or - for stdin; YAML or JSON, several documents, Lists as kubectl prints them (repeatable)")
+	flags.Var(&o.old, "old", "with -operation UPDATE: the objects as they were, paired by kind, namespace and name (`file`, repeatable)")
+	flags.Var(&o.configs, "config", "webhook configurations `file` (deploy/webhooks.yaml): send each object only to the webhooks whose rules and selectors match it; without it every object goes to /mutate and /validate (repeatable)")
+	flags.StringVar(&o.operation, "operation", "CREATE", "the request's `operation`: CREATE, UPDATE (with -old) or DELETE")
+	flags.StringVar(&o.user, "user", "webhook-review", "userInfo.username of every request")
+	flags.Var(&o.groups, "group", "userInfo.groups of every request (repeatable; default system:authenticated)")
+	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
+	flags.StringVar(&o.output, "o", "text", "output `format`: text or json")
+	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
+	resources := &listFlag{}
+	flags.Var(resources, "resource", "`Kind=plural`: the resource of a kind whose plural is not the apiserver's guess (lowercase, +s, +es after s, y→ies) (repeatable)")
+	if err := flags.Parse(args); err != nil {
+		return &ExitError{Code: 2, Err: err}
+	}
+	if flags.NArg() > 0 {
+		return &ExitError{Code: 2, Err: fmt.Errorf("review: unexpected argument %q: give files with -f", flags.Arg(0))}
+	}
+	o.resources = map[string]string{}
+	for _, r := range *resources {
+		kind, plural, ok := strings.Cut(r, "=")
+		if !ok || kind == "" || plural == "" {
+			return &ExitError{Code: 2, Err: fmt.Errorf("-resource %q: want Kind=plural, such as Widget=widgets", r)}
+		}
+		o.resources[kind] = plural
+	}
+	if len(o.groups) == 0 {
+		o.groups = listFlag{"system:authenticated"}
+	}
+	op := admissionv1.Operation(strings.ToUpper(o.operation))
+	switch {
+	case len(o.files) == 0:
+		return &ExitError{Code: 2, Err: errors.New("review: -f is required: the manifests to review")}
+	case op != admissionv1.Create && op != admissionv1.Update && op != admissionv1.Delete:
+		return &ExitError{Code: 2, Err: fmt.Errorf("-operation %q: want CREATE, UPDATE or DELETE", o.operation)}
+	case op == admissionv1.Update && len(o.old) == 0:
+		return &ExitError{Code: 2, Err: errors.New("-operation UPDATE needs -old: the objects as they were, which an UPDATE carries as oldObject")}
+	case op != admissionv1.Update && len(o.old) > 0:
+		return &ExitError{Code: 2, Err: errors.New("-old is for -operation UPDATE")}
+	case o.output != "text" && o.output != "json":
+		return &ExitError{Code: 2, Err: fmt.Errorf("-o %q: want text or json", o.output)}
+	}
+	var hooks []webhook
+	if len(o.configs) > 0 {
+		var err error
+		if hooks, err = readConfigs(o.configs); err != nil {
+			return &ExitError{Code: 2, Err: err}
+		}
+	}
+	docs := readInputs(o.files, stdin)
+	olds := map[string]*unstructured.Unstructured{}
+	unreadable := false
+	for _, d := range readInputs(o.old, nil) {
+		if d.err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", d.source, d.err)
+			unreadable = true
+			continue
+		}
+		olds[objectKey(d.obj, o.namespaceOf(d.obj))] = d.obj
+	}
+	r := &reviewer{o: o, op: op, hooks: hooks, handler: routes(), namespaces: map[string]map[string]string{}}
+	for _, d := range docs {
+		if d.obj != nil && d.obj.GetKind() == "Namespace" && d.obj.GetAPIVersion() == "v1" {
+			r.namespaces[d.obj.GetName()] = d.obj.GetLabels()
+		}
+	}
+
+	var results []result
+	for _, d := range docs {
+		if d.err != nil {
+			unreadable = true
+			results = append(results, result{Source: d.source, Verdict: "error", Error: d.err.Error()})
+			continue
+		}
+		results = append(results, r.review(ctx, d, olds))
+	}
+	if err := write(stdout, o, op, results); err != nil {
+		return err
+	}
+	switch {
+	case unreadable:
+		return &ExitError{Code: 2}
+	case slices.ContainsFunc(results, func(r result) bool { return r.failed() }):
+		return &ExitError{Code: 1}
+	}
+	return nil
+}
+
+func (o options) namespaceOf(obj *unstructured.Unstructured) string {
+	switch {
+	case obj.GetNamespace() != "":
+		return obj.GetNamespace()
+	case isClusterScoped(obj.GetKind()):
+		return ""
+	}
+	return o.namespace
+}
+
+// result is what the apiserver would do with one document.
+type result struct {
+	Source     string          `json:"source"`
+	APIVersion string          `json:"apiVersion,omitempty"`
+	Kind       string          `json:"kind,omitempty"`
+	Namespace  string          `json:"namespace,omitempty"`
+	Name       string          `json:"name,omitempty"`
+	Verdict    string          `json:"verdict"` // admitted, denied, error; for a SubjectAccessReview allowed, denied, no-opinion
+	Mutate     *mutateResult   `json:"mutate,omitempty"`
+	Validate   *validateResult `json:"validate,omitempty"`
+	DryRunSame *bool           `json:"dryRunSame,omitempty"`
+	Webhooks   []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
+	Notes      []string        `json:"notes,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	Reason     string          `json:"reason,omitempty"` // a SubjectAccessReview's
+
+	before, after json.RawMessage // the object, and as patched, for -v
+}
+
+type mutateResult struct {
+	Patch      json.RawMessage `json:"patch"` // [] when none
+	Idempotent bool            `json:"idempotent"`
+	Warnings   []string        `json:"warnings,omitempty"`
+}
+
+type validateResult struct {
+	Allowed          bool              `json:"allowed"`
+	Message          string            `json:"message,omitempty"`
+	Warnings         []string          `json:"warnings,omitempty"`
+	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+}
+
+// failed reports whether the result makes the exit status 1.
+func (r result) failed() bool {
+	return r.Verdict == "denied" || r.Verdict == "error" || (r.Mutate != nil && !r.Mutate.Idempotent) || (r.DryRunSame != nil && !*r.DryRunSame)
+}
+
+// reviewer reviews documents against the webhook's routes.
+type reviewer struct {
+	o          options
+	op         admissionv1.Operation
+	hooks      []webhook // from -config; nil sends every object to /mutate and /validate
+	handler    http.Handler
+	namespaces map[string]map[string]string // the labels of the Namespaces in the input
+}
+
+func (r *reviewer) review(ctx context.Context, d document, olds map[string]*unstructured.Unstructured) result {
+	obj := d.obj
+	res := result{Source: d.source, APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Name: obj.GetName()}
+	if obj.GetKind() == "SubjectAccessReview" {
+		return r.authorize(ctx, res, obj)
+	}
+	res.Namespace = r.o.namespaceOf(obj)
+	var old *unstructured.Unstructured
+	if r.op == admissionv1.Update {
+		if old = olds[objectKey(obj, res.Namespace)]; old == nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("no old object for %s %s in -old: an UPDATE carries the object as it was", obj.GetKind(), qualified(res.Namespace, obj.GetName()))
+			return res
+		}
+	}
+	first := r.admit(ctx, &res, obj, old, false)
+	// As kubectl diff and apply --dry-run=server send it: a webhook with
+	// sideEffects None must answer the same.
+	dry := r.admit(ctx, &result{Namespace: res.Namespace}, obj, old, true)
+	if res.Verdict != "error" {
+		same := first == dry
+		res.DryRunSame = &same
+	}
+	return res
+}
+
+// admit runs one object through the webhooks in the apiserver's order:
+// each mutating webhook, its patch applied before the next, then each
+// mutating webhook again on the result (a patch then is not idempotent),
+// then every validating webhook on the patched object. It fills res, and
+// returns what a dry run must agree with.
+func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructured.Unstructured, dryRun bool) string {
+	gvk := obj.GroupVersionKind()
+	resource := r.resourceOf(gvk)
+	req := request{
+		operation: admissionregistrationv1.OperationType(r.op), group: gvk.Group, version: gvk.Version, resource: resource.Resource,
+		namespace: res.Namespace, object: obj, oldObject: old,
+	}
+	if r.op == admissionv1.Delete {
+		req.object, req.oldObject = nil, obj
+	}
+	nsName := res.Namespace
+	if resource.Resource == "namespaces" {
+		nsName = obj.GetName()
+		req.namespaceLabels = obj.GetLabels()
+	} else if labels, ok := r.namespaces[nsName]; ok {
+		req.namespaceLabels = labels
+	} else {
+		req.namespaceLabelsUnknown = true
+	}
+
+	var mutating, validating []string // routes to call, in order
+	if r.hooks == nil {
+		mutating, validating = []string{"/mutate"}, []string{"/validate"}
+	}
+	res.Webhooks, res.Notes = nil, nil
+	for _, h := range r.hooks {
+		ok, notes := h.matches(req)
+		if !ok {
+			continue
+		}
+		res.Webhooks = append(res.Webhooks, h.name)
+		res.Notes = append(res.Notes, notes...)
+		if h.mutating {
+			mutating = append(mutating, h.route)
+		} else {
+			validating = append(validating, h.route)
+		}
+	}
+	if len(mutating)+len(validating) == 0 {
+		res.Verdict = "admitted"
+		res.Notes = append(res.Notes, "no webhook of -config matches it: the apiserver does not call the webhook")
+		return "not sent"
+	}
+
+	current := req.object
+	raw := func(o *unstructured.Unstructured) []byte {
+		if o == nil {
+			return nil
+		}
+		b, _ := json.Marshal(o.Object)
+		return b
+	}
+	res.before = raw(current)
+	var ops []json.RawMessage
+	var warnings []string
+	for _, route := range mutating {
+		resp, err := r.call(ctx, route, req, current, old, dryRun)
+		if err != nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", route, err)
+			return res.Error
+		}
+		warnings = append(warnings, resp.Warnings...)
+		if !resp.Allowed {
+			res.Verdict = "denied"
+			res.Mutate = &mutateResult{Patch: json.RawMessage("[]"), Idempotent: true, Warnings: warnings}
+			res.Validate = &validateResult{Message: statusMessage(resp)}
+			return "denied: " + res.Validate.Message
+		}
+		if len(resp.Patch) > 0 && current != nil {
+			patched, err := jsonpatch.Apply(raw(current), resp.Patch)
+			if err != nil {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", route, err)
+				return res.Error
+			}
+			var o unstructured.Unstructured
+			if err := o.UnmarshalJSON(patched); err != nil {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object: %v", route, err)
+				return res.Error
+			}
+			current = &o
+			var these []json.RawMessage
+			_ = json.Unmarshal(resp.Patch, &these)
+			ops = append(ops, these...)
+		}
+	}
+	patch, _ := json.Marshal(ops)
+	if len(ops) == 0 {
+		patch = []byte("[]")
+	}
+	res.after = raw(current)
+	idempotent := true
+	for _, route := range mutating {
+		if current == nil {
+			break
+		}
+		resp, err := r.call(ctx, route, req, current, old, dryRun)
+		if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
+			idempotent = false
+		}
+	}
+	if len(mutating) > 0 {
+		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings}
+	}
+	res.Verdict = "admitted"
+	v := &validateResult{Allowed: true}
+	for _, route := range validating {
+		resp, err := r.call(ctx, route, req, current, old, dryRun)
+		if err != nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", route, err)
+			return res.Error
+		}
+		v.Warnings = append(v.Warnings, resp.Warnings...)
+		for k, a := range resp.AuditAnnotations {
+			if v.AuditAnnotations == nil {
+				v.AuditAnnotations = map[string]string{}
+			}
+			v.AuditAnnotations[k] = a
+		}
+		if !resp.Allowed && v.Allowed {
+			v.Allowed, v.Message = false, statusMessage(resp)
+			res.Verdict = "denied"
+		}
+	}
+	if len(validating) > 0 {
+		res.Validate = v
+	}
+	return fmt.Sprintf("%s %s %v %s", res.Verdict, patch, v.Allowed, v.Message)
+}
+
+// resourceOf is the resource of gvk: -resource's, or the apiserver's
+// RESTMapper's guess for a kind it knows no plural of
+// (meta.UnsafeGuessKindToResource), right for the built-in kinds.
+func (r *reviewer) resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
+	if plural, ok := r.o.resources[gvk.Kind]; ok {
+		return gvk.GroupVersion().WithResource(plural)
+	}
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural
+}
+
+// call sends an AdmissionReview of obj to the webhook's route, as the
+// apiserver builds it, and returns the webhook's answer: an error for
+// anything but 200 and a review with the request's uid.
+func (r *reviewer) call(ctx context.Context, route string, req request, obj, old *unstructured.Unstructured, dryRun bool) (*admissionv1.AdmissionResponse, error) {
+	gvk := schema.GroupVersionKind{Group: req.group, Version: req.version}
+	source := obj
+	if source == nil {
+		source = req.oldObject
+	}
+	gvk.Kind = source.GetKind()
+	resource := r.resourceOf(gvk)
+	uid := types.UID(newUID())
+	options := map[admissionv1.Operation]string{admissionv1.Create: "CreateOptions", admissionv1.Update: "UpdateOptions", admissionv1.Delete: "DeleteOptions"}[r.op]
+	areq := &admissionv1.AdmissionRequest{
+		UID:             uid,
+		Kind:            metav1.GroupVersionKind(gvk),
+		Resource:        metav1.GroupVersionResource(resource),
+		RequestKind:     ptr(metav1.GroupVersionKind(gvk)),
+		RequestResource: ptr(metav1.GroupVersionResource(resource)),
+		Name:            source.GetName(),
+		Namespace:       req.namespace,
+		Operation:       r.op,
+		UserInfo:        authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
+		DryRun:          &dryRun,
+		Options:         runtime.RawExtension{Raw: []byte(`{"kind":"` + options + `","apiVersion":"meta.k8s.io/v1"}`)},
+	}
+	if source.GetKind() == "Namespace" {
+		areq.Namespace = source.GetName()
+	}
+	if obj != nil && r.op != admissionv1.Delete {
+		areq.Object.Raw, _ = json.Marshal(obj.Object)
+	}
+	if r.op == admissionv1.Update && old != nil {
+		areq.OldObject.Raw, _ = json.Marshal(old.Object)
+	}
+	if r.op == admissionv1.Delete {
+		areq.OldObject.Raw, _ = json.Marshal(req.oldObject.Object)
+	}
+	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: areq})
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.post(ctx, route, body)
+	if err != nil {
+		return nil, err
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(out, &review); err != nil || review.Response == nil {
+		return nil, fmt.Errorf("the answer is not an AdmissionReview: %.200s", out)
+	}
+	if review.Response.UID != uid {
+		return nil, fmt.Errorf("the answer's uid %q is not the request's %q: the apiserver refuses it", review.Response.UID, uid)
+	}
+	return review.Response, nil
+}
+
+// post sends body to route of the webhook's handler, in process, as the
+// apiserver POSTs it, and returns a 200's body.
+func (r *reviewer) post(ctx context.Context, route string, body []byte) ([]byte, error) {
+	hr := httptest.NewRequestWithContext(ctx, http.MethodPost, route+"?timeout=10s", bytes.NewReader(body))
+	hr.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	r.handler.ServeHTTP(w, hr)
+	if w.Code != http.StatusOK {
+		var s metav1.Status
+		if json.Unmarshal(w.Body.Bytes(), &s) == nil && s.Message != "" {
+			return nil, fmt.Errorf("HTTP %d: %s", w.Code, s.Message)
+		}
+		return nil, fmt.Errorf("HTTP %d: %.200s", w.Code, w.Body.String())
+	}
+	return w.Body.Bytes(), nil
+}
+
+// authorize sends a SubjectAccessReview document to /authorize.
+func (r *reviewer) authorize(ctx context.Context, res result, obj *unstructured.Unstructured) result {
+	body, _ := json.Marshal(obj.Object)
+	out, err := r.post(ctx, "/authorize", body)
+	if err != nil {
+		res.Verdict, res.Error = "error", "/authorize: "+err.Error()
+		return res
+	}
+	var sar authorizationv1.SubjectAccessReview
+	if err := json.Unmarshal(out, &sar); err != nil {
+		res.Verdict, res.Error = "error", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", out)
+		return res
+	}
+	switch {
+	case sar.Status.Denied:
+		res.Verdict = "denied"
+	case sar.Status.Allowed:
+		res.Verdict = "allowed"
+	default:
+		res.Verdict = "no-opinion"
+	}
+	res.Reason = sar.Status.Reason
+	return res
+}
+
+func statusMessage(resp *admissionv1.AdmissionResponse) string {
+	if resp.Result != nil && resp.Result.Message != "" {
+		return resp.Result.Message
+	}
+	return "the webhook gave no reason"
+}
+
+func qualified(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// newUID is a random version 4 UUID, as the apiserver gives each request.
+func newUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
