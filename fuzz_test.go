@@ -1,14 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"net/http"
+	"reflect"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// FuzzServe feeds arbitrary bodies to serve, with the tests' own patching
-// and denying admit functions. Whatever comes in, the answer is never a
-// panic; a 200 is an AdmissionReview in the request's version with its uid;
-// anything else is a Status; a validating route never patches.
+// FuzzServe feeds arbitrary bodies to the generic path, with the tests' own
+// patching and denying admit functions. Whatever comes in, the answer is
+// never a panic; a 200 is an AdmissionReview in the request's version with
+// its uid; anything else is a Status; a validating route never patches.
+// And objectMeta, which reads an object only as far as its metadata, reads
+// what a full decode of the object reads (objectMetaFullDecode).
 func FuzzServe(f *testing.F) {
 	addReviewSeeds(f)
 	handlers := map[bool]http.Handler{
@@ -21,7 +27,46 @@ func FuzzServe(f *testing.F) {
 			route = "/validate"
 		}
 		checkAnyAnswer(t, route, body, post(handlers[validating], route, body))
+		if _, req, err := decodeAdmissionReview(body); err == nil {
+			for _, obj := range []runtime.RawExtension{req.Object, req.OldObject} {
+				checkObjectMeta(t, obj)
+			}
+		}
 	})
+}
+
+// checkObjectMeta holds objectMeta to a full decode of the object: the
+// same metadata, or an error from both. An object whose metadata member is
+// written twice is left out: a decoder keeps the last, objectMeta the
+// first, and the apiserver writes each member once.
+func checkObjectMeta(t *testing.T, obj runtime.RawExtension) {
+	t.Helper()
+	got, err := objectMeta(obj)
+	want, wantErr := objectMetaFullDecode(obj)
+	if (err != nil) != (wantErr != nil) {
+		if bytes.Count(obj.Raw, []byte(`"metadata"`)) > 1 {
+			return
+		}
+		t.Fatalf("objectMeta(%s) = %+v, %v; a full decode gives %+v, %v", obj.Raw, got, err, want, wantErr)
+	}
+	if err == nil && !reflect.DeepEqual(got, want) && bytes.Count(obj.Raw, []byte(`"metadata"`)) <= 1 {
+		t.Fatalf("objectMeta(%s) = %+v; a full decode gives %+v", obj.Raw, got, want)
+	}
+}
+
+// objectMetaFullDecode is objectMeta as it was: a decode of the whole
+// object, every member scanned, into a struct holding metadata alone.
+func objectMetaFullDecode(obj runtime.RawExtension) (*objectMetadata, error) {
+	var partial struct {
+		Metadata *objectMetadata `json:"metadata"`
+	}
+	if err := decodeObject(obj, &partial); err != nil {
+		return nil, err
+	}
+	if partial.Metadata == nil {
+		return &objectMetadata{Missing: true}, nil
+	}
+	return partial.Metadata, nil
 }
 
 // addReviewSeeds seeds a fuzzer of (body, validating) with every review in

@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/jsonfield"
 )
 
 // admitFunc decides on one admission request, never returning nil. It sees
@@ -117,19 +119,25 @@ type objectMetadata struct {
 }
 
 // objectMeta decodes the metadata of req.Object or req.OldObject, of any
-// kind, skipping the rest of metadata: managedFields above all, most of
-// the work of decoding it.
+// kind. It reads the object only as far as the end of its metadata, which
+// the apiserver writes before spec and status, and of metadata only these
+// fields: managedFields above all is most of the work of decoding it.
 func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
-	var partial struct {
-		Metadata *objectMetadata `json:"metadata"`
+	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
+		return nil, errors.New("the request carries no object to admit")
 	}
-	if err := decodeObject(obj, &partial); err != nil {
-		return nil, err
+	raw, found, err := jsonfield.Top(obj.Raw, "metadata")
+	if err != nil {
+		return nil, fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
 	}
-	if partial.Metadata == nil {
+	if !found || bytes.Equal(raw, []byte("null")) {
 		return &objectMetadata{Missing: true}, nil
 	}
-	return partial.Metadata, nil
+	var meta objectMetadata
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, fmt.Errorf("the object does not decode as a Kubernetes object: metadata: %w", err)
+	}
+	return &meta, nil
 }
 
 // decodeObject decodes the object under review, obj being req.Object or

@@ -392,8 +392,11 @@ func startEtcdOn(bin, dataDir string, pick func() (int, error)) (*etcdServer, er
 			return nil, nil, err
 		}
 		e := &etcdServer{process: p, clientURL: client}
+		// A timeout of its own: a port taken by another socket may accept
+		// and never answer.
+		health := &http.Client{Timeout: time.Second}
 		return e, p, waitFor(p, startTimeout, func() bool {
-			resp, err := http.Get(client + "/health")
+			resp, err := health.Get(client + "/health")
 			if err != nil {
 				return false
 			}

@@ -85,6 +85,56 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 	add(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
 		"metadata": map[string]any{"name": "gizmo", "labels": toAny(allLabels)}, "spec": map[string]any{"size": "large"}}}, widgetGVR)
 
+	compareReview(t, w, ns, dir, configs, objects, resources)
+
+	// /validate alone, as the rollout tests register it: what it denies
+	// without /mutate's help, denied alike offline and through the
+	// apiserver.
+	if _, ok := deployed(t)[validateRoute]; ok {
+		if obj, resource, _ := deniedObject("check", "check"); obj != nil {
+			ns2 := createNamespace(t, "review-validate")
+			name := "validate-" + ns2 + ".webhook.example.com"
+			registerRoute(t, validateRoute, hookOptions{name: name, url: w.url(validateRoute), caBundle: w.caPEM, namespace: ns2, seen: w.saw})
+			obj, _, _ := deniedObject(ns2, "denied-alone")
+			obj = labelFor(t, obj, validateRoute)
+			obj.SetNamespace(ns2)
+			compareReview(t, w, ns2, t.TempDir(), writeRegistered(t, t.TempDir(), []string{name}), []*unstructured.Unstructured{obj}, []schema.GroupVersionResource{resource})
+		}
+	}
+
+	// The audit: what the cluster stores, as kubectl get -o json lists it.
+	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
+	seen := map[schema.GroupVersionResource]bool{}
+	for _, resource := range resources {
+		if seen[resource] {
+			continue
+		}
+		seen[resource] = true
+		stored, err := api(resource, ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range stored.Items {
+			list["items"] = append(list["items"].([]any), item.Object)
+		}
+	}
+	listed, _ := json.Marshal(list)
+	audit := runReview(t, listed, "-f", "-", "-config", configs)
+	for _, item := range list["items"].([]any) {
+		name := item.(map[string]any)["metadata"].(map[string]any)["name"].(string)
+		got := audit[name]
+		if got.Verdict != "admitted" || (got.Mutate != nil && len(got.Mutate.Patch) > 0) {
+			t.Errorf("the audit of stored %s: got %s %+v, want it admitted with no patch: the webhook admitted it as it is stored", name, got.Verdict, got.Mutate)
+		}
+	}
+}
+
+// compareReview reviews objects offline against configs, then creates
+// each in ns through the apiserver, and checks that review said what the
+// apiserver did.
+func compareReview(t *testing.T, w *webhookServer, ns, dir, configs string, objects []*unstructured.Unstructured, resources []schema.GroupVersionResource) {
+	t.Helper()
+	ctx := context.Background()
 	var input bytes.Buffer
 	for _, obj := range objects {
 		b, _ := json.Marshal(obj.Object)
@@ -138,31 +188,6 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 		}
 	}
 
-	// The audit: what the cluster stores, as kubectl get -o json lists it.
-	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
-	seen := map[schema.GroupVersionResource]bool{}
-	for _, resource := range resources {
-		if seen[resource] {
-			continue
-		}
-		seen[resource] = true
-		stored, err := api(resource, ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, item := range stored.Items {
-			list["items"] = append(list["items"].([]any), item.Object)
-		}
-	}
-	listed, _ := json.Marshal(list)
-	audit := runReview(t, listed, "-f", "-", "-config", configs)
-	for _, item := range list["items"].([]any) {
-		name := item.(map[string]any)["metadata"].(map[string]any)["name"].(string)
-		got := audit[name]
-		if got.Verdict != "admitted" || (got.Mutate != nil && len(got.Mutate.Patch) > 0) {
-			t.Errorf("the audit of stored %s: got %s %+v, want it admitted with no patch: the webhook admitted it as it is stored", name, got.Verdict, got.Mutate)
-		}
-	}
 }
 
 // runReview runs `webhook review -o json args` with the webhook binary

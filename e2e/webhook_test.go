@@ -98,7 +98,7 @@ func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args 
 			pool.AppendCertsFromPEM(ca)
 			w.client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 		}
-		resp, err := w.client.Get("https://" + addr + "/ping")
+		resp, err := w.client.Get("https://" + w.addr + "/ping")
 		if err != nil {
 			return false
 		}

@@ -1,0 +1,141 @@
+// Package jsonfield finds one member of a JSON object without reading the
+// rest: the webhook reads an object's metadata, which the apiserver writes
+// before its spec and status, and need not scan a megabyte of them to get
+// it.
+package jsonfield
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+)
+
+// ErrNotObject is returned for a document that is not a JSON object.
+var ErrNotObject = errors.New("not a JSON object")
+
+// errSyntax is returned for a document that ends, or breaks, before the
+// member is found.
+var errSyntax = errors.New("malformed JSON")
+
+// Top returns the value of the member key of the JSON object doc, as it is
+// written, reading doc only as far as the end of that value: the members
+// before it are skipped, not decoded, and those after it are not read. It
+// reports found false when the object has no such member. Keys are
+// compared exactly, after unescaping, as a case-sensitive decoder does.
+// Where a member appears twice, the first is returned (a decoder keeps the
+// last); a serializer of Go structs, such as the apiserver's, writes each
+// once.
+func Top(doc []byte, key string) (value []byte, found bool, err error) {
+	i := skipSpace(doc, 0)
+	if i == len(doc) || doc[i] != '{' {
+		return nil, false, ErrNotObject
+	}
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		return nil, false, nil
+	}
+	for i < len(doc) {
+		if doc[i] != '"' {
+			return nil, false, errSyntax
+		}
+		end, err := skipString(doc, i)
+		if err != nil {
+			return nil, false, err
+		}
+		matches := keyIs(doc[i:end], key)
+		i = skipSpace(doc, end)
+		if i == len(doc) || doc[i] != ':' {
+			return nil, false, errSyntax
+		}
+		start := skipSpace(doc, i+1)
+		end, err = skipValue(doc, start)
+		if err != nil {
+			return nil, false, err
+		}
+		if matches {
+			return doc[start:end], true, nil
+		}
+		i = skipSpace(doc, end)
+		if i == len(doc) {
+			return nil, false, errSyntax
+		}
+		switch doc[i] {
+		case '}':
+			return nil, false, nil
+		case ',':
+			i = skipSpace(doc, i+1)
+		default:
+			return nil, false, errSyntax
+		}
+	}
+	return nil, false, errSyntax
+}
+
+// keyIs reports whether the quoted JSON string s is key.
+func keyIs(s []byte, key string) bool {
+	if bytes.IndexByte(s, '\\') < 0 {
+		return string(s[1:len(s)-1]) == key
+	}
+	var k string
+	return json.Unmarshal(s, &k) == nil && k == key
+}
+
+func skipSpace(doc []byte, i int) int {
+	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index past the string that begins at doc[i].
+func skipString(doc []byte, i int) (int, error) {
+	for i++; i < len(doc); i++ {
+		switch doc[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1, nil
+		}
+	}
+	return 0, errSyntax
+}
+
+// skipValue returns the index past the value that begins at doc[i]: a
+// string, or an object or array by its depth (strings within them
+// skipped), or a number or literal up to the next delimiter.
+func skipValue(doc []byte, i int) (int, error) {
+	if i == len(doc) {
+		return 0, errSyntax
+	}
+	switch doc[i] {
+	case '"':
+		return skipString(doc, i)
+	case '{', '[':
+		depth := 0
+		for ; i < len(doc); i++ {
+			switch doc[i] {
+			case '"':
+				end, err := skipString(doc, i)
+				if err != nil {
+					return 0, err
+				}
+				i = end - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, nil
+				}
+			}
+		}
+		return 0, errSyntax
+	}
+	start := i
+	for i < len(doc) && doc[i] != ',' && doc[i] != '}' && doc[i] != ']' && doc[i] != ' ' && doc[i] != '\t' && doc[i] != '\n' && doc[i] != '\r' {
+		i++
+	}
+	if i == start {
+		return 0, errSyntax
+	}
+	return i, nil
+}

@@ -1,0 +1,86 @@
+package jsonfield
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"testing"
+)
+
+func TestTop(t *testing.T) {
+	for _, tc := range []struct {
+		doc, want string
+		found     bool
+		err       error
+	}{
+		{`{"metadata":{"name":"a"},"spec":{"x":[1,2,{"y":"}"}]}}`, `{"name":"a"}`, true, nil},
+		{` { "spec" : {"a":"\"}{"} , "metadata" : {"n":1} } `, `{"n":1}`, true, nil},
+		{`{"spec":[1,"]",{"metadata":{}}],"metadata":null}`, `null`, true, nil},
+		{`{"metad\u0061ta":{"a":1}}`, `{"a":1}`, true, nil},
+		{`{"Metadata":{"a":1}}`, ``, false, nil},
+		{`{}`, ``, false, nil},
+		{`{"a":1,"b":true,"c":null,"d":-1.5e3}`, ``, false, nil},
+		{`{"metadata":"x"}`, `"x"`, true, nil},
+		// What comes after the member is not read.
+		{`{"metadata":{"a":1},"spec":{this is not read`, `{"a":1}`, true, nil},
+		{`[1,2]`, ``, false, ErrNotObject},
+		{`"a"`, ``, false, ErrNotObject},
+		{``, ``, false, ErrNotObject},
+		{`{"spec":{"a":1}`, ``, false, errSyntax},
+		{`{"spec":"unterminated`, ``, false, errSyntax},
+	} {
+		got, found, err := Top([]byte(tc.doc), "metadata")
+		if string(got) != tc.want || found != tc.found || !errors.Is(err, tc.err) {
+			t.Errorf("Top(%s) = %s, %v, %v; want %s, %v, %v", tc.doc, got, found, err, tc.want, tc.found, tc.err)
+		}
+	}
+}
+
+// FuzzTop holds Top to a full decode: for a JSON object without a
+// repeated member, it finds the member the decoder finds, as written.
+func FuzzTop(f *testing.F) {
+	for _, s := range []string{`{"metadata":{"name":"a"},"spec":{}}`, `{"spec":[{"metadata":1}],"metadata":[]}`, `{"a":"\"metadata\":"}`, `{"metad\u0061ta":0}`, `{}`, `[]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		got, found, err := Top(doc, "metadata")
+		var members map[string]json.RawMessage
+		if !json.Valid(doc) || json.Unmarshal(doc, &members) != nil {
+			if err == nil && json.Valid(doc) {
+				t.Errorf("Top(%s) found %s, %v; a decoder refuses it as not an object", doc, got, found)
+			}
+			return
+		}
+		if repeated(doc) {
+			return // the decoder keeps the last, Top the first
+		}
+		want, ok := members["metadata"]
+		if err != nil || found != ok || (ok && !bytes.Equal(got, bytes.TrimSpace(want))) {
+			t.Errorf("Top(%s) = %s, %v, %v; a decoder finds %s, %v", doc, got, found, err, want, ok)
+		}
+	})
+}
+
+// repeated reports whether the object doc has a top-level member twice.
+func repeated(doc []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	if _, err := dec.Token(); err != nil {
+		return false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if seen[key.(string)] {
+			return true
+		}
+		seen[key.(string)] = true
+		var skip json.RawMessage
+		if dec.Decode(&skip) != nil {
+			return false
+		}
+	}
+	return false
+}
