@@ -27,14 +27,10 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"net/url"
 	goruntime "runtime"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
@@ -54,35 +50,15 @@ import (
 // may set; the apiserver never waits longer.
 const maxWebhookTimeout = 30 * time.Second
 
-// routes serves the review routes, each with the policy's function, and
-// /ping, which reports ready. guard wraps the review routes (requireClient,
-// with -client-ca-file); /ping stays open, as kubelet probes have no client
-// certificate. Once ready reports false, shutdown has begun: every answer
-// closes its connection, so that clients move to other replicas while
-// everything that arrives is still answered. (Closing idle connections
-// instead races with a review being written into one; for HTTP/2 net/http
-// turns the header into a graceful GOAWAY.)
-func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler, ready func() bool) http.Handler {
+// routes serves the review routes, each with the policy's function. guard
+// wraps each (requireClient, with -client-ca-file).
+func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", guard(reviews.admission("/mutate", mutate(p), validationAction{})))
 	mux.Handle("/validate", guard(reviews.admission("/validate", validate(p), action)))
-	// The authorization webhook's: the apiserver's AuthorizationConfiguration
-	// points a Webhook authorizer here.
+	// The authorization webhook's, for an AuthorizationConfiguration's Webhook.
 	mux.Handle("/authorize", guard(reviews.authorization("/authorize", authorize(p))))
-	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready() {
-			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("pong"))
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !ready() {
-			w.Header().Set("Connection", "close")
-		}
-		mux.ServeHTTP(w, r)
-	})
+	return mux
 }
 
 // reviewServer is what the review routes share: the log, the metrics, and
@@ -173,14 +149,12 @@ func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Dur
 
 // timeoutParameter returns the first timeout=VALUE of a raw query string,
 // without r.URL.Query()'s map of them all (two allocations per review).
+// The apiserver writes a Go duration, which needs no unescaping.
 func timeoutParameter(rawQuery string) (string, bool) {
 	for rest := rawQuery; rest != ""; {
 		var pair string
 		pair, rest, _ = strings.Cut(rest, "&")
 		if v, ok := strings.CutPrefix(pair, "timeout="); ok {
-			if unescaped, err := url.QueryUnescape(v); err == nil {
-				return unescaped, true
-			}
 			return v, true
 		}
 	}
@@ -261,18 +235,9 @@ func notA(gvk schema.GroupVersionKind, want string) error {
 // admissionAttrs names an admission request for its log line: never the
 // object or any of its values, which may be a Secret's.
 func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
-	name := req.Name
-	if req.Namespace != "" {
-		name = req.Namespace + "/" + name
-	}
-	attrs := make([]slog.Attr, 0, 10)
-	attrs = append(attrs,
-		slog.String("uid", string(req.UID)),
-		slog.String("operation", string(req.Operation)),
-		slog.String("kind", req.Kind.Kind),
-		slog.String("name", name),
-		slog.String("user", req.UserInfo.Username),
-	)
+	attrs := make([]slog.Attr, 0, 10) // room for what admission adds
+	attrs = append(attrs, slog.String("uid", string(req.UID)), slog.String("operation", string(req.Operation)),
+		slog.String("kind", req.Kind.Kind), slog.String("name", objectName(req, nil)), slog.String("user", req.UserInfo.Username))
 	if req.SubResource != "" {
 		attrs = append(attrs, slog.String("subresource", req.SubResource))
 	}
@@ -299,12 +264,10 @@ func callSafely[T any](decide func() T) (result T, panicked []any) {
 	return decide(), nil
 }
 
-// completeAdmission makes the answer to send to the request uid from resp,
-// what the admit function returned, and names its verdict. The answer is a
-// copy of resp carrying the request's uid and resp's warnings as the
-// apiserver will pass them on: a policy may return one answer to every
-// request, so resp, its warnings and its audit annotations are never
-// written to. A denial under -validation-action warn or audit becomes a
+// completeAdmission makes the answer to the request uid from resp, the
+// admit function's, and names its verdict: a copy of resp with the uid, for
+// a policy may return one answer to every request, so resp is never
+// written to. Under -validation-action warn or audit a denial becomes a
 // fresh answer that allows (rollout.go's soften).
 func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
 	if resp == nil {
@@ -318,7 +281,9 @@ func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, actio
 	}
 	answer := *resp
 	answer.UID = uid
-	answer.Warnings = legibleWarnings(resp.Warnings)
+	if len(resp.Warnings) > 0 {
+		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on (rollout.go)
+	}
 	return &answer, v
 }
 
@@ -338,47 +303,6 @@ func verdict(resp *admissionv1.AdmissionResponse) string {
 	default:
 		return "denied"
 	}
-}
-
-// legibleWarnings returns warnings as the apiserver will pass them on. It
-// drops, without a word, a warning that is not valid UTF-8 or has a control
-// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
-// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
-// a warning longer than maxWarningRunes is cut with "…". warnings is
-// copied before any change, and returned as it is when none is needed.
-func legibleWarnings(warnings []string) []string {
-	var out []string
-	for i, w := range warnings {
-		lw := legibleWarning(w)
-		if lw == w && out == nil {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(warnings)
-		}
-		out[i] = lw
-	}
-	if out == nil {
-		return warnings
-	}
-	return out
-}
-
-// legibleWarning is one warning as legibleWarnings returns it.
-func legibleWarning(w string) string {
-	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
-		return w
-	}
-	w = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(w, "\uFFFD"))
-	if runes := []rune(w); len(runes) > maxWarningRunes {
-		w = string(runes[:maxWarningRunes-1]) + "…"
-	}
-	return w
 }
 
 // encodeAdmissionReview encodes an AdmissionReview of resp in the request's

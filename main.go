@@ -297,7 +297,7 @@ func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		bodies := newBodyReader(defaultMaxInflightBytes)
 		reviews := &reviewServer{logger: slog.New(slog.DiscardHandler), bodies: bodies}
 		open := func(h http.Handler) http.Handler { return h }
-		return routes(reviews, p, action, open, func() bool { return true })
+		return routes(reviews, p, action, open)
 	})
 }
 
@@ -353,7 +353,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		guard = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
 	s.reviews = &http.Server{
-		Handler:           routes(reviews, cfg.policy, cfg.validationAction, guard, s.serving.Load),
+		Handler:           s.handler(routes(reviews, cfg.policy, cfg.validationAction, guard)),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -395,6 +395,30 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		}
 	}
 	return s, nil
+}
+
+// handler is the review port's: the review routes, and /ping, which
+// reports ready and stays open without a client certificate, as kubelet
+// probes have none. Once shutdown begins, every answer closes its
+// connection, so that clients move to other replicas while everything
+// that arrives is still answered. (Closing idle connections instead races
+// with a review being written into one; for HTTP/2 net/http turns the
+// header into a graceful GOAWAY.)
+func (s *server) handler(reviews *http.ServeMux) http.Handler {
+	reviews.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.serving.Load() {
+			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte("pong"))
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.serving.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		reviews.ServeHTTP(w, r)
+	})
 }
 
 // serve serves until ctx is done, then drains and shuts down: requests in

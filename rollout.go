@@ -21,6 +21,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -134,4 +136,45 @@ func (a validationAction) soften(resp *admissionv1.AdmissionResponse, uid types.
 	}
 	out.Warnings = legibleWarnings(out.Warnings)
 	return out, verdict
+}
+
+// legibleWarnings returns warnings as the apiserver will pass them on. It
+// drops, without a word, a warning that is not valid UTF-8 or has a control
+// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
+// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
+// a warning longer than maxWarningRunes is cut with "…". warnings is
+// copied before any change, and returned as it is when none is needed.
+func legibleWarnings(warnings []string) []string {
+	var out []string
+	for i, w := range warnings {
+		lw := legibleWarning(w)
+		if lw == w && out == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(warnings)
+		}
+		out[i] = lw
+	}
+	if out == nil {
+		return warnings
+	}
+	return out
+}
+
+// legibleWarning is one warning as legibleWarnings returns it.
+func legibleWarning(w string) string {
+	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
+		return w
+	}
+	w = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(w, "\uFFFD"))
+	if runes := []rune(w); len(runes) > maxWarningRunes {
+		w = string(runes[:maxWarningRunes-1]) + "…"
+	}
+	return w
 }
