@@ -133,9 +133,20 @@ func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
 	if !found || bytes.Equal(raw, []byte("null")) {
 		return &objectMetadata{Missing: true}, nil
 	}
-	var meta objectMetadata
-	if err := json.Unmarshal(raw, &meta); err != nil {
+	// Four members, each decoded alone: the rest of metadata, managedFields
+	// above all, is skipped, not decoded.
+	fields, err := jsonfield.Members(raw, "name", "generateName", "labels", "annotations")
+	if err != nil {
 		return nil, fmt.Errorf("the object does not decode as a Kubernetes object: metadata: %w", err)
+	}
+	var meta objectMetadata
+	for i, into := range []any{&meta.Name, &meta.GenerateName, &meta.Labels, &meta.Annotations} {
+		if fields[i] == nil {
+			continue
+		}
+		if err := json.Unmarshal(fields[i], into); err != nil {
+			return nil, fmt.Errorf("the object does not decode as a Kubernetes object: metadata: %w", err)
+		}
 	}
 	return &meta, nil
 }

@@ -139,3 +139,54 @@ func skipValue(doc []byte, i int) (int, error) {
 	}
 	return i, nil
 }
+
+// Members returns the values of the members keys of the JSON object doc,
+// as written, each nil when absent; of a member written twice, the last,
+// as a decoder keeps. It reads doc to its end and decodes none of it.
+func Members(doc []byte, keys ...string) ([][]byte, error) {
+	values := make([][]byte, len(keys))
+	i := skipSpace(doc, 0)
+	if i == len(doc) || doc[i] != '{' {
+		return nil, ErrNotObject
+	}
+	i = skipSpace(doc, i+1)
+	if i < len(doc) && doc[i] == '}' {
+		return values, nil
+	}
+	for i < len(doc) {
+		if doc[i] != '"' {
+			return nil, errSyntax
+		}
+		end, err := skipString(doc, i)
+		if err != nil {
+			return nil, err
+		}
+		key := doc[i:end]
+		i = skipSpace(doc, end)
+		if i == len(doc) || doc[i] != ':' {
+			return nil, errSyntax
+		}
+		start := skipSpace(doc, i+1)
+		if end, err = skipValue(doc, start); err != nil {
+			return nil, err
+		}
+		for k, want := range keys {
+			if keyIs(key, want) {
+				values[k] = doc[start:end]
+			}
+		}
+		i = skipSpace(doc, end)
+		if i == len(doc) {
+			return nil, errSyntax
+		}
+		switch doc[i] {
+		case '}':
+			return values, nil
+		case ',':
+			i = skipSpace(doc, i+1)
+		default:
+			return nil, errSyntax
+		}
+	}
+	return nil, errSyntax
+}

@@ -84,3 +84,38 @@ func repeated(doc []byte) bool {
 	}
 	return false
 }
+
+func TestMembers(t *testing.T) {
+	for _, tc := range []struct {
+		doc  string
+		want []string // of "name", "labels"; "-" for absent
+		err  error
+	}{
+		{`{"name":"a","managedFields":[{"f:x":{}}],"labels":{"k":"v"}}`, []string{`"a"`, `{"k":"v"}`}, nil},
+		{` { "labels" : null , "n\u0061me" : "b" } `, []string{`"b"`, `null`}, nil},
+		{`{"uid":"x"}`, []string{"-", "-"}, nil},
+		{`{}`, []string{"-", "-"}, nil},
+		// A member written twice: the last, as a decoder keeps.
+		{`{"name":"first","name":"last"}`, []string{`"last"`, "-"}, nil},
+		{`{"Name":"a"}`, []string{"-", "-"}, nil},
+		{`[]`, nil, ErrNotObject},
+		{`"a"`, nil, ErrNotObject},
+		{`{"name":"a"`, nil, errSyntax},
+		{`{"name":"a",}`, nil, errSyntax},
+		{`{"name" "a"}`, nil, errSyntax},
+	} {
+		got, err := Members([]byte(tc.doc), "name", "labels")
+		if !errors.Is(err, tc.err) {
+			t.Errorf("Members(%s) error = %v; want %v", tc.doc, err, tc.err)
+			continue
+		}
+		if tc.err != nil {
+			continue
+		}
+		for i, want := range tc.want {
+			if (want == "-") != (got[i] == nil) || (got[i] != nil && string(got[i]) != want) {
+				t.Errorf("Members(%s)[%d] = %q; want %s", tc.doc, i, got[i], want)
+			}
+		}
+	}
+}
