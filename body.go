@@ -75,15 +75,6 @@ func newBodyReader(budgetBytes int64) *bodyReader {
 	return &bodyReader{budget: limits.NewSemaphore(budgetBytes), turn: limits.NewSemaphore(1)}
 }
 
-// statusError is the answer to a request that is not a review to decide:
-// its HTTP status, and a message the apiserver shows the user.
-type statusError struct {
-	code    int
-	message string
-}
-
-func (e *statusError) Error() string { return e.message }
-
 // readBody reads r's body whole, for a request that must be want, and
 // returns it with the room it holds in the budget, to give back with
 // release once answered; or a *statusError to answer with. It guarantees:

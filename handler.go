@@ -1,24 +1,16 @@
 package main
 
-// HTTP ⇄ review: the routes, and the one path each review takes through
-// them, read top to bottom in admission (below; authorization is the same
-// path for a SubjectAccessReview). Each step answers where it decides:
+// HTTP ⇄ review: the routes, and the one path every review takes, read top
+// to bottom in admission (the README's "How one review flows" walks it);
+// authorization, at the end, is the same path for a SubjectAccessReview.
 //
-//	the request   POST, application/json, a ?timeout=, its body read by
-//	              readBody (body.go: within the byte budget, on the
-//	              client's pace); else a metav1.Status with 405, 415, 400,
-//	              413, 408 or 429
-//	the review    an AdmissionReview of v1 or v1beta1, seen as v1; else 400
-//	the decision  the policy's admit function, under a recover; a panic is
-//	              answered with 500 and logged
-//	the answer    a copy of the policy's, completed: the request's uid,
-//	              legible warnings, -validation-action (rollout.go)
-//	the reply     200 and the review in the request's version; one log
-//	              line and the metrics
-//
-// Whenever an answer can be sent it is sent with 200, its true status in
-// response.status, as pod-security-admission's webhook does: the apiserver
-// shows the user a review's message, and only a status code otherwise.
+// A decision is sent with HTTP 200, its true status in response.status, as
+// pod-security-admission's webhook does: the apiserver shows the user a
+// review's message, and only a status code otherwise. A request with no
+// review to decide is answered with a metav1.Status and its code (405,
+// 415, 400, 413, 408, 429); so is the webhook's own failure, a panic or no
+// answer at all (500), which the apiserver's failurePolicy then decides,
+// as it decides for a webhook it cannot reach.
 
 import (
 	"context"
@@ -100,8 +92,8 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 		attrs := admissionAttrs(req)
 
 		resp, panicked := callSafely(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
-		if panicked != nil {
-			s.logPanic(ctx, path, attrs, panicked)
+		if panicked != nil || resp == nil {
+			s.logPolicyFailure(ctx, path, attrs, panicked)
 			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
 			return
 		}
@@ -147,20 +139,6 @@ func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Dur
 	return min(d, maxWebhookTimeout), nil
 }
 
-// timeoutParameter returns the first timeout=VALUE of a raw query string,
-// without r.URL.Query()'s map of them all (two allocations per review).
-// The apiserver writes a Go duration, which needs no unescaping.
-func timeoutParameter(rawQuery string) (string, bool) {
-	for rest := rawQuery; rest != ""; {
-		var pair string
-		pair, rest, _ = strings.Cut(rest, "&")
-		if v, ok := strings.CutPrefix(pair, "timeout="); ok {
-			return v, true
-		}
-	}
-	return "", false
-}
-
 // decodeAdmissionReview decodes an AdmissionReview of either version: its
 // version, and its request as admission.k8s.io/v1, the one type admit
 // functions see.
@@ -189,6 +167,151 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 // admissionDecoder decodes AdmissionReview in the two versions the
 // apiserver sends.
 var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+
+// completeAdmission makes the answer to the request uid from resp, the
+// admit function's, and names its verdict. The answer is a copy of resp
+// with the uid, for a policy may return one answer to every request, so
+// resp is never written to; under -validation-action warn or audit, a
+// denial becomes a fresh answer that allows (rollout.go's soften).
+func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
+	verdict := verdictOf(resp)
+	if verdict == "denied" && action != (validationAction{}) { // warn or audit; the zero value is deny
+		return action.soften(resp, uid)
+	}
+	answer := *resp
+	answer.UID = uid
+	if len(resp.Warnings) > 0 {
+		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on (rollout.go)
+	}
+	return &answer, verdict
+}
+
+// encodeAdmissionReview encodes an AdmissionReview of resp in the request's
+// version.
+func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
+	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
+	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
+		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
+	}
+	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
+}
+
+// reply sends a review with 200, and logs and counts it.
+func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
+	w.Header().Set("Content-Type", "application/json")
+	if _, err := w.Write(review); err != nil {
+		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
+	}
+	took := time.Since(start)
+	s.metrics.request(path, http.StatusOK, verdict, took)
+	line := make([]slog.Attr, 0, len(attrs)+4) // one allocation for the line
+	line = append(line, slog.String("path", path))
+	line = append(line, attrs...)
+	line = append(line, slog.String("verdict", verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
+	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
+}
+
+// refuse answers a request that has no review to answer with err's
+// Status, a *statusError's, and counts it. It does not log: any client
+// that reaches the port can send a bad request, and one log line each
+// would let it flood the log; the metrics count them by code.
+func (s *reviewServer) refuse(w http.ResponseWriter, path string, start time.Time, err error) {
+	var se *statusError
+	if !errors.As(err, &se) {
+		se = &statusError{http.StatusInternalServerError, err.Error()}
+	}
+	writeStatus(w, se.code, se.message)
+	s.metrics.request(path, se.code, "", time.Since(start))
+}
+
+// statusError is the answer to a request with no review to decide, or
+// whose decision failed: its HTTP status, and a message the apiserver
+// shows the user.
+type statusError struct {
+	code    int
+	message string
+}
+
+func (e *statusError) Error() string { return e.message }
+
+// The steps' details, which a reader of the path above can take from
+// their names and comments.
+
+// admissionAttrs names an admission request for its log line: never the
+// object or any of its values, which may be a Secret's.
+func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
+	attrs := make([]slog.Attr, 0, 10) // room for what admission adds
+	attrs = append(attrs, slog.String("uid", string(req.UID)), slog.String("operation", string(req.Operation)),
+		slog.String("kind", req.Kind.Kind), slog.String("name", objectName(req, nil)), slog.String("user", req.UserInfo.Username))
+	if req.SubResource != "" {
+		attrs = append(attrs, slog.String("subresource", req.SubResource))
+	}
+	if req.DryRun != nil && *req.DryRun {
+		attrs = append(attrs, slog.Bool("dry_run", true))
+	}
+	return attrs
+}
+
+// callSafely calls decide and turns a panic into log attributes instead of
+// a dropped connection. The panic's value is logged only when the runtime
+// made it: one the policy made may hold a Secret's contents.
+func callSafely[T any](decide func() T) (result T, panicked []any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = []any{"stack", string(debug.Stack())}
+			if rerr, ok := p.(goruntime.Error); ok {
+				panicked = append(panicked, "value", rerr.Error())
+			} else {
+				panicked = append(panicked, "type", fmt.Sprintf("%T", p))
+			}
+		}
+	}()
+	return decide(), nil
+}
+
+// verdictOf names what an answer does: "patched", "allowed", "denied", or
+// "errored" when the webhook could not judge the request: errored's 400
+// (an object that does not decode) or 5xx. Any other refusal, errored's
+// 409 or 422 included, is the policy's decision: "denied".
+// completeAdmission may make a denial "warned", "audited" or
+// "warned_and_audited".
+func verdictOf(resp *admissionv1.AdmissionResponse) string {
+	switch {
+	case resp.Allowed && len(resp.Patch) > 0:
+		return "patched"
+	case resp.Allowed:
+		return "allowed"
+	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
+		return "errored"
+	default:
+		return "denied"
+	}
+}
+
+// logPolicyFailure logs the policy's failure to decide, a panic (counted)
+// or no answer at all.
+func (s *reviewServer) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, panicked []any) {
+	if panicked == nil {
+		s.logger.LogAttrs(ctx, slog.LevelError, "the policy returned no answer", attrs...)
+		return
+	}
+	s.metrics.panicked(path)
+	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Group("panic", panicked...))...)
+}
+
+// timeoutParameter returns the first timeout=VALUE of a raw query string,
+// without r.URL.Query()'s map of them all (two allocations per review).
+// The apiserver writes a Go duration, which needs no unescaping.
+func timeoutParameter(rawQuery string) (string, bool) {
+	for rest := rawQuery; rest != ""; {
+		var pair string
+		pair, rest, _ = strings.Cut(rest, "&")
+		if v, ok := strings.CutPrefix(pair, "timeout="); ok {
+			return v, true
+		}
+	}
+	return "", false
+}
 
 // decoderOf decodes the kinds that add register, in the versions they
 // register, and nothing else: any other kind fails to decode, but for a
@@ -230,121 +353,6 @@ func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) e
 
 func notA(gvk schema.GroupVersionKind, want string) error {
 	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
-}
-
-// admissionAttrs names an admission request for its log line: never the
-// object or any of its values, which may be a Secret's.
-func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
-	attrs := make([]slog.Attr, 0, 10) // room for what admission adds
-	attrs = append(attrs, slog.String("uid", string(req.UID)), slog.String("operation", string(req.Operation)),
-		slog.String("kind", req.Kind.Kind), slog.String("name", objectName(req, nil)), slog.String("user", req.UserInfo.Username))
-	if req.SubResource != "" {
-		attrs = append(attrs, slog.String("subresource", req.SubResource))
-	}
-	if req.DryRun != nil && *req.DryRun {
-		attrs = append(attrs, slog.Bool("dry_run", true))
-	}
-	return attrs
-}
-
-// callSafely calls decide and turns a panic into log attributes instead of
-// a dropped connection. The panic's value is logged only when the runtime
-// made it: one the policy made may hold a Secret's contents.
-func callSafely[T any](decide func() T) (result T, panicked []any) {
-	defer func() {
-		if p := recover(); p != nil {
-			panicked = []any{"stack", string(debug.Stack())}
-			if rerr, ok := p.(goruntime.Error); ok {
-				panicked = append(panicked, "value", rerr.Error())
-			} else {
-				panicked = append(panicked, "type", fmt.Sprintf("%T", p))
-			}
-		}
-	}()
-	return decide(), nil
-}
-
-// completeAdmission makes the answer to the request uid from resp, the
-// admit function's, and names its verdict: a copy of resp with the uid, for
-// a policy may return one answer to every request, so resp is never
-// written to. Under -validation-action warn or audit a denial becomes a
-// fresh answer that allows (rollout.go's soften).
-func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
-	if resp == nil {
-		// Encoded, a nil response is a review without one, which the
-		// apiserver rejects with a less helpful message.
-		resp = errored(http.StatusInternalServerError, errors.New("the webhook's admit function returned no response"))
-	}
-	v := verdict(resp)
-	if v == "denied" && action != (validationAction{}) { // warn or audit; the zero value is deny
-		return action.soften(resp, uid)
-	}
-	answer := *resp
-	answer.UID = uid
-	if len(resp.Warnings) > 0 {
-		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on (rollout.go)
-	}
-	return &answer, v
-}
-
-// verdict names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request (a 400 for an
-// object that does not decode, or a 5xx); any other refusal is "denied".
-// completeAdmission may make a denial "warned", "audited" or
-// "warned_and_audited".
-func verdict(resp *admissionv1.AdmissionResponse) string {
-	switch {
-	case resp.Allowed && len(resp.Patch) > 0:
-		return "patched"
-	case resp.Allowed:
-		return "allowed"
-	case resp.Result != nil && (resp.Result.Code == http.StatusBadRequest || resp.Result.Code >= http.StatusInternalServerError):
-		return "errored"
-	default:
-		return "denied"
-	}
-}
-
-// encodeAdmissionReview encodes an AdmissionReview of resp in the request's
-// version.
-func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
-	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
-	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
-		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
-	}
-	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
-}
-
-// reply sends a review with 200, and logs and counts it.
-func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
-	w.Header().Set("Content-Type", "application/json")
-	if _, err := w.Write(review); err != nil {
-		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
-	}
-	took := time.Since(start)
-	s.metrics.request(path, http.StatusOK, verdict, took)
-	line := make([]slog.Attr, 0, len(attrs)+4) // one allocation for the line
-	line = append(line, slog.String("path", path))
-	line = append(line, attrs...)
-	line = append(line, slog.String("verdict", verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
-	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
-}
-
-// refuse answers a request that has no review to answer with err's
-// Status, a *statusError's, and counts it.
-func (s *reviewServer) refuse(w http.ResponseWriter, path string, start time.Time, err error) {
-	var se *statusError
-	if !errors.As(err, &se) {
-		se = &statusError{http.StatusInternalServerError, err.Error()}
-	}
-	writeStatus(w, se.code, se.message)
-	s.metrics.request(path, se.code, "", time.Since(start))
-}
-
-// logPanic logs a panic of the policy's, and counts it.
-func (s *reviewServer) logPanic(ctx context.Context, path string, attrs []slog.Attr, panicked []any) {
-	s.metrics.panicked(path)
-	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Group("panic", panicked...))...)
 }
 
 // writeStatus answers a request that has no review to answer with a
@@ -432,7 +440,7 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
 		if panicked != nil {
 			// A 500 is retried, then the authorizer's failurePolicy decides.
-			s.logPanic(ctx, path, attrs, panicked)
+			s.logPolicyFailure(ctx, path, attrs, panicked)
 			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
 			return
 		}

@@ -35,11 +35,11 @@ import (
 // it cannot make the object right, and softening that would store the
 // object unfixed (MutatingAdmissionPolicy has no validationActions either).
 //
-// Only what verdict calls "denied", the policy's decision, is softened. An
-// errored answer (an object that does not decode, the webhook's own
-// failure) is no decision about the object: it stays a refusal, counted as
-// "errored", under every action, so that what warn and audit count is
-// exactly what deny will refuse. A panic's 500 is left to failurePolicy.
+// Only what verdictOf calls "denied", the policy's decision, is softened.
+// An answer errored with 400 (an object that does not decode) or a 5xx is
+// no decision about the object: it stays a refusal, counted as "errored",
+// under every action, so that what warn and audit count is exactly what
+// deny will refuse. A panic, or no answer, is left to failurePolicy.
 type validationAction struct {
 	warn, audit bool
 }
