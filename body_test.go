@@ -133,8 +133,9 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 		{"small of unknown length", small, false, 0},
 		// Room grows with the body and ends at its length.
 		{"large", large, true, int64(len(large))},
-		// Without a length, the buffer doubles past the body's end.
-		{"large of unknown length", large, false, 128 << 10},
+		// Without a length, the buffer grows past the body's end, to the
+		// ceiling (maxBodyBytes) halved: 7 MiB / 64 = 112 KiB.
+		{"large of unknown length", large, false, maxBodyBytes >> 6},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var held int64
@@ -366,5 +367,30 @@ func checkCut(t *testing.T, w *httptest.ResponseRecorder, why string) {
 	}
 	if w.Header().Get("Connection") != "close" {
 		t.Errorf("got Connection %q, want close: nothing more is read from a client that stopped", w.Header().Get("Connection"))
+	}
+}
+
+// TestNextBufferSize: a large body's buffer grows from smallBodyBytes to
+// its ceiling exactly, each step at most doubling it (so the room held is
+// at most twice what has arrived), and allocating at most twice the
+// ceiling in all.
+func TestNextBufferSize(t *testing.T) {
+	for _, ceiling := range []int64{smallBodyBytes + 1, 2 * smallBodyBytes, 2*smallBodyBytes + 1, 100 << 10, 1_100_000, maxBodyBytes} {
+		size, allocated := int64(smallBodyBytes), int64(smallBodyBytes)
+		var steps []int64
+		for size < ceiling {
+			next := nextBufferSize(size, ceiling)
+			if next <= size || next > 2*size || next > ceiling {
+				t.Fatalf("ceiling %d: a full buffer of %d grows to %d; want more than %d, at most %d and at most the ceiling", ceiling, size, next, size, 2*size)
+			}
+			size, allocated = next, allocated+next
+			steps = append(steps, next)
+		}
+		if size != ceiling {
+			t.Errorf("ceiling %d: the buffer ends at %d (steps %v)", ceiling, size, steps)
+		}
+		if allocated > 2*ceiling+smallBodyBytes {
+			t.Errorf("ceiling %d: %d bytes allocated in all (steps %v); want at most twice the ceiling and the first buffer", ceiling, allocated, steps)
+		}
 	}
 }
