@@ -21,8 +21,11 @@ import (
 	"net/http"
 	goruntime "runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
@@ -119,7 +122,8 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 // checkRequest checks what comes before a review's body, in the order
 // controller-runtime checks it: the method, the content type, and the
 // apiserver's ?timeout= (a Go duration such as "10s"), which it returns,
-// at most maxWebhookTimeout; or a *statusError to answer with.
+// at most maxWebhookTimeout; or a *statusError to answer with (for a
+// wrong method, after setting the Allow header it needs).
 func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -168,11 +172,12 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 // apiserver sends.
 var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
-// completeAdmission makes the answer to the request uid from resp, the
-// admit function's, and names its verdict. The answer is a copy of resp
-// with the uid, for a policy may return one answer to every request, so
-// resp is never written to; under -validation-action warn or audit, a
-// denial becomes a fresh answer that allows (rollout.go's soften).
+// completeAdmission turns resp, the admit function's answer, into the one
+// to send for the request whose uid is uid, and names its verdict
+// (verdictOf). The answer is a copy of resp with the uid set: a policy may
+// return one answer to every request, so resp is never written to. Under
+// -validation-action warn or audit, a denial becomes a fresh answer that
+// allows (rollout.go's soften).
 func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
 	verdict := verdictOf(resp)
 	if verdict == "denied" && action != (validationAction{}) { // warn or audit; the zero value is deny
@@ -181,7 +186,7 @@ func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, actio
 	answer := *resp
 	answer.UID = uid
 	if len(resp.Warnings) > 0 {
-		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on (rollout.go)
+		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on
 	}
 	return &answer, verdict
 }
@@ -199,6 +204,7 @@ func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.Admiss
 // reply sends a review with 200, and logs and counts it.
 func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
 	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(review); err != nil {
 		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
 	}
@@ -298,6 +304,53 @@ func (s *reviewServer) logPolicyFailure(ctx context.Context, path string, attrs 
 	s.metrics.panicked(path)
 	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Group("panic", panicked...))...)
 }
+
+// legibleWarnings returns warnings as the apiserver will pass them on. It
+// drops, without a word, a warning that is not valid UTF-8 or has a control
+// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
+// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
+// a warning longer than maxWarningRunes is cut with "…". warnings is
+// copied before any change, and returned as it is when none is needed.
+func legibleWarnings(warnings []string) []string {
+	var out []string
+	for i, w := range warnings {
+		lw := legibleWarning(w)
+		if lw == w && out == nil {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(warnings)
+		}
+		out[i] = lw
+	}
+	if out == nil {
+		return warnings
+	}
+	return out
+}
+
+// legibleWarning is one warning as legibleWarnings returns it.
+func legibleWarning(w string) string {
+	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
+		return w
+	}
+	w = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(w, "\uFFFD"))
+	if runes := []rune(w); len(runes) > maxWarningRunes {
+		w = string(runes[:maxWarningRunes-1]) + "…"
+	}
+	return w
+}
+
+// maxWarningRunes is the most runes of warnings the apiserver passes on
+// whole for one request (truncateAtTotalRunes in
+// k8s.io/apiserver/pkg/endpoints/filters/warning.go); past that it cuts
+// each to its first 256 (truncateItemRunes): first words matter most.
+const maxWarningRunes = 4 << 10
 
 // timeoutParameter returns the first timeout=VALUE of a raw query string,
 // without r.URL.Query()'s map of them all (two allocations per review).

@@ -62,7 +62,8 @@ func mutate(p policy) admitFunc {
 }
 
 // validate returns the admit function of /validate: it denies an object that
-// lacks any of p.require, naming each missing key=value.
+// lacks any of p.require (-require; by default defaultAnnotation), naming
+// each missing key=value.
 func validate(p policy) admitFunc {
 	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		if !actsOn(req) {

@@ -21,8 +21,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,20 +95,14 @@ const (
 	// (warning.AddWarning with agent ""), so the text says where it comes
 	// from.
 	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
-
-	// maxWarningRunes is the most runes of warnings the apiserver passes on
-	// whole for one request (truncateAtTotalRunes in
-	// k8s.io/apiserver/pkg/endpoints/filters/warning.go); past that it cuts
-	// each to its first 256 (truncateItemRunes): first words matter most.
-	maxWarningRunes = 4 << 10
 )
 
 // soften turns resp, a denial of the request uid, into the answer a says,
 // and returns its verdict: "warned", "audited" or "warned_and_audited". It
 // is a fresh answer: allowed, without the denial's status or any patch
 // (which a validating webhook may not return), carrying the policy's
-// warnings and audit annotations in copies, and the denial's message as a
-// warning, an audit annotation, or both.
+// warnings and audit annotations, copied before anything is added to them,
+// and the denial's message as a warning, an audit annotation, or both.
 func (a validationAction) soften(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
 	message := "the policy gave no reason"
 	if resp.Result != nil && resp.Result.Message != "" {
@@ -136,45 +128,4 @@ func (a validationAction) soften(resp *admissionv1.AdmissionResponse, uid types.
 	}
 	out.Warnings = legibleWarnings(out.Warnings)
 	return out, verdict
-}
-
-// legibleWarnings returns warnings as the apiserver will pass them on. It
-// drops, without a word, a warning that is not valid UTF-8 or has a control
-// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
-// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
-// a warning longer than maxWarningRunes is cut with "…". warnings is
-// copied before any change, and returned as it is when none is needed.
-func legibleWarnings(warnings []string) []string {
-	var out []string
-	for i, w := range warnings {
-		lw := legibleWarning(w)
-		if lw == w && out == nil {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(warnings)
-		}
-		out[i] = lw
-	}
-	if out == nil {
-		return warnings
-	}
-	return out
-}
-
-// legibleWarning is one warning as legibleWarnings returns it.
-func legibleWarning(w string) string {
-	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
-		return w
-	}
-	w = strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(w, "\uFFFD"))
-	if runes := []rune(w); len(runes) > maxWarningRunes {
-		w = string(runes[:maxWarningRunes-1]) + "…"
-	}
-	return w
 }
