@@ -291,7 +291,12 @@ func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig 
 }
 
 // common returns what both kinds of configuration share; rules are o.rules
-// or, when none are given, deployedRules (from deploy/webhooks.yaml).
+// or, when none are given, deployedRules (from deploy/webhooks.yaml). The
+// namespaceSelector is the test's namespace by name, and there is no
+// objectSelector: tests share one apiserver, and each must call only its
+// own webhook. The deployed selectors are the rendered configuration's,
+// which the tests that register it use (render and startRenderedWebhook:
+// TestURLMode, TestDeployManifests, TestStatic*).
 func (o hookOptions) common(deployedRules []admissionregistrationv1.RuleWithOperations) (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
 	versions = o.versions
 	if versions == nil {
