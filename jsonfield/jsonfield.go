@@ -26,49 +26,83 @@ var errSyntax = errors.New("malformed JSON")
 // last); a serializer of Go structs, such as the apiserver's, writes each
 // once.
 func Top(doc []byte, key string) (value []byte, found bool, err error) {
+	err = walk(doc, func(k, v []byte) (stop bool) {
+		if keyIs(k, key) {
+			value, found = v, true
+		}
+		return found
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return value, found, nil
+}
+
+// Members returns the values of the members keys of the JSON object doc,
+// as written, each nil when absent; of a member written twice, the last,
+// as a decoder keeps. It reads doc to its end and decodes none of it.
+func Members(doc []byte, keys ...string) ([][]byte, error) {
+	values := make([][]byte, len(keys))
+	err := walk(doc, func(k, v []byte) (stop bool) {
+		for i, want := range keys {
+			if keyIs(k, want) {
+				values[i] = v
+			}
+		}
+		return false
+	})
+	if err != nil {
+		return nil, err
+	}
+	return values, nil
+}
+
+// walk calls visit with each member of the JSON object doc in turn, its
+// key as written (quoted) and its value, skipping each value without
+// decoding it, until visit says stop; what comes after is not read.
+func walk(doc []byte, visit func(key, value []byte) (stop bool)) error {
 	i := skipSpace(doc, 0)
 	if i == len(doc) || doc[i] != '{' {
-		return nil, false, ErrNotObject
+		return ErrNotObject
 	}
 	i = skipSpace(doc, i+1)
 	if i < len(doc) && doc[i] == '}' {
-		return nil, false, nil
+		return nil
 	}
 	for i < len(doc) {
 		if doc[i] != '"' {
-			return nil, false, errSyntax
+			return errSyntax
 		}
 		end, err := skipString(doc, i)
 		if err != nil {
-			return nil, false, err
+			return err
 		}
-		matches := keyIs(doc[i:end], key)
+		key := doc[i:end]
 		i = skipSpace(doc, end)
 		if i == len(doc) || doc[i] != ':' {
-			return nil, false, errSyntax
+			return errSyntax
 		}
 		start := skipSpace(doc, i+1)
-		end, err = skipValue(doc, start)
-		if err != nil {
-			return nil, false, err
+		if end, err = skipValue(doc, start); err != nil {
+			return err
 		}
-		if matches {
-			return doc[start:end], true, nil
+		if visit(key, doc[start:end]) {
+			return nil
 		}
 		i = skipSpace(doc, end)
 		if i == len(doc) {
-			return nil, false, errSyntax
+			return errSyntax
 		}
 		switch doc[i] {
 		case '}':
-			return nil, false, nil
+			return nil
 		case ',':
 			i = skipSpace(doc, i+1)
 		default:
-			return nil, false, errSyntax
+			return errSyntax
 		}
 	}
-	return nil, false, errSyntax
+	return errSyntax
 }
 
 // keyIs reports whether the quoted JSON string s is key.
@@ -138,55 +172,4 @@ func skipValue(doc []byte, i int) (int, error) {
 		return 0, errSyntax
 	}
 	return i, nil
-}
-
-// Members returns the values of the members keys of the JSON object doc,
-// as written, each nil when absent; of a member written twice, the last,
-// as a decoder keeps. It reads doc to its end and decodes none of it.
-func Members(doc []byte, keys ...string) ([][]byte, error) {
-	values := make([][]byte, len(keys))
-	i := skipSpace(doc, 0)
-	if i == len(doc) || doc[i] != '{' {
-		return nil, ErrNotObject
-	}
-	i = skipSpace(doc, i+1)
-	if i < len(doc) && doc[i] == '}' {
-		return values, nil
-	}
-	for i < len(doc) {
-		if doc[i] != '"' {
-			return nil, errSyntax
-		}
-		end, err := skipString(doc, i)
-		if err != nil {
-			return nil, err
-		}
-		key := doc[i:end]
-		i = skipSpace(doc, end)
-		if i == len(doc) || doc[i] != ':' {
-			return nil, errSyntax
-		}
-		start := skipSpace(doc, i+1)
-		if end, err = skipValue(doc, start); err != nil {
-			return nil, err
-		}
-		for k, want := range keys {
-			if keyIs(key, want) {
-				values[k] = doc[start:end]
-			}
-		}
-		i = skipSpace(doc, end)
-		if i == len(doc) {
-			return nil, errSyntax
-		}
-		switch doc[i] {
-		case '}':
-			return values, nil
-		case ',':
-			i = skipSpace(doc, i+1)
-		default:
-			return nil, errSyntax
-		}
-	}
-	return nil, errSyntax
 }
