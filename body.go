@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,11 +61,34 @@ const (
 // a 429 with backoff whatever the headers, and soon finds room.
 const overloadStatus = http.StatusTooManyRequests
 
+// bodyBufferSizes are the sizes of a large body's buffer, from over
+// smallBodyBytes to maxBodyBytes: smallBodyBytes times a power of two, or
+// one and a half times one. A full buffer can always double, so the room
+// held stays within twice what has arrived, and a body's last buffer is at
+// most half as large again as the body. Fixed sizes let a buffer serve the
+// next large body (bodyReader.buffers).
+var bodyBufferSizes = func() []int64 {
+	var sizes []int64
+	for size := int64(smallBodyBytes); size < maxBodyBytes; size *= 2 {
+		sizes = append(sizes, min(size+size/2, maxBodyBytes), min(2*size, maxBodyBytes))
+	}
+	return slices.Compact(sizes)
+}()
+
 // bodyReader reads review bodies; readBody says how. It counts what it
 // refuses and cuts, for the metrics.
 type bodyReader struct {
 	budget *limits.Semaphore // bytes of large bodies held, as read and until answered
 	turn   *limits.Semaphore // of one: the large body being read
+
+	// buffers keeps large bodies' buffers once answered, a pool for each
+	// of bodyBufferSizes, for the next large body. A new buffer costs the
+	// kernel's page faults and the GC's collections as well as its size:
+	// taken from here, the 1.1 MB review of the benchmarks costs 16–18 %
+	// less CPU served (bench/README.md). A kept buffer is outside the
+	// budget until two collections pass without a large body taking it;
+	// the soft memory limit (memoryLimitBase) bounds it with the heap.
+	buffers []sync.Pool
 
 	overloaded       atomic.Uint64 // large bodies refused: no turn or no room in time
 	stalled, tooSlow atomic.Uint64 // bodies cut for their pace
@@ -72,22 +97,22 @@ type bodyReader struct {
 // newBodyReader reads bodies within a budget of budgetBytes of large ones,
 // at least maxBodyBytes (parseFlags checks it).
 func newBodyReader(budgetBytes int64) *bodyReader {
-	return &bodyReader{budget: limits.NewSemaphore(budgetBytes), turn: limits.NewSemaphore(1)}
+	return &bodyReader{budget: limits.NewSemaphore(budgetBytes), turn: limits.NewSemaphore(1), buffers: make([]sync.Pool, len(bodyBufferSizes))}
 }
 
 // readBody reads r's body whole, for a request that must be want, and
-// returns it with the room it holds in the budget, to give back with
-// release once answered; or a *statusError to answer with. It guarantees:
+// returns it, to give back with release once answered; or a *statusError
+// to answer with. It guarantees:
 //
 //   - Bytes received, never bytes declared, take memory: a body says how
 //     long it is, but only what it sends is held. A body of up to
 //     smallBodyBytes, most reviews, is read into a buffer of its own,
 //     bounded with the connections (maxConnections), not by the budget. A
 //     larger one waits for its turn (one large body is read at a time) and
-//     with it takes room in the budget as its bytes arrive, its buffer
-//     doubling each time it fills, so it never holds room for more than
-//     twice what it has received. Once complete it gives up the turn and
-//     keeps its room until answered.
+//     with it takes room in the budget as its bytes arrive, its buffer at
+//     most doubling each time it fills (nextBufferSize), so it never holds
+//     room for more than twice what it has received. Once complete it
+//     gives up the turn and keeps its room until answered.
 //   - No body holds anything while it waits for the client: each read is
 //     held to limits.MinRateReader, which cuts a body that stalls
 //     (bodyStallTimeout) or trickles (minBodyRate) with 408 and closes the
@@ -104,10 +129,10 @@ func newBodyReader(budgetBytes int64) *bodyReader {
 //     room overloadMargin before ctx's deadline is answered with
 //     overloadStatus, in time, and so is one that would be the
 //     maxWaitingBodies-th to wait.
-func (b *bodyReader) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, want string) (body []byte, held int64, err error) {
+func (b *bodyReader) readBody(ctx context.Context, w http.ResponseWriter, r *http.Request, want string) (body []byte, err error) {
 	// A declared length over the cap is refused before reading a byte.
 	if r.ContentLength > maxBodyBytes {
-		return nil, 0, tooLarge(want)
+		return nil, tooLarge(want)
 	}
 	deadline, _ := ctx.Deadline()
 	in := limits.NewMinRateReader(r, http.NewResponseController(w), deadline, bodyStallTimeout, minBodyRate)
@@ -124,94 +149,131 @@ func (b *bodyReader) readBody(ctx context.Context, w http.ResponseWriter, r *htt
 	body = body[:n]
 	switch {
 	case !known && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
-		return complete(body, 0, want)
+		return complete(body, want)
 	case err != nil:
-		return nil, 0, b.failed(w, err, want)
+		return nil, b.failed(w, err, want)
 	case int64(n) == ceiling && known:
-		return complete(body, 0, want)
+		return complete(body, want)
 	}
 
 	// A large body: wait for the turn, then take room as the bytes arrive.
 	if _, waiting := b.turn.State(); waiting >= maxWaitingBodies {
-		return nil, 0, b.overload(&in, ceiling, "too many large reviews were waiting to be read")
+		return nil, b.overload(&in, ceiling, "too many large reviews were waiting to be read")
 	}
 	waitCtx, cancel := waitContext(ctx)
 	defer cancel()
 	if err := b.turn.Acquire(waitCtx, 1); err != nil {
-		return nil, 0, b.overload(&in, ceiling, "it found no turn among the large reviews being read before its deadline")
+		return nil, b.overload(&in, ceiling, "it found no turn among the large reviews being read before its deadline")
 	}
 	defer b.turn.Release(1)
 	for {
 		if len(body) == cap(body) {
 			if int64(len(body)) == ceiling {
 				if known {
-					return complete(body, held, want)
+					return complete(body, want)
 				}
 				// A body of unknown length must end here.
 				var probe [1]byte
 				n, err := in.Read(probe[:])
 				if n == 0 && errors.Is(err, io.EOF) {
-					return complete(body, held, want)
+					return complete(body, want)
 				}
-				b.release(held)
+				b.release(body)
 				if err == nil {
 					err = &http.MaxBytesError{Limit: maxBodyBytes}
 				}
-				return nil, 0, b.failed(w, err, want)
+				return nil, b.failed(w, err, want)
 			}
-			// The old buffer is garbage once copied: the room held grows
-			// by the difference. (Were both held, the turn holder could
-			// wait for room that it holds itself.)
+			// The old buffer is kept for another body once copied: the
+			// room held grows by the difference. (Were both held, the
+			// turn holder could wait for room that it holds itself.)
 			next := nextBufferSize(int64(cap(body)), ceiling)
-			if err := b.budget.Acquire(waitCtx, next-held); err != nil {
-				b.release(held)
-				return nil, 0, b.overload(&in, ceiling, "it found no room among the reviews in flight before its deadline")
+			if err := b.budget.Acquire(waitCtx, next-room(body)); err != nil {
+				b.release(body)
+				return nil, b.overload(&in, ceiling, "it found no room among the reviews in flight before its deadline")
 			}
-			held = next
-			grown := make([]byte, len(body), next)
-			copy(grown, body)
+			grown := append(b.buffer(next), body...)
+			b.keep(body)
 			body = grown
 		}
+		// The buffer of a body of known length can be larger than the
+		// body; net/http's reader ends at the declared length.
 		n, err := in.Read(body[len(body):cap(body)])
 		body = body[:len(body)+n]
 		switch {
 		case errors.Is(err, io.EOF) && (!known || int64(len(body)) == ceiling):
-			return complete(body, held, want)
+			return complete(body, want)
 		case err != nil:
-			b.release(held)
-			return nil, 0, b.failed(w, err, want)
+			b.release(body)
+			return nil, b.failed(w, err, want)
 		}
 	}
 }
 
 // nextBufferSize is the size a full buffer of size full grows to, for a
-// body of at most ceiling bytes: at most twice full, so that the room held
-// stays within twice what has arrived, and the ceiling halved (rounding
-// up) as many times as that takes, so that the last growth lands on the
-// ceiling exactly. Doubling from smallBodyBytes instead, the 1.1 MB review
-// of the benchmarks allocated 3.1 MB and copied 2 MB; this way it
-// allocates 2.2 MB and copies 1.1 MB.
+// body of at most ceiling bytes: the smallest of bodyBufferSizes that
+// holds the ceiling, unless that is more than twice full; then the largest
+// that is not.
 func nextBufferSize(full, ceiling int64) int64 {
-	next := ceiling
-	for next > 2*full {
-		next = (next + 1) / 2
+	next := full
+	for _, size := range bodyBufferSizes {
+		if size > 2*full {
+			break
+		}
+		next = size
+		if size >= ceiling {
+			break
+		}
 	}
 	return next
 }
 
-// release gives back the room a body held.
-func (b *bodyReader) release(held int64) {
-	if held > 0 {
+// room is what a body's buffer holds of the budget: all of it, for a
+// large body's; a small body's buffer takes none.
+func room(body []byte) int64 {
+	if cap(body) > smallBodyBytes {
+		return int64(cap(body))
+	}
+	return 0
+}
+
+// buffer is an empty buffer of size, one of bodyBufferSizes: a kept one
+// if there is one. Its old bytes are past its length, never read: each
+// byte of a body is written before it is read.
+func (b *bodyReader) buffer(size int64) []byte {
+	if kept, ok := b.buffers[slices.Index(bodyBufferSizes, size)].Get().(*[]byte); ok {
+		return (*kept)[:0]
+	}
+	return make([]byte, 0, size)
+}
+
+// keep keeps a large body's buffer for the next one: nothing may use it
+// after. A small body's is left to the GC.
+func (b *bodyReader) keep(body []byte) {
+	if room(body) > 0 {
+		body = body[:0]
+		b.buffers[slices.Index(bodyBufferSizes, int64(cap(body)))].Put(&body)
+	}
+}
+
+// release gives back a body once answered: the room it held, and its
+// buffer for the next large body. Nothing may use body after; nothing
+// decoded from it does, as the decoders copy what they keep
+// (runtime.RawExtension.UnmarshalJSON in k8s.io/apimachinery/pkg/runtime/
+// extension.go, and every string).
+func (b *bodyReader) release(body []byte) {
+	if held := room(body); held > 0 {
 		b.budget.Release(held)
+		b.keep(body)
 	}
 }
 
 // complete is a body read to its end: a review, unless it is empty.
-func complete(body []byte, held int64, want string) ([]byte, int64, error) {
+func complete(body []byte, want string) ([]byte, error) {
 	if len(body) == 0 {
-		return nil, 0, &statusError{http.StatusBadRequest, "request body is empty: expected " + want}
+		return nil, &statusError{http.StatusBadRequest, "request body is empty: expected " + want}
 	}
-	return body, held, nil
+	return body, nil
 }
 
 // waitContext is ctx ending overloadMargin before its deadline, so that a

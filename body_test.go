@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -131,11 +132,11 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 	}{
 		{"small", small, true, 0},
 		{"small of unknown length", small, false, 0},
-		// Room grows with the body and ends at its length.
-		{"large", large, true, int64(len(large))},
-		// Without a length, the buffer grows past the body's end, to the
-		// ceiling (maxBodyBytes) halved: 7 MiB / 64 = 112 KiB.
-		{"large of unknown length", large, false, maxBodyBytes >> 6},
+		// Room grows with the body and ends at the first buffer size that
+		// holds it: 128 KiB for the 100 KiB body, 96 KiB being too small.
+		{"large", large, true, 128 << 10},
+		// Without a length, the buffer doubles from 16 KiB to the same.
+		{"large of unknown length", large, false, 128 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var held int64
@@ -241,14 +242,17 @@ func TestStalledAfterMostOfTheBody(t *testing.T) {
 	}
 }
 
-// TestLargeBodiesDoNotDeadlock sends six 3 MiB reviews at once through the
+// TestLargeBodiesDoNotDeadlock sends six 3 MB reviews at once through the
 // smallest budget allowed, which holds two of them: were each to take room
 // as its bytes arrive, all would hold part of their bodies and wait for
 // room that only another could free. Every one is answered, with a review.
 func TestLargeBodiesDoNotDeadlock(t *testing.T) {
 	t.Parallel()
 	s := newBodyTestServer(t, maxBodyBytes)
-	review := largeReview(t, 3<<20)
+	review := largeReview(t, 2_700_000)
+	if buffer := bufferSizeFor(int64(len(review))); 2*buffer > maxBodyBytes || 3*buffer <= maxBodyBytes {
+		t.Fatalf("the review's buffer is %d bytes: want a budget of %d to hold two, not three", buffer, maxBodyBytes)
+	}
 	var wg sync.WaitGroup
 	codes := make([]int, 6)
 	errs := make([]error, len(codes))
@@ -370,27 +374,82 @@ func checkCut(t *testing.T, w *httptest.ResponseRecorder, why string) {
 	}
 }
 
-// TestNextBufferSize: a large body's buffer grows from smallBodyBytes to
-// its ceiling exactly, each step at most doubling it (so the room held is
-// at most twice what has arrived), and allocating at most twice the
-// ceiling in all.
+// TestNextBufferSize: a large body's buffer grows from smallBodyBytes
+// through bodyBufferSizes, each step at most doubling it (so the room held
+// is at most twice what has arrived), to a buffer that holds the ceiling
+// and is at most half as large again (so a body holds little room it does
+// not use).
 func TestNextBufferSize(t *testing.T) {
-	for _, ceiling := range []int64{smallBodyBytes + 1, 2 * smallBodyBytes, 2*smallBodyBytes + 1, 100 << 10, 1_100_000, maxBodyBytes} {
-		size, allocated := int64(smallBodyBytes), int64(smallBodyBytes)
+	if first, last := bodyBufferSizes[0], bodyBufferSizes[len(bodyBufferSizes)-1]; first <= smallBodyBytes || last != maxBodyBytes {
+		t.Fatalf("bodyBufferSizes run from %d to %d, want from over %d to %d", first, last, smallBodyBytes, maxBodyBytes)
+	}
+	for _, ceiling := range []int64{smallBodyBytes + 1, 2 * smallBodyBytes, 2*smallBodyBytes + 1, 100 << 10, 1_100_000, 3 << 20, 3<<20 + 1, 6<<20 + 1, maxBodyBytes} {
+		size := int64(smallBodyBytes)
 		var steps []int64
 		for size < ceiling {
 			next := nextBufferSize(size, ceiling)
-			if next <= size || next > 2*size || next > ceiling {
-				t.Fatalf("ceiling %d: a full buffer of %d grows to %d; want more than %d, at most %d and at most the ceiling", ceiling, size, next, size, 2*size)
+			if next <= size || next > 2*size || !slices.Contains(bodyBufferSizes, next) {
+				t.Fatalf("ceiling %d: a full buffer of %d grows to %d; want one of bodyBufferSizes over %d and at most %d", ceiling, size, next, size, 2*size)
 			}
-			size, allocated = next, allocated+next
+			size = next
 			steps = append(steps, next)
 		}
-		if size != ceiling {
-			t.Errorf("ceiling %d: the buffer ends at %d (steps %v)", ceiling, size, steps)
+		if size > ceiling+ceiling/2 {
+			t.Errorf("ceiling %d: the buffer ends at %d (steps %v), more than half as large again", ceiling, size, steps)
 		}
-		if allocated > 2*ceiling+smallBodyBytes {
-			t.Errorf("ceiling %d: %d bytes allocated in all (steps %v); want at most twice the ceiling and the first buffer", ceiling, allocated, steps)
+	}
+}
+
+// bufferSizeFor is the buffer a large body of length bytes ends in.
+func bufferSizeFor(length int64) int64 {
+	size := int64(smallBodyBytes)
+	for size < length {
+		size = nextBufferSize(size, length)
+	}
+	return size
+}
+
+// TestKeptBuffers: a large body's buffer serves another once answered, and
+// what the last body left in it past the new one's end never reaches the
+// new review. Bodies that share buffer sizes are sent longest first and
+// then shortest first, from a few clients at once, and each review must be
+// decoded to its own uid and object (go test -race sees a buffer given to
+// a body while another still uses it).
+func TestKeptBuffers(t *testing.T) {
+	sizes := []int{
+		1_400_000, 1_200_000, 1_100_000, 900_000, 600_000, 100_000, 40_000,
+		40_000, 100_000, 600_000, 900_000, 1_100_000, 1_200_000, 1_400_000,
+	}
+	var reviews [][]byte
+	objects := map[string][]byte{} // by uid
+	for i, size := range sizes {
+		review := inflate(t, plumbingReviews(t)["v1-deployment-create"], size, func(req map[string]any) {
+			req["uid"] = fmt.Sprintf("uid-%d", i)
+		}, "object")
+		reviews = append(reviews, review)
+		objects[fmt.Sprintf("uid-%d", i)] = decodeReviewIn(t, review).Request.Object
+	}
+	s := &reviewServer{logger: discardLogger, bodies: newBodyReader(defaultMaxInflightBytes)}
+	h := s.admission("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		if want, ok := objects[string(req.UID)]; !ok || !bytes.Equal(req.Object.Raw, want) {
+			t.Errorf("review %s: the policy saw an object of %d bytes, want %d bytes of its own", req.UID, len(req.Object.Raw), len(want))
 		}
+		return allowed()
+	}, validationAction{})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for _, review := range reviews {
+				r := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(review))
+				r.Header.Set("Content-Type", "application/json")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				checkReview(t, "/validate", decodeReviewIn(t, review), w)
+			}
+		})
+	}
+	wg.Wait()
+	if used, _ := s.bodies.budget.State(); used != 0 {
+		t.Errorf("%d bytes still held after the answers", used)
 	}
 }

@@ -80,12 +80,12 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		body, held, err := s.bodies.readBody(ctx, w, r, wantAdmissionReview)
+		body, err := s.bodies.readBody(ctx, w, r, wantAdmissionReview)
 		if err != nil {
 			s.refuse(w, path, start, err)
 			return
 		}
-		defer s.bodies.release(held)
+		defer s.bodies.release(body)
 
 		gvk, req, err := decodeAdmissionReview(body)
 		if err != nil {
@@ -476,12 +476,12 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		body, held, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
+		body, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
 		if err != nil {
 			s.refuse(w, path, start, err)
 			return
 		}
-		defer s.bodies.release(held)
+		defer s.bodies.release(body)
 
 		gvk, spec, err := decodeSubjectAccessReview(body)
 		if err != nil {
