@@ -63,10 +63,10 @@ const overloadStatus = http.StatusTooManyRequests
 
 // bodyBufferSizes are the sizes of a large body's buffer, from over
 // smallBodyBytes to maxBodyBytes: smallBodyBytes times a power of two, or
-// one and a half times one. A full buffer can always double, so the room
-// held stays within twice what has arrived, and a body's last buffer is at
-// most half as large again as the body. Fixed sizes let a buffer serve the
-// next large body (bodyReader.buffers).
+// one and a half times one. A full buffer can double (up to maxBodyBytes),
+// so the room held stays within twice what has arrived, and a body's last
+// buffer is at most half as large again as the body. Fixed sizes let a
+// buffer serve the next large body (bodyReader.buffers).
 var bodyBufferSizes = func() []int64 {
 	var sizes []int64
 	for size := int64(smallBodyBytes); size < maxBodyBytes; size *= 2 {
@@ -109,10 +109,11 @@ func newBodyReader(budgetBytes int64) *bodyReader {
 //     smallBodyBytes, most reviews, is read into a buffer of its own,
 //     bounded with the connections (maxConnections), not by the budget. A
 //     larger one waits for its turn (one large body is read at a time) and
-//     with it takes room in the budget as its bytes arrive, its buffer at
-//     most doubling each time it fills (nextBufferSize), so it never holds
-//     room for more than twice what it has received. Once complete it
-//     gives up the turn and keeps its room until answered.
+//     with it takes room in the budget as its bytes arrive: its buffer's
+//     size, which at most doubles each time it fills (nextBufferSize), so
+//     it never holds room for more than twice what it has received, and
+//     ends at most half as large again as the body. Once complete it gives
+//     up the turn and keeps its room until answered.
 //   - No body holds anything while it waits for the client: each read is
 //     held to limits.MinRateReader, which cuts a body that stalls
 //     (bodyStallTimeout) or trickles (minBodyRate) with 408 and closes the
@@ -123,8 +124,8 @@ func newBodyReader(budgetBytes int64) *bodyReader {
 //     answered. The rest hold no room while they wait: small bodies take
 //     none, and large ones wait for the turn before they take any. The
 //     turn holder needs at most maxBodyBytes, and the budget is never
-//     smaller, so it always fits. TestLargeBodiesDoNotDeadlock drives many
-//     large bodies through a budget that fits one.
+//     smaller, so it always fits. TestLargeBodiesDoNotDeadlock drives six
+//     large bodies through a budget that holds two.
 //   - No wait past the deadline: a large body that finds no turn or no
 //     room overloadMargin before ctx's deadline is answered with
 //     overloadStatus, in time, and so is one that would be the
@@ -238,8 +239,10 @@ func room(body []byte) int64 {
 }
 
 // buffer is an empty buffer of size, one of bodyBufferSizes: a kept one
-// if there is one. Its old bytes are past its length, never read: each
-// byte of a body is written before it is read.
+// if there is one. Its old bytes, which may be another review's Secret,
+// are past its length: a body is only ever appended to or read into, so
+// each of its bytes is written before it is read, and nothing may reslice
+// a body past its length.
 func (b *bodyReader) buffer(size int64) []byte {
 	if kept, ok := b.buffers[slices.Index(bodyBufferSizes, size)].Get().(*[]byte); ok {
 		return (*kept)[:0]
@@ -258,9 +261,11 @@ func (b *bodyReader) keep(body []byte) {
 
 // release gives back a body once answered: the room it held, and its
 // buffer for the next large body. Nothing may use body after; nothing
-// decoded from it does, as the decoders copy what they keep
-// (runtime.RawExtension.UnmarshalJSON in k8s.io/apimachinery/pkg/runtime/
-// extension.go, and every string).
+// decoded from it does, as the UniversalDeserializer's decoders copy what
+// they keep, whatever the body's format: every string, and every byte
+// slice (runtime.RawExtension's UnmarshalJSON and UnmarshalCBOR in
+// k8s.io/apimachinery/pkg/runtime/extension.go append to their own; the
+// generated protobuf code does the same).
 func (b *bodyReader) release(body []byte) {
 	if held := room(body); held > 0 {
 		b.budget.Release(held)

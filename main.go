@@ -118,12 +118,16 @@ const (
 	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
 	//                     a goroutine's stack; bench/README.md)  16 MiB
 	//   large bodies      the one being read, maxBodyBytes, and the
-	//                     buffer it outgrew, half that        10.5 MiB
+	//                     buffer it outgrew, half that, as it
+	//                     is copied                           10.5 MiB
 	//   bodies waiting    maxWaitingBodies × smallBodyBytes      2 MiB
 	//   the runtime's own                                       ~3 MiB
 	// about 32 MiB, the base; the budget adds what reviews being answered
-	// hold. The kernel counts the binary's own pages too (10 MiB resident):
-	// a flood peaks at the limit plus those, 50 MiB, under 64 MiB.
+	// hold. Buffers kept for the next large body (bodyReader.buffers) are
+	// not in it: like garbage, the GC frees them near the limit, within two
+	// collections. The kernel counts the binary's own pages too (10 MiB
+	// resident): a flood peaks at the limit plus those, 50-52 MiB
+	// (bench/README.md), under 64 MiB.
 	memoryLimitBase = 32 << 20
 )
 
