@@ -471,7 +471,7 @@ func TestKeptBuffers(t *testing.T) {
 		reviews = append(reviews, review)
 		objects[fmt.Sprintf("uid-%d", i)] = decodeReviewIn(t, review).Request.Object
 	}
-	s := &reviewServer{logger: discardLogger, bodies: newBodyReader(defaultMaxInflightBytes)}
+	s := newTestReviews(discardLogger)
 	h := s.admission("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		if want, ok := objects[string(req.UID)]; !ok || !bytes.Equal(req.Object.Raw, want) {
 			t.Errorf("review %s: the policy saw an object of %d bytes, want %d bytes of its own", req.UID, len(req.Object.Raw), len(want))
@@ -482,11 +482,7 @@ func TestKeptBuffers(t *testing.T) {
 	for range 3 {
 		wg.Go(func() {
 			for _, review := range reviews {
-				r := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(review))
-				r.Header.Set("Content-Type", "application/json")
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, r)
-				checkReview(t, "/validate", decodeReviewIn(t, review), w)
+				checkReview(t, "/validate", decodeReviewIn(t, review), post(h, "/validate", review))
 			}
 		})
 	}
