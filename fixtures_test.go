@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -26,6 +27,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -79,11 +81,26 @@ func readBodies(t testing.TB, dir string) map[string][]byte {
 // JSON, as `kubectl get -o yaml` prints them; give "" for the one the
 // operation lacks: CREATE sends object, UPDATE both, DELETE only oldObject.
 //
-// request.kind comes from the object's apiVersion and kind, name and
-// namespace from its metadata. request.resource is the lowercased kind
-// plus "s", which is right for most kinds; write the body to a file and
-// correct it where a policy reads it. The uid is derived from the content,
-// so a review made twice is the same.
+// What it fills in, as the apiserver does (testdata/ holds its reviews of
+// each scope):
+//   - request.kind from the object's apiVersion and kind;
+//   - request.resource from the kind as the apiserver guesses a plural
+//     (meta.UnsafeGuessKindToResource: lowercased, "s", "es" after "s",
+//     "ies" for "y"), right for the built-in kinds; write the body to a
+//     file and correct it for a custom resource whose plural is another;
+//   - request.name and request.namespace from the object's metadata: no
+//     namespace for a kind of cluster scope, and for a Namespace its own
+//     name, as the apiserver sends it (k8s.io/apiserver v0.37.2,
+//     pkg/endpoints/handlers/create.go, createHandler: "if len(namespace)
+//     == 0 && scope.Resource == namespaceGVR { namespace = name }"; on
+//     UPDATE and DELETE the URL, /api/v1/namespaces/NAME, names it);
+//   - request.userInfo: user "admin" (uid "admin") in the groups
+//     system:masters and system:authenticated, the e2e suite's
+//     cluster-admin, whose reviews testdata/ holds;
+//   - dryRun false, and the options of the operation (CreateOptions,
+//     UpdateOptions, DeleteOptions).
+//
+// The uid is derived from the content, so a review made twice is the same.
 func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject string) []byte {
 	t.Helper()
 	var req admissionv1.AdmissionRequest
@@ -119,10 +136,14 @@ func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject 
 		t.Fatalf("newReview: apiVersion %q: %v", typeMeta.APIVersion, err)
 	}
 	req.Kind = metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: typeMeta.Kind}
-	req.Resource = metav1.GroupVersionResource{Group: gv.Group, Version: gv.Version, Resource: strings.ToLower(typeMeta.Kind) + "s"}
+	plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(typeMeta.Kind))
+	req.Resource = metav1.GroupVersionResource{Group: plural.Group, Version: plural.Version, Resource: plural.Resource}
 	req.RequestKind, req.RequestResource = &req.Kind, &req.Resource
 	req.Name, req.Namespace = typeMeta.Metadata.Name, typeMeta.Metadata.Namespace
-	req.UserInfo = authenticationv1.UserInfo{Username: "admin", Groups: []string{"system:masters", "system:authenticated"}}
+	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" {
+		req.Namespace = req.Name
+	}
+	req.UserInfo = authenticationv1.UserInfo{Username: "admin", UID: "admin", Groups: []string{"system:masters", "system:authenticated"}}
 	dryRun := false
 	req.DryRun = &dryRun
 	optionsKind := map[admissionv1.Operation]string{admissionv1.Create: "CreateOptions", admissionv1.Update: "UpdateOptions", admissionv1.Delete: "DeleteOptions"}[operation]
@@ -189,6 +210,64 @@ func TestNewReviewReadsYAMLAndJSON(t *testing.T) {
 		if r := review.Request; r.Kind.Kind != "ConfigMap" || r.Name != "a" || r.Namespace != "b" || !json.Valid(r.Object.Raw) {
 			t.Errorf("newReview(%q): got kind %q, name %q, namespace %q, object %s; want ConfigMap b/a as JSON", object, r.Kind.Kind, r.Name, r.Namespace, r.Object.Raw)
 		}
+	}
+}
+
+// TestNewReviewSendsWhatTheAPIServerSends makes, with newReview, the
+// review of each captured fixture's objects and operation, and checks it
+// names them as the apiserver did: kind, resource, name, namespace (a
+// Namespace's own name, none for a kind of cluster scope), operation and
+// user. The fixtures are of every scope: namespaced kinds, a Namespace
+// created, updated and deleted, and a ClusterRole.
+func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
+	scopes := map[string]bool{}
+	for name, body := range fixtures(t) {
+		var captured admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &captured); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		c := captured.Request
+		if c == nil || c.Kind.Group == "example.com" || c.SubResource != "" {
+			continue // a v1beta1 review, a custom resource's plural, a subresource's kind: newReview does not guess them
+		}
+		object := func(raw []byte) string {
+			if string(raw) == "null" {
+				return ""
+			}
+			return string(raw)
+		}
+		var made admissionv1.AdmissionReview
+		if err := json.Unmarshal(newReview(t, c.Operation, object(c.Object.Raw), object(c.OldObject.Raw)), &made); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		m := made.Request
+		for _, field := range []struct {
+			name      string
+			got, want any
+		}{
+			{"kind", m.Kind, c.Kind},
+			{"resource", m.Resource, c.Resource},
+			{"name", m.Name, c.Name},
+			{"namespace", m.Namespace, c.Namespace},
+			{"operation", m.Operation, c.Operation},
+			{"userInfo.username", m.UserInfo.Username, c.UserInfo.Username},
+			{"userInfo.groups", m.UserInfo.Groups, c.UserInfo.Groups},
+		} {
+			if !reflect.DeepEqual(field.got, field.want) {
+				t.Errorf("%s: newReview gives %s %v, the apiserver sent %v", name, field.name, field.got, field.want)
+			}
+		}
+		switch {
+		case c.Resource.Resource == "namespaces":
+			scopes["a Namespace"] = true
+		case c.Namespace == "":
+			scopes["a kind of cluster scope"] = true
+		default:
+			scopes["a namespaced kind"] = true
+		}
+	}
+	if len(scopes) != 3 {
+		t.Errorf("the fixtures compared hold %v, want a namespaced kind, a Namespace and a kind of cluster scope: make capture records them", scopes)
 	}
 }
 

@@ -387,21 +387,26 @@ func TestLogsNoObjectValues(t *testing.T) {
 
 func TestObjectName(t *testing.T) {
 	tests := []struct {
+		resource        string // of the request, in the core group
 		namespace, name string // of the request
 		meta            *objectMetadata
 		want            string
 	}{
-		{"shop", "web", &objectMetadata{Name: "web"}, "shop/web"},
-		{"", "cluster-wide", &objectMetadata{Name: "cluster-wide"}, "cluster-wide"},
-		{"shop", "", &objectMetadata{Name: "from-metadata"}, "shop/from-metadata"},
-		{"shop", "", &objectMetadata{GenerateName: "web-"}, "shop/web-*"},
-		{"shop", "", &objectMetadata{Missing: true}, "shop/"},
-		{"", "", nil, ""},
+		{"deployments", "shop", "web", &objectMetadata{Name: "web"}, "shop/web"},
+		{"clusterroles", "", "cluster-wide", &objectMetadata{Name: "cluster-wide"}, "cluster-wide"},
+		{"deployments", "shop", "", &objectMetadata{Name: "from-metadata"}, "shop/from-metadata"},
+		{"deployments", "shop", "", &objectMetadata{GenerateName: "web-"}, "shop/web-*"},
+		{"deployments", "shop", "", &objectMetadata{Missing: true}, "shop/"},
+		{"deployments", "", "", nil, ""},
+		// The apiserver names a Namespace in request.namespace too
+		// (testdata/v1-namespace-*.json).
+		{"namespaces", "team-a", "team-a", &objectMetadata{Name: "team-a"}, "team-a"},
+		{"namespaces", "team-a", "team-a", nil, "team-a"},
 	}
 	for _, tc := range tests {
-		req := &admissionv1.AdmissionRequest{Namespace: tc.namespace, Name: tc.name}
+		req := &admissionv1.AdmissionRequest{Resource: metav1.GroupVersionResource{Version: "v1", Resource: tc.resource}, Namespace: tc.namespace, Name: tc.name}
 		if got := objectName(req, tc.meta); got != tc.want {
-			t.Errorf("objectName(namespace %q, name %q, %+v) = %q, want %q", tc.namespace, tc.name, tc.meta, got, tc.want)
+			t.Errorf("objectName(%s, namespace %q, name %q, %+v) = %q, want %q", tc.resource, tc.namespace, tc.name, tc.meta, got, tc.want)
 		}
 	}
 }

@@ -179,7 +179,9 @@ func decodeObject(obj runtime.RawExtension, into any) error {
 }
 
 // objectName names the object for a message: "namespace/name", or "name"
-// if cluster-scoped; on CREATE with generateName, the prefix and "*".
+// if cluster-scoped; on CREATE with generateName, the prefix and "*". A
+// Namespace is named alone, though the apiserver sends its name as
+// req.Namespace too.
 func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string {
 	name := req.Name
 	if name == "" && meta != nil {
@@ -188,7 +190,7 @@ func objectName(req *admissionv1.AdmissionRequest, meta *objectMetadata) string 
 			name = meta.GenerateName + "*"
 		}
 	}
-	if req.Namespace == "" {
+	if req.Namespace == "" || (req.Resource.Group == "" && req.Resource.Resource == "namespaces") {
 		return name
 	}
 	return req.Namespace + "/" + name

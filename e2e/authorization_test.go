@@ -122,8 +122,8 @@ func TestAuthorization(t *testing.T) {
 
 	// RBAC would let jane do anything, and lets the other users read
 	// ConfigMaps in ns but not Secrets, except the v1beta1 users.
-	ns := createNamespaceIn(t, authz, "authz")
-	victim := createNamespaceIn(t, authz, "authz-x")
+	ns := newScopeIn(t, authz, "authz").namespace
+	victim := newScopeIn(t, authz, "authz-x").namespace
 	grant(t, authz, "", "jane-cluster-admin", "cluster-admin", rbacv1.Subject{Kind: rbacv1.UserKind, Name: "jane"})
 	readers := []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "bob"}}
 	for _, g := range []string{routeV1beta1, routeDownOpen, routeDownDeny, routeStranger} {

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -123,19 +125,31 @@ func TestCapture(t *testing.T) {
 	rec, srv, caPEM := startRecorder(t)
 
 	createWidgetCRD(t)
+	apps := apiserver.client.AppsV1()
+	core := apiserver.client.CoreV1()
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	rules := []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}
-	ns := createNamespace(t, "fixtures")
-	nsBeta := createNamespace(t, "fixtures-v1beta1")
-	registerMutating(t, hookOptions{name: "capture.example.com", url: srv.URL + "/capture", caBundle: caPEM, namespace: ns, rules: rules})
-	registerMutating(t, hookOptions{name: "capture-v1beta1.example.com", url: srv.URL + "/capture", caBundle: caPEM, namespace: nsBeta, rules: rules, versions: []string{"v1beta1"}})
+	scope, betaScope := newScope(t, "fixtures"), newScope(t, "fixtures-v1beta1")
+	ns, nsBeta := scope.namespace, betaScope.namespace
+	// Namespaces themselves, which the scope's namespaceSelector selects by
+	// their own labels, and a kind of cluster scope that no
+	// namespaceSelector leaves out, which a webhook of its own selects by
+	// the object's labels.
+	namespaces := admissionregistrationv1.RuleWithOperations{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"namespaces"}}}
+	clusterRoles := admissionregistrationv1.RuleWithOperations{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"rbac.authorization.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"clusterroles"}}}
+	registerMutating(t, hookOptions{name: "capture.example.com", url: srv.URL + "/capture", caBundle: caPEM, scope: scope, rules: append(slices.Clone(rules), namespaces)})
+	registerMutating(t, hookOptions{name: "capture-v1beta1.example.com", url: srv.URL + "/capture", caBundle: caPEM, scope: betaScope, rules: rules, versions: []string{"v1beta1"}})
+	registerMutating(t, hookOptions{name: "capture-cluster.example.com", url: srv.URL + "/capture", caBundle: caPEM, scope: scope, rules: []admissionregistrationv1.RuleWithOperations{clusterRoles}, selectObjects: true})
+	scoped := map[string]string{scopeLabel: scope.id}
+	t.Cleanup(func() {
+		_ = apiserver.client.RbacV1().ClusterRoles().Delete(context.Background(), "pod-reader", metav1.DeleteOptions{})
+		_ = core.Namespaces().Delete(context.Background(), "team-a", metav1.DeleteOptions{})
+	})
 
-	apps := apiserver.client.AppsV1()
-	core := apiserver.client.CoreV1()
 	dyn := dynamic.NewForConfigOrDie(apiserver.config)
 	fixtures := []struct {
 		name   string
@@ -209,6 +223,32 @@ func TestCapture(t *testing.T) {
 			}
 			pod.Labels["version"] = "2"
 			_, err = core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
+			return err
+		}},
+		// A Namespace is named in request.namespace as well as request.name
+		// on UPDATE and DELETE, not on CREATE: the apiserver takes it from
+		// the URL (/api/v1/namespaces/team-a), which a create has not.
+		{name: "v1-namespace-create", action: func() error {
+			_, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a", Labels: map[string]string{scopeLabel: scope.id, "example.com/protected": "true"}}}, metav1.CreateOptions{})
+			return err
+		}},
+		{name: "v1-namespace-update", action: func() error {
+			n, err := core.Namespaces().Get(ctx, "team-a", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			delete(n.Labels, "example.com/protected")
+			_, err = core.Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}},
+		{name: "v1-namespace-delete", action: func() error {
+			return core.Namespaces().Delete(ctx, "team-a", metav1.DeleteOptions{})
+		}},
+		{name: "v1-clusterrole-create", action: func() error {
+			_, err := apiserver.client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
+				ObjectMeta: metav1.ObjectMeta{Name: "pod-reader", Labels: scoped},
+				Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}}},
+			}, metav1.CreateOptions{})
 			return err
 		}},
 		{name: "v1-secret-create", action: func() error {

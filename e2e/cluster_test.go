@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
 )
 
 const (
@@ -145,21 +146,57 @@ func cachedBinaries() (etcdBin, kubeBin string, err error) {
 				" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=" + strings.Split(kubernetesVersion, ".")[1]},
 	}
 	for _, b := range builds {
-		if _, err := os.Stat(b.bin); err == nil {
-			continue
-		}
-		fmt.Fprintf(os.Stderr, "e2e: building %s into %s (once per version; kube-apiserver takes about 5 minutes)\n", b.pkg, dir)
-		start := time.Now()
-		tmp := b.bin + ".tmp"
-		if err := goBuild(filepath.Join(repoRoot, "e2e", b.module), tmp, b.pkg, "-ldflags", "-s -w "+b.ldflags); err != nil {
-			return "", "", fmt.Errorf("building %s: %w", b.pkg, err)
-		}
-		if err := os.Rename(tmp, b.bin); err != nil {
+		if err := buildOnce(b.bin, func(tmp string) error {
+			fmt.Fprintf(os.Stderr, "e2e: building %s into %s (once per version; kube-apiserver takes about 5 minutes)\n", b.pkg, dir)
+			start := time.Now()
+			if err := goBuild(filepath.Join(repoRoot, "e2e", b.module), tmp, b.pkg, "-ldflags", "-s -w "+b.ldflags); err != nil {
+				return fmt.Errorf("building %s: %w", b.pkg, err)
+			}
+			fmt.Fprintf(os.Stderr, "e2e: built %s in %s\n", filepath.Base(b.bin), time.Since(start).Round(time.Second))
+			return nil
+		}); err != nil {
 			return "", "", err
 		}
-		fmt.Fprintf(os.Stderr, "e2e: built %s in %s\n", filepath.Base(b.bin), time.Since(start).Round(time.Second))
 	}
 	return etcdBin, kubeBin, nil
+}
+
+// buildOnce makes bin with build, unless it exists, once for every run on
+// the machine: two runs started together (two clones, or CI beside a
+// developer) share the cache directory. Each takes an exclusive lock on
+// bin.lock while it looks and builds, so the second waits for the first's
+// binary instead of building its own; build writes to a file of this run's
+// own, renamed into place once whole, so no run ever starts half a
+// binary. The kernel drops the lock if the process dies.
+func buildOnce(bin string, build func(tmp string) error) error {
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(bin+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: another run is building %s; waiting for it\n", filepath.Base(bin))
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			return fmt.Errorf("locking %s: %w", lock.Name(), err)
+		}
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if _, err := os.Stat(bin); err == nil {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(bin), filepath.Base(bin)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	if err := build(tmp.Name()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), bin)
 }
 
 func goBuild(dir, out, pkg string, flags ...string) error {
@@ -412,6 +449,12 @@ type apiServer struct {
 	config  *rest.Config
 	client  kubernetes.Interface
 	dynamic dynamic.Interface // for objects whose kind the test does not know
+
+	mapperOnce sync.Once
+	mapper     *restmapper.DeferredDiscoveryRESTMapper // kinds to resources (mapping)
+
+	usersMu sync.Mutex
+	users   map[string]dynamic.Interface // impersonating clients (dynamicAs)
 }
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in

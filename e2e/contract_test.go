@@ -27,15 +27,16 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apiserver/pkg/admission/plugin/webhook/request"
+	admissionrequest "k8s.io/apiserver/pkg/admission/plugin/webhook/request"
 )
 
 // The contract scenarios: what the apiserver does with the webhook's
 // answers, its protocols, its failures, certificate rotation and shutdown.
 // They register the webhooks of deploy/webhooks.yaml with its rules, and
-// create for each webhook only its admitted object (admittedObject, in
+// send each webhook only its admitted request (admittedRequest, in
 // demonstration_test.go), so they do not depend on what the policy decides,
-// on which kinds each route acts, or on whether it registers both routes.
+// on which kinds and operations each route acts, or on whether it
+// registers both routes.
 
 // noFailedCalls fails the test if the apiserver logged a failed webhook
 // call since mark.
@@ -100,7 +101,7 @@ func TestContractVerifyAdmissionResponse(t *testing.T) {
 				if gvk.GroupVersion().String() != in.APIVersion {
 					t.Errorf("asked in %s, answered in %s", in.APIVersion, gvk.GroupVersion())
 				}
-				if _, err := request.VerifyAdmissionResponse(in.Request.UID, route == "/mutate", obj); err != nil {
+				if _, err := admissionrequest.VerifyAdmissionResponse(in.Request.UID, route == "/mutate", obj); err != nil {
 					t.Errorf("the apiserver would reject this answer: %v\n%s", err, out)
 				}
 			})
@@ -120,11 +121,11 @@ func TestHTTP2(t *testing.T) {
 		{"-http2", []string{"-http2"}, "proto=HTTP/2.0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := createNamespace(t, "http2-"+strings.TrimPrefix(tc.name, "-"))
+			scope := newScope(t, "http2-"+strings.TrimPrefix(tc.name, "-"))
 			w := startWebhook(t, "", tc.flags...)
 			mark := apiserver.logMark()
-			registerDeployed(t, w, ns, hookOptions{})
-			if err := createThroughAll(t, context.Background(), apiserver, ns, "web", false); err != nil {
+			registerDeployed(t, w, scope, hookOptions{})
+			if err := scope.sendThroughAll(context.Background(), "web"); err != nil {
 				t.Fatal(err)
 			}
 			if reviews := grepLines(w.log.String(), "msg=review"); !strings.Contains(reviews, tc.wantProto) {
@@ -139,17 +140,17 @@ func TestHTTP2(t *testing.T) {
 func TestWebhookDown(t *testing.T) {
 	ctx := context.Background()
 	w := startWebhook(t, "")
-	failNS, ignoreNS := createNamespace(t, "down-fail"), createNamespace(t, "down-ignore")
+	failing, ignoring := newScope(t, "down-fail"), newScope(t, "down-ignore")
 	route := oneRoute(t)
-	registerRoute(t, route, hookOptions{name: "fail.webhook.example.com", url: w.url(route), caBundle: w.caPEM, namespace: failNS, failurePolicy: admissionregistrationv1.Fail, seen: w.saw})
-	registerRoute(t, route, hookOptions{name: "ignore.webhook.example.com", url: w.url(route), caBundle: w.caPEM, namespace: ignoreNS, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
+	registerRoute(t, route, hookOptions{name: "fail.webhook.example.com", url: w.url(route), caBundle: w.caPEM, scope: failing, failurePolicy: admissionregistrationv1.Fail, seen: w.saw})
+	registerRoute(t, route, hookOptions{name: "ignore.webhook.example.com", url: w.url(route), caBundle: w.caPEM, scope: ignoring, failurePolicy: admissionregistrationv1.Ignore, seen: w.saw})
 	w.stop()
 
-	err := createAdmitted(t, ctx, apiserver, failNS, route, "web", false)
+	err := failing.sendAdmitted(ctx, route, "web")
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with the webhook down: got %v, want a clear failed-call error", err)
 	}
-	if err := createAdmitted(t, ctx, apiserver, ignoreNS, route, "web", false); err != nil {
+	if err := ignoring.sendAdmitted(ctx, route, "web"); err != nil {
 		t.Errorf("failurePolicy Ignore with the webhook down: %v", err)
 	}
 }
@@ -183,23 +184,23 @@ func TestWebhookTooSlow(t *testing.T) {
 	sawSlow := func(name string, _ error) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return bytes.Contains(seen, []byte(`"name":"`+name+`"`))
+		return bytes.Contains(seen, []byte(`"name":"`+name+`"`)) // request.name, or the object's
 	}
 
-	failNS, ignoreNS := createNamespace(t, "slow-fail"), createNamespace(t, "slow-ignore")
+	failing, ignoring := newScope(t, "slow-fail"), newScope(t, "slow-ignore")
 	route := oneRoute(t)
-	registerRoute(t, route, hookOptions{name: "slow-fail.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, namespace: failNS, timeout: 1, failurePolicy: admissionregistrationv1.Fail, seen: sawSlow})
-	registerRoute(t, route, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, namespace: ignoreNS, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
+	registerRoute(t, route, hookOptions{name: "slow-fail.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, scope: failing, timeout: 1, failurePolicy: admissionregistrationv1.Fail, seen: sawSlow})
+	registerRoute(t, route, hookOptions{name: "slow-ignore.webhook.example.com", url: slow.URL + route, caBundle: w.caPEM, scope: ignoring, timeout: 1, failurePolicy: admissionregistrationv1.Ignore, seen: sawSlow})
 
 	start := time.Now()
-	err = createAdmitted(t, ctx, apiserver, failNS, route, "web", false)
+	err = failing.sendAdmitted(ctx, route, "web")
 	if err == nil || !strings.Contains(err.Error(), `failed calling webhook "slow-fail.webhook.example.com"`) {
 		t.Errorf("failurePolicy Fail with a slow webhook: got %v, want a failed-call error", err)
 	}
 	if took := time.Since(start); took > 2500*time.Millisecond {
 		t.Errorf("the apiserver waited %s for a webhook with timeoutSeconds 1", took)
 	}
-	if err := createAdmitted(t, ctx, apiserver, ignoreNS, route, "web", false); err != nil {
+	if err := ignoring.sendAdmitted(ctx, route, "web"); err != nil {
 		t.Errorf("failurePolicy Ignore with a slow webhook: %v", err)
 	}
 }
@@ -211,11 +212,11 @@ type failedCreate struct {
 	err  error
 }
 
-// createLoop creates admitted objects (createThroughAll) in ns until stop is closed or limit is
-// reached, on two goroutines as a busy cluster would, and returns every
-// failure and how many creates succeeded. progress, when not nil, counts
-// successes as they happen.
-func createLoop(t *testing.T, ns string, stop <-chan struct{}, limit int, progress *atomic.Int64) (failed []failedCreate, ok int) {
+// createLoop sends admitted requests (sendThroughAll) in scope s until
+// stop is closed or limit is reached, on two goroutines as a busy cluster
+// would, and returns every failure and how many succeeded. progress, when
+// not nil, counts successes as they happen.
+func createLoop(s *testScope, stop <-chan struct{}, limit int, progress *atomic.Int64) (failed []failedCreate, ok int) {
 	var mu sync.Mutex
 	var n atomic.Int64
 	var wg sync.WaitGroup
@@ -233,11 +234,11 @@ func createLoop(t *testing.T, ns string, stop <-chan struct{}, limit int, progre
 					return
 				default:
 				}
-				name := fmt.Sprintf("load-%d", i)
-				err := createThroughAll(t, context.Background(), apiserver, ns, name, false)
+				base := fmt.Sprintf("load-%d", i)
+				err := s.sendThroughAll(context.Background(), base)
 				mu.Lock()
 				if err != nil {
-					failed = append(failed, failedCreate{name, time.Now(), err})
+					failed = append(failed, failedCreate{s.name(base), time.Now(), err})
 				} else {
 					ok++
 					if progress != nil {
@@ -260,11 +261,11 @@ type createResults struct {
 
 // startCreates runs createLoop in the background; the function it returns
 // stops the loop and gives its results.
-func startCreates(t *testing.T, ns string, limit int, progress *atomic.Int64) (stop func() createResults) {
+func startCreates(s *testScope, limit int, progress *atomic.Int64) (stop func() createResults) {
 	quit := make(chan struct{})
 	done := make(chan createResults, 1)
 	go func() {
-		failed, ok := createLoop(t, ns, quit, limit, progress)
+		failed, ok := createLoop(s, quit, limit, progress)
 		done <- createResults{failed, ok}
 	}()
 	return func() createResults {
@@ -277,17 +278,17 @@ func startCreates(t *testing.T, ns string, limit int, progress *atomic.Int64) (s
 // own procedure (`webhook certs` run again), while creates run; not one
 // fails.
 func TestRotationUnderLoad(t *testing.T) {
-	ns := createNamespace(t, "rotation")
+	scope := newScope(t, "rotation")
 	dir := t.TempDir()
 	tlsDir := filepath.Join(dir, "tls")
 	certFile, keyFile := filepath.Join(tlsDir, "tls.crt"), filepath.Join(tlsDir, "tls.key")
 	webhookCerts(t, tlsDir)
 	w := startWebhook(t, dir, "-tls-cert-file", certFile, "-tls-private-key-file", keyFile)
 	mark := apiserver.logMark()
-	registerDeployed(t, w, ns, hookOptions{})
+	registerDeployed(t, w, scope, hookOptions{})
 
 	var progress atomic.Int64
-	stopCreates := startCreates(t, ns, 5000, &progress)
+	stopCreates := startCreates(scope, 5000, &progress)
 	time.Sleep(2 * time.Second)
 	beforeSwap := progress.Load()
 	// The renewal writes the key, then the certificate, each renamed into
@@ -325,11 +326,11 @@ func TestRotationUnderLoad(t *testing.T) {
 // drain so that no new connections arrive by then; this URL-mode test dials
 // the same address to the last millisecond, so it sees that instant.)
 func TestSIGTERMUnderLoad(t *testing.T) {
-	ns := createNamespace(t, "sigterm")
+	scope := newScope(t, "sigterm")
 	w := startWebhook(t, "", "-shutdown-delay", "2s")
-	registerDeployed(t, w, ns, hookOptions{})
+	registerDeployed(t, w, scope, hookOptions{})
 
-	stopCreates := startCreates(t, ns, 5000, nil)
+	stopCreates := startCreates(scope, 5000, nil)
 	time.Sleep(1500 * time.Millisecond)
 	w.signal(syscall.SIGTERM)
 	select {
@@ -381,7 +382,7 @@ func answered(log string, f failedCreate) bool {
 		path = "/mutate"
 	}
 	for _, line := range strings.Split(log, "\n") {
-		if strings.Contains(line, "path="+path+" ") && strings.Contains(line, "/"+f.name+" ") {
+		if strings.Contains(line, "path="+path+" ") && loggedName(line, f.name) {
 			return true
 		}
 	}

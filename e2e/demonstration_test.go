@@ -1,12 +1,15 @@
 package e2e
 
-// The demonstration policy's end-to-end tests; admittedObject, the
-// objects every other e2e test creates; and deniedObject, the one the
-// rollout tests create. This is the e2e file to change with policy.go: the
-// contract tests in the other files register the webhooks of
-// deploy/webhooks.yaml with its rules and create, for each webhook, only
-// its admittedObject, so they pass unchanged whatever the policy says once
-// this file agrees with it.
+// The demonstration policy's end-to-end tests, and the requests every
+// other e2e test sends: admittedRequest, one for each deployed webhook,
+// and deniedRequest, the one the rollout tests send. This is the e2e file
+// to change with policy.go: the plumbing tests in the other files register
+// the webhooks of deploy/webhooks.yaml with its rules and send only these
+// requests, so they pass unchanged whatever the policy decides once this
+// file agrees with it. docs/testing.md#the-requests-the-suite-sends says
+// what a request can be: any operation, on any kind, namespaced or
+// cluster-scoped, a subresource included, as any user, with what must be
+// stored first.
 //
 //	cd e2e && go test -run TestDemonstration .   # these tests alone
 
@@ -17,13 +20,10 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 )
 
@@ -33,40 +33,39 @@ const (
 	allowValue = "true"
 )
 
-// admittedObject returns, for the webhook at route ("/mutate" or
-// "/validate"), an object named name that the rules deploy/webhooks.yaml
-// gives that webhook send to it, and that the policy admits once every
-// deployed webhook its kind reaches has run; and the resource it is
-// created in. Only the routes deploy/webhooks.yaml registers are asked
-// for. When both routes act on the same kind, return one kind for both: a
-// single create then goes through both webhooks. With padding, it carries
-// about that many more bytes where the policy does not look, for the
-// tests of large reviews.
+// admittedRequest returns, for the webhook at route ("/mutate" or
+// "/validate"), a request that the rules deploy/webhooks.yaml gives that
+// webhook send to it, and that the policy admits once every deployed
+// webhook it reaches has run. Name the object it acts on name (unique in
+// the run; a Namespace's name too). With padding, its object carries about
+// that many more bytes where the policy does not look, for the tests of
+// large reviews (as far as the kind can: a Namespace's annotations hold
+// 256 KiB in all). Only the routes deploy/webhooks.yaml registers are
+// asked for. When both routes act on the same request, give the same one:
+// a single request then goes through both webhooks.
 //
-// The demonstration acts on Deployments on both routes.
-func admittedObject(route, name string, padding int) (*unstructured.Unstructured, schema.GroupVersionResource) {
+// What it stores first (Stored, Before) goes through the webhooks too, so
+// the policy must admit that as well, through /validate alone. The suite
+// puts each object of a namespaced kind in the test's namespace and labels
+// the objects; the user is the suite's admin unless the request says (as).
+//
+// The demonstration creates a Deployment on both routes.
+func admittedRequest(route, name string, padding int) request {
 	d := nginxDeployment(name, nil)
 	d.Spec.Template.Spec.Containers[0].Env = paddingEnv(padding)
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
-	if err != nil {
-		panic(err) // a typed Deployment always converts
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	u.SetAPIVersion("apps/v1")
-	u.SetKind("Deployment")
-	return u, appsv1.SchemeGroupVersion.WithResource("deployments")
+	return createRequest(d)
 }
 
-// deniedObject returns an object named name that the rules in
-// deploy/webhooks.yaml send to the webhook and that the policy's /validate
-// denies when /mutate has not run, the resource it is created in, and a
-// part of the denial's message when it is created in namespace ns. The
-// rollout tests (rollout_test.go) create it under each -validation-action;
-// a policy that denies nothing returns a nil object, and they skip.
-// The demonstration's is admittedObject before /mutate has annotated it.
-func deniedObject(ns, name string) (*unstructured.Unstructured, schema.GroupVersionResource, string) {
-	obj, resource := admittedObject(validateRoute, name, 0)
-	return obj, resource, fmt.Sprintf("Deployment %s/%s must have the annotation %s=%s", ns, name, allowKey, allowValue)
+// deniedRequest returns a request that the rules send to /validate and
+// that the policy's /validate denies when /mutate has not run, named name
+// as admittedRequest's, and a part of the denial's message when it is sent
+// in namespace ns (for a namespaced kind). The rollout tests
+// (rollout_test.go) send it under each -validation-action; a policy that
+// denies nothing returns request{}, and they skip, saying so.
+//
+// The demonstration's is admittedRequest before /mutate has annotated it.
+func deniedRequest(ns, name string) (request, string) {
+	return admittedRequest(validateRoute, name, 0), fmt.Sprintf("Deployment %s/%s must have the annotation %s=%s", ns, name, allowKey, allowValue)
 }
 
 // TestDemonstration is the demonstration this project started from, with
@@ -77,7 +76,8 @@ func TestDemonstration(t *testing.T) {
 	for _, version := range []string{"v1", "v1beta1"} {
 		t.Run(version, func(t *testing.T) {
 			ctx := context.Background()
-			ns := createNamespace(t, "demo-"+version)
+			scope := newScope(t, "demo-"+version)
+			ns := scope.namespace
 			w := startWebhook(t, "")
 			mark := apiserver.logMark()
 			deployments := apiserver.client.AppsV1().Deployments(ns)
@@ -85,7 +85,7 @@ func TestDemonstration(t *testing.T) {
 			// Only the validating webhook: the Deployment is denied, and the
 			// user is told which webhook and which annotation.
 			validateName := "validate-" + ns + ".webhook.example.com"
-			registerValidating(t, hookOptions{name: validateName, url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
+			registerValidating(t, hookOptions{name: validateName, url: w.url("/validate"), caBundle: w.caPEM, scope: scope, versions: []string{version}, seen: w.saw})
 			_, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{})
 			if err == nil {
 				t.Fatal("the Deployment was created without the required annotation")
@@ -104,7 +104,7 @@ func TestDemonstration(t *testing.T) {
 			}
 
 			// With the mutating webhook too, it is stored annotated.
-			registerMutating(t, hookOptions{name: "mutate-" + ns + ".webhook.example.com", url: w.url("/mutate"), caBundle: w.caPEM, namespace: ns, versions: []string{version}, seen: w.saw})
+			registerMutating(t, hookOptions{name: "mutate-" + ns + ".webhook.example.com", url: w.url("/mutate"), caBundle: w.caPEM, scope: scope, versions: []string{version}, seen: w.saw})
 			if _, err := deployments.Create(ctx, nginxDeployment("nginx-deployment", nil), metav1.CreateOptions{}); err != nil {
 				t.Fatalf("with both webhooks: %v", err)
 			}
@@ -124,13 +124,14 @@ func TestDemonstration(t *testing.T) {
 // deletes, subresources, custom resources and dry-run.
 func TestDemonstrationOperations(t *testing.T) {
 	ctx := context.Background()
-	ns := createNamespace(t, "operations")
+	scope := newScope(t, "operations")
+	ns := scope.namespace
 	w := startWebhook(t, "")
 	mark := apiserver.logMark()
 	// Every operation is sent, so the webhook's own scoping is what's tested.
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	createWidgetCRD(t)
-	registerDeployed(t, w, ns, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
+	registerDeployed(t, w, scope, hookOptions{rules: []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}})
@@ -231,7 +232,8 @@ func TestDemonstrationOperations(t *testing.T) {
 func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
 	t.Helper()
 	ctx := context.Background()
-	ns := createNamespaceIn(t, api, name)
+	scope := newScopeIn(t, api, name)
+	ns := scope.namespace
 	deployments := api.client.AppsV1().Deployments(ns)
 	if _, err := deployments.Create(ctx, nginxDeployment("first", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating the first Deployment in %s: %v", ns, err)
@@ -247,7 +249,7 @@ func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
 	// A mutating webhook of the test's own that sets the annotation to
 	// "false", as a user's other webhook might.
 	undo := startPatcher(t, fmt.Sprintf(`[{"op":"replace","path":"/metadata/annotations/%s","value":"false"}]`, strings.ReplaceAll(allowKey, "/", "~1")))
-	registerMutating(t, hookOptions{api: api, name: "undo-" + ns + ".example.com", url: undo.url, caBundle: undo.caPEM, namespace: ns, seen: undo.saw})
+	registerMutating(t, hookOptions{name: "undo-" + ns + ".example.com", url: undo.url, caBundle: undo.caPEM, scope: scope, seen: undo.saw})
 	_, err = deployments.Create(ctx, nginxDeployment("undone", nil), metav1.CreateOptions{})
 	want := `admission webhook "validate.webhook.example.com" denied the request:`
 	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {

@@ -204,13 +204,13 @@ func TestURLMode(t *testing.T) {
 	// These configurations act on every namespace but webhook-system and
 	// kube-system, as a user's would; the suite runs tests one at a time.
 	apply(t, apiserver, objectsIn(t, out), false)
-	ns := createNamespace(t, "url-mode")
+	scope := newScope(t, "url-mode")
 	for _, route := range deployedRoutes(t) {
-		waitForHookActive(t, hookOptions{name: "url-mode " + route, namespace: ns, seen: w.saw}, route)
+		waitForHookActive(t, hookOptions{name: "url-mode " + route, scope: scope, seen: w.saw}, route)
 	}
 
-	if err := createThroughAll(t, context.Background(), apiserver, ns, "web", false); err != nil {
+	if err := scope.sendThroughAll(context.Background(), "web"); err != nil {
 		t.Fatal(err)
 	}
-	reviewedOnEach(t, w, "web")
+	reviewedOnEach(t, w, scope, "web")
 }

@@ -342,16 +342,16 @@ func TestDoctor(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := createNamespace(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
+			scope := newScope(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
 			url, caBundle := tc.setup(t)
-			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, namespace: ns, timeout: tc.timeout, seen: refused}
+			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, scope: scope, timeout: tc.timeout, seen: refused}
 			var route string
 			if tc.mutating {
 				route = registerMutating(t, o)
 			} else {
 				route = registerValidating(t, o)
 			}
-			err := createAdmitted(t, context.Background(), apiserver, ns, route, "web", false)
+			err := scope.sendAdmitted(context.Background(), route, "web")
 			if err == nil || !strings.Contains(err.Error(), tc.apiserver) {
 				t.Fatalf("the apiserver's create: got %v, want an error with %q", err, tc.apiserver)
 			}

@@ -126,9 +126,9 @@ func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile
 func TestHostileClients(t *testing.T) {
 	bursts := []int{4, 8, 16, 24, 32}
 	const pause = 500 * time.Millisecond
-	ns := createNamespace(t, "hostile")
+	scope := newScope(t, "hostile")
 	w, metricsAddr, memoryLimit := startAsDeployed(t)
-	registerDeployed(t, w, ns, hookOptions{timeout: 5, failurePolicy: "Fail"})
+	registerDeployed(t, w, scope, hookOptions{timeout: 5, failurePolicy: "Fail"})
 	mark := apiserver.logMark()
 	_, port, err := net.SplitHostPort(w.addr)
 	if err != nil {
@@ -177,7 +177,7 @@ func TestHostileClients(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if err := createThroughAll(t, context.Background(), apiserver, ns, fmt.Sprintf("under-attack-%d-%d", b, i), false); err != nil {
+				if err := scope.sendThroughAll(context.Background(), fmt.Sprintf("under-attack-%d-%d", b, i)); err != nil {
 					failedMu.Lock()
 					failed = append(failed, err.Error())
 					failedMu.Unlock()

@@ -36,12 +36,12 @@ func TestAdmissionMatchConditions(t *testing.T) {
 		return slices.Contains(names, name)
 	}
 
-	ns := createNamespace(t, "match-conditions")
-	o := hookOptions{name: "match-conditions.example.com", url: srv.URL + "/validate", caBundle: caPEM, namespace: ns, seen: saw}
-	// The rules and admitted object of /validate, or of /mutate for a
+	scope := newScope(t, "match-conditions")
+	o := hookOptions{name: "match-conditions.example.com", url: srv.URL + "/validate", caBundle: caPEM, scope: scope, seen: saw}
+	// The rules and admitted request of /validate, or of /mutate for a
 	// policy that registers only that route: the recorder admits either.
 	route := o.routeFor(t, validateRoute)
-	se, versions, fp, to, sel, rules := o.common(deployed(t)[route].rules)
+	s := o.spec(t, route)
 	conditions := []admissionregistrationv1.MatchCondition{{
 		Name: "not-skipped",
 		// request.name, not object.metadata.name: object is null on DELETE.
@@ -50,8 +50,9 @@ func TestAdmissionMatchConditions(t *testing.T) {
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: o.name, ClientConfig: o.clientConfig(), Rules: rules, FailurePolicy: fp,
-			NamespaceSelector: sel, SideEffects: &se, TimeoutSeconds: to, AdmissionReviewVersions: versions,
+			Name: o.name, ClientConfig: o.clientConfig(), Rules: s.rules, FailurePolicy: s.failurePolicy,
+			NamespaceSelector: s.namespaceSelector, ObjectSelector: s.objectSelector,
+			SideEffects: &s.sideEffects, TimeoutSeconds: s.timeout, AdmissionReviewVersions: s.versions,
 			MatchConditions: conditions,
 		}},
 	}
@@ -68,14 +69,14 @@ func TestAdmissionMatchConditions(t *testing.T) {
 
 	// The one in the middle is left out; the last shows the webhook was
 	// still being called after it.
-	for _, name := range []string{"called-1", "skipped-1", "called-2"} {
-		if err := createAdmitted(t, ctx, apiserver, ns, route, name, false); err != nil {
-			t.Fatalf("creating the admitted object %s/%s: %v", ns, name, err)
+	for _, base := range []string{"called-1", "skipped-1", "called-2"} {
+		if err := scope.sendAdmitted(ctx, route, base); err != nil {
+			t.Fatalf("sending the admitted request %s: %v", scope.name(base), err)
 		}
 	}
-	for name, want := range map[string]bool{"called-1": true, "skipped-1": false, "called-2": true} {
-		if got := saw(name, nil); got != want {
-			t.Errorf("the webhook was called for %s/%s: got %v, want %v (matchConditions %s)", ns, name, got, want, conditions[0].Expression)
+	for base, want := range map[string]bool{"called-1": true, "skipped-1": false, "called-2": true} {
+		if got := saw(scope.name(base), nil); got != want {
+			t.Errorf("the webhook was called for %s: got %v, want %v (matchConditions %s)", scope.name(base), got, want, conditions[0].Expression)
 		}
 	}
 }

@@ -17,9 +17,10 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
 
@@ -76,14 +77,15 @@ func deploymentRun(t *testing.T, certDir, metricsAddr string) (args, env []strin
 	return args, env, c.Resources.Limits.Memory().Value()
 }
 
-// TestMemoryUnderBurst writes large objects through the real apiserver, many
-// at once, to the webhook run as the Deployment runs it. No write fails,
-// reviews wait for the byte budget (the metrics show them waiting), and
-// the webhook's peak RSS stays under the Deployment's memory limit.
+// TestMemoryUnderBurst sends the policy's admitted requests, padded to
+// large objects, through the real apiserver, many at once, to the webhook
+// run as the Deployment runs it. No request fails, reviews wait for the
+// byte budget (the metrics show them waiting), and the webhook's peak RSS
+// stays under the Deployment's memory limit.
 func TestMemoryUnderBurst(t *testing.T) {
 	const (
 		writers     = 24
-		writesEach  = 3         // a create, then updates: UPDATE reviews carry the object twice
+		writesEach  = 3         // each writer's requests, one after another
 		objectBytes = 700 << 10 // within etcd's 1.5 MiB request limit even as an UPDATE's review doubles it
 		// maxRounds bounds the burst. Each write is reviewed once by every
 		// deployed webhook whose rules send it, so a policy with one
@@ -93,14 +95,18 @@ func TestMemoryUnderBurst(t *testing.T) {
 		// (its own request timeouts) rather than on the webhook.
 		maxRounds = 2
 	)
-	ns := createNamespace(t, "memory-burst")
-	w, metricsAddr, memoryLimit := startAsDeployed(t)
-	registerDeployed(t, w, ns, hookOptions{timeout: 10})
+	scope := newScope(t, "memory-burst")
 	routes := deployedRoutes(t)
+	for _, route := range routes {
+		largeReviews(t, scope, route, objectBytes)
+	}
+	w, metricsAddr, memoryLimit := startAsDeployed(t)
+	registerDeployed(t, w, scope, hookOptions{timeout: 10})
 	mark := apiserver.logMark()
 
-	// burst runs n writers at once, each creating then updating one large
-	// object, while it scrapes the metrics, parsing them as Prometheus does.
+	// burst runs n writers at once, each sending large requests one after
+	// another, while it scrapes the metrics, parsing them as Prometheus
+	// does.
 	burst := func(round, n int) scrapeSummary {
 		stopScraping := make(chan struct{})
 		scraped := make(chan scrapeSummary, 1)
@@ -112,24 +118,12 @@ func TestMemoryUnderBurst(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				// Each deployed webhook's own object, in turn, so that
+				// Each deployed webhook's own request, in turn, so that
 				// every write is one its rules send.
-				obj, resource := admittedFor(t, routes[i%len(routes)], fmt.Sprintf("large-%d-%d", round, i), objectBytes)
-				objects := apiserver.dynamic.Resource(resource).Namespace(ns)
-				stored, err := objects.Create(context.Background(), obj, metav1.CreateOptions{})
-				if err != nil {
-					errs <- fmt.Errorf("create %s: %w", obj.GetName(), err)
-					return
-				}
-				for u := 1; u < writesEach; u++ {
-					labels := stored.GetLabels()
-					if labels == nil {
-						labels = map[string]string{}
-					}
-					labels["revision"] = strconv.Itoa(u)
-					stored.SetLabels(labels)
-					if stored, err = objects.Update(context.Background(), stored, metav1.UpdateOptions{}); err != nil {
-						errs <- fmt.Errorf("update %d of %s: %w", u, obj.GetName(), err)
+				for u := range writesEach {
+					r := scope.admitted(routes[i%len(routes)], fmt.Sprintf("large-%d-%d-%d", round, i, u), objectBytes)
+					if err := r.send(context.Background(), false); err != nil {
+						errs <- fmt.Errorf("%s: %w", r, err)
 						return
 					}
 				}
@@ -143,7 +137,7 @@ func TestMemoryUnderBurst(t *testing.T) {
 		}
 		close(stopScraping)
 		s := <-scraped
-		t.Logf("round %d: %d writes of about %d KiB by %d writers in %s; at most %d reviews waited for the budget at once, %d bytes in use",
+		t.Logf("round %d: %d requests of about %d KiB by %d writers in %s; at most %d reviews waited for the budget at once, %d bytes in use",
 			round+1, n*writesEach, objectBytes>>10, n, took.Round(time.Millisecond), s.maxWaiting, s.maxInUse)
 		return s
 	}
@@ -174,6 +168,32 @@ func TestMemoryUnderBurst(t *testing.T) {
 	}
 	logCutCounters(t, "http://"+metricsAddr+"/metrics")
 	noFailedCalls(t, mark)
+}
+
+// largeBodyBytes is the size of review above which the webhook reads a
+// body within its byte budget (smallBodyBytes in the webhook's body.go).
+const largeBodyBytes = 16 << 10
+
+// largeReviews skips the test unless route's admitted request, padded
+// with padding, makes a review over largeBodyBytes, and returns the size
+// of what the webhook is sent: the object, and the stored one an UPDATE
+// or DELETE carries as oldObject. A policy whose requests cannot carry
+// padding (a DELETE of a Namespace with no annotations, say) never sends
+// the webhook a large review, so a burst of them tests nothing here.
+func largeReviews(t *testing.T, s *testScope, route string, padding int) int {
+	t.Helper()
+	r := s.admitted(route, "size", padding)
+	size := 0
+	for _, obj := range []*unstructured.Unstructured{r.Object, r.Stored} {
+		if obj != nil && (obj != r.Stored || r.Operation != admissionregistrationv1.Create) {
+			b, _ := obj.MarshalJSON()
+			size += len(b)
+		}
+	}
+	if size <= largeBodyBytes {
+		t.Skipf("admittedRequest(%q, …, %d) (e2e/demonstration_test.go) gives the %s, whose review carries %d bytes of objects: with padding its object must carry about that many more bytes, for the tests of large reviews", route, padding, r, size)
+	}
+	return size
 }
 
 // logCutCounters logs the webhook's counters of connections and bodies it

@@ -62,18 +62,18 @@ plugins:
 	notAllowed := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "someone-else")
 
 	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
-		ns := createNamespaceIn(t, withCert, "mtls-admitted")
-		registerDeployed(t, allowed, ns, hookOptions{api: withCert})
-		if err := createThroughAll(t, ctx, withCert, ns, "web", false); err != nil {
+		scope := newScopeIn(t, withCert, "mtls-admitted")
+		registerDeployed(t, allowed, scope, hookOptions{})
+		if err := scope.sendThroughAll(ctx, "web"); err != nil {
 			t.Fatal(err)
 		}
-		reviewedOnEach(t, allowed, "web")
+		reviewedOnEach(t, allowed, scope, "web")
 	})
 	t.Run("apiserver without a client certificate is refused", func(t *testing.T) {
-		ns := createNamespace(t, "mtls-no-cert")
+		scope := newScope(t, "mtls-no-cert")
 		route := oneRoute(t)
-		registerRoute(t, route, hookOptions{name: "nocert.webhook.example.com", url: allowed.url(route), caBundle: allowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(t, ctx, apiserver, ns, route, "web", false)
+		registerRoute(t, route, hookOptions{name: "nocert.webhook.example.com", url: allowed.url(route), caBundle: allowed.caPEM, scope: scope, seen: refused})
+		err := scope.sendAdmitted(ctx, route, "web")
 		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
 			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
 		}
@@ -82,10 +82,10 @@ plugins:
 		}
 	})
 	t.Run("a name not in -allowed-client-names is refused", func(t *testing.T) {
-		ns := createNamespaceIn(t, withCert, "mtls-wrong-name")
+		scope := newScopeIn(t, withCert, "mtls-wrong-name")
 		route := oneRoute(t)
-		registerRoute(t, route, hookOptions{api: withCert, name: "wrongname.webhook.example.com", url: notAllowed.url(route), caBundle: notAllowed.caPEM, namespace: ns, seen: refused})
-		err := createAdmitted(t, ctx, withCert, ns, route, "web", false)
+		registerRoute(t, route, hookOptions{name: "wrongname.webhook.example.com", url: notAllowed.url(route), caBundle: notAllowed.caPEM, scope: scope, seen: refused})
+		err := scope.sendAdmitted(ctx, route, "web")
 		if err == nil || !strings.Contains(err.Error(), `"kube-apiserver" is not in -allowed-client-names`) {
 			t.Errorf("got %v, want the webhook's 403 message passed through", err)
 		}

@@ -31,13 +31,14 @@ func TestOverloadAnswer(t *testing.T) {
 		hookTimeout = 2        // seconds: the apiserver's deadline for each call
 		padding     = 64 << 10 // makes the object's review a large one
 	)
-	ns := createNamespace(t, "overload")
+	scope := newScope(t, "overload")
+	// The request's first call: to /mutate when it is deployed, as
+	// mutating webhooks run first.
+	route := deployedRoutes(t)[0]
+	largeReviews(t, scope, route, padding)
 	w := startWebhook(t, "", "-metrics-listen=127.0.0.1:0")
 	metricsURL := "http://" + w.metricsAddr(t) + "/metrics"
-	registerDeployed(t, w, ns, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
-	// The create's first call: to /mutate when it is deployed, as mutating
-	// webhooks run first.
-	route := deployedRoutes(t)[0]
+	registerDeployed(t, w, scope, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
 
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(w.caPEM)
@@ -61,13 +62,13 @@ func TestOverloadAnswer(t *testing.T) {
 	waitUntil(t, "the slow client holds the turn", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] > 0 })
 	before := scrape(t, metricsURL)
 
-	obj, resource := admittedFor(t, route, "overloaded", padding)
+	overloaded := scope.admitted(route, "overloaded", padding)
 	start := time.Now()
-	err = createOrUpdate(context.Background(), t, apiserver, ns, route, obj, resource, false)
+	err = overloaded.send(context.Background(), false)
 	took := time.Since(start)
-	t.Logf("create while the turn is held: %v after %s", err, took.Round(time.Millisecond))
+	t.Logf("the %s while the turn is held: %v after %s", overloaded, err, took.Round(time.Millisecond))
 	if err == nil {
-		t.Fatal("the create was admitted while the webhook could not read its review in time, want it refused (failurePolicy: Fail)")
+		t.Fatal("the request was admitted while the webhook could not read its review in time, want it refused (failurePolicy: Fail)")
 	}
 	if !strings.Contains(err.Error(), "the webhook is busy") || !strings.Contains(err.Error(), "-max-inflight-bytes") {
 		t.Errorf("got error %q, want the webhook's message, naming -max-inflight-bytes", err)
@@ -89,9 +90,8 @@ func TestOverloadAnswer(t *testing.T) {
 	// Once the slow client goes, the turn is free and writes go on.
 	conn.Close()
 	waitUntil(t, "the budget is given back when the slow client leaves", func() bool { return scrape(t, metricsURL)["webhook_inflight_bytes"] == 0 })
-	obj, _ = admittedFor(t, route, "after-overload", padding)
-	if err := createOrUpdate(context.Background(), t, apiserver, ns, route, obj, resource, false); err != nil {
-		t.Errorf("create after the overload: %v", err)
+	if err := scope.admitted(route, "after-overload", padding).send(context.Background(), false); err != nil {
+		t.Errorf("the request after the overload: %v", err)
 	}
 }
 

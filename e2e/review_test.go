@@ -4,19 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // reviewResult is what `webhook review -o json` says of an object.
@@ -32,19 +33,21 @@ type reviewResult struct {
 	Notes    []string
 }
 
-// TestReviewMatchesTheAPIServer reviews a set of objects offline with
+// TestReviewMatchesTheAPIServer reviews a set of requests offline with
 // `webhook review`, given the webhook configurations the test registers,
-// then creates them through the real apiserver: each verdict is the
-// apiserver's, each stored object carries what the reviewed patch set, and
-// an object review says no webhook is sent is not sent one. Then the
-// stored objects, listed as `kubectl get -o json` prints them, are
-// reviewed as an audit: each is admitted unchanged. It knows no policy: the
-// objects are admittedObject's and deniedObject's, a ConfigMap, and a
-// custom resource, whatever the policy decides of them.
+// then sends them through the real apiserver: each verdict is the
+// apiserver's, each object stored carries what the reviewed patch set
+// (list indices and appends followed as the apiserver applies them, the
+// built-in admission plugins' additions allowed), and a request review
+// says no webhook is sent is not sent one. Then the objects the creates
+// stored, listed as `kubectl get -o json` prints them, are reviewed as an
+// audit: each is admitted unchanged. It knows no policy: the requests are
+// admittedRequest's and deniedRequest's, a ConfigMap's create, and a
+// custom resource's, whatever the policy decides of them.
 func TestReviewMatchesTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 	createWidgetCRD(t)
-	ns := createNamespace(t, "review")
+	scope := newScope(t, "review")
 	w := startWebhook(t, "")
 	// The deployed rules, and Widgets too: a custom resource the webhooks
 	// are sent.
@@ -54,74 +57,65 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 	}
 	var names []string
 	for _, route := range deployedRoutes(t) {
-		name := strings.TrimPrefix(route, "/") + "-" + ns + ".webhook.example.com"
+		name := strings.TrimPrefix(route, "/") + "-" + scope.namespace + ".webhook.example.com"
 		names = append(names, name)
-		registerRoute(t, route, hookOptions{name: name, url: w.url(route), caBundle: w.caPEM, namespace: ns, seen: w.saw,
-			rules: append(append([]admissionregistrationv1.RuleWithOperations{}, deployed(t)[route].rules...), widgets)})
+		registerRoute(t, route, hookOptions{name: name, url: w.url(route), caBundle: w.caPEM, scope: scope, seen: w.saw,
+			rules:         append(slices.Clone(deployed(t)[route].rules), widgets),
+			selectObjects: scope.admitted(route, "scoping", 0).clusterWide()})
 	}
-	dir := t.TempDir()
-	configs := writeRegistered(t, dir, names)
+	configs := writeRegistered(t, t.TempDir(), names)
 
-	// The objects, each in ns, labelled as the deployed objectSelectors ask.
-	var objects []*unstructured.Unstructured
-	var resources []schema.GroupVersionResource
-	add := func(obj *unstructured.Unstructured, resource schema.GroupVersionResource) {
-		obj.SetNamespace(ns)
-		objects, resources = append(objects, obj), append(resources, resource)
-	}
+	var requests []*preparedRequest
 	for _, route := range deployedRoutes(t) {
-		add(admittedFor(t, route, "admitted"+strings.ReplaceAll(route, "/", "-"), 0))
+		requests = append(requests, scope.admitted(route, "admitted"+strings.ReplaceAll(route, "/", "-"), 0))
 	}
-	if obj, resource, _ := deniedObject(ns, "denied"); obj != nil {
-		add(labelFor(t, obj, validateRoute), resource)
+	if denied, _ := scope.denied("denied"); denied != nil {
+		requests = append(requests, denied)
 	}
-	allLabels := map[string]string{}
-	for _, route := range deployedRoutes(t) {
-		maps.Copy(allLabels, testLabels(t).object[route])
+	for _, obj := range []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": scope.name("settings")}, "data": map[string]any{"a": "b"}}},
+		{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget", "metadata": map[string]any{"name": scope.name("gizmo")}, "spec": map[string]any{"size": "large"}}},
+	} {
+		r := scope.prepare(createRequest(obj), deployedRoutes(t)[0])
+		for _, route := range deployedRoutes(t) { // labelled for every route, as they share the object
+			r.Object = scope.place(r.Object, route, true)
+		}
+		requests = append(requests, r)
 	}
-	add(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
-		"metadata": map[string]any{"name": "settings", "labels": toAny(allLabels)}, "data": map[string]any{"a": "b"}}},
-		schema.GroupVersionResource{Version: "v1", Resource: "configmaps"})
-	add(&unstructured.Unstructured{Object: map[string]any{"apiVersion": "example.com/v1", "kind": "Widget",
-		"metadata": map[string]any{"name": "gizmo", "labels": toAny(allLabels)}, "spec": map[string]any{"size": "large"}}}, widgetGVR)
-
-	compareReview(t, w, ns, dir, configs, objects, resources)
+	compareReview(t, w, configs, requests)
 
 	// /validate alone, as the rollout tests register it: what it denies
 	// without /mutate's help, denied alike offline and through the
 	// apiserver.
 	if _, ok := deployed(t)[validateRoute]; ok {
-		if obj, resource, _ := deniedObject("check", "check"); obj != nil {
-			ns2 := createNamespace(t, "review-validate")
-			name := "validate-" + ns2 + ".webhook.example.com"
-			registerRoute(t, validateRoute, hookOptions{name: name, url: w.url(validateRoute), caBundle: w.caPEM, namespace: ns2, seen: w.saw})
-			obj, _, _ := deniedObject(ns2, "denied-alone")
-			obj = labelFor(t, obj, validateRoute)
-			obj.SetNamespace(ns2)
-			compareReview(t, w, ns2, t.TempDir(), writeRegistered(t, t.TempDir(), []string{name}), []*unstructured.Unstructured{obj}, []schema.GroupVersionResource{resource})
+		alone := newScope(t, "review-validate")
+		if denied, _ := alone.denied("denied-alone"); denied != nil {
+			name := "validate-" + alone.namespace + ".webhook.example.com"
+			registerRoute(t, validateRoute, hookOptions{name: name, url: w.url(validateRoute), caBundle: w.caPEM, scope: alone, seen: w.saw})
+			compareReview(t, w, writeRegistered(t, t.TempDir(), []string{name}), []*preparedRequest{denied})
 		}
 	}
 
-	// The audit: what the cluster stores, as kubectl get -o json lists it.
+	// The audit: what the creates stored, as kubectl get -o json lists it.
 	list := map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{}}
-	seen := map[schema.GroupVersionResource]bool{}
-	for _, resource := range resources {
-		if seen[resource] {
-			continue
+	var audited []string
+	for _, r := range requests {
+		if r.Operation != admissionregistrationv1.Create || r.Subresource != "" {
+			continue // an audit reviews what is stored as a CREATE
 		}
-		seen[resource] = true
-		stored, err := api(resource, ns).List(ctx, metav1.ListOptions{})
+		stored, err := r.client().Get(ctx, r.name(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue // denied
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, item := range stored.Items {
-			list["items"] = append(list["items"].([]any), item.Object)
-		}
+		list["items"] = append(list["items"].([]any), stored.Object)
+		audited = append(audited, r.name())
 	}
 	listed, _ := json.Marshal(list)
 	audit := runReview(t, listed, "-f", "-", "-config", configs)
-	for _, item := range list["items"].([]any) {
-		name := item.(map[string]any)["metadata"].(map[string]any)["name"].(string)
+	for _, name := range audited {
 		got := audit[name]
 		if got.Verdict != "admitted" || (got.Mutate != nil && len(got.Mutate.Patch) > 0) {
 			t.Errorf("the audit of stored %s: got %s %+v, want it admitted with no patch: the webhook admitted it as it is stored", name, got.Verdict, got.Mutate)
@@ -129,65 +123,101 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 	}
 }
 
-// compareReview reviews objects offline against configs, then creates
-// each in ns through the apiserver, and checks that review said what the
-// apiserver did.
-func compareReview(t *testing.T, w *webhookServer, ns, dir, configs string, objects []*unstructured.Unstructured, resources []schema.GroupVersionResource) {
+// compareReview reviews each request offline against configs, with the
+// operation, the user and the objects it sends, then sends it through the
+// apiserver, and checks that review said what the apiserver did.
+func compareReview(t *testing.T, w *webhookServer, configs string, requests []*preparedRequest) {
 	t.Helper()
 	ctx := context.Background()
-	var input bytes.Buffer
-	for _, obj := range objects {
-		b, _ := json.Marshal(obj.Object)
-		input.Write(append(b, '\n'))
-	}
-	objectsFile := filepath.Join(dir, "objects.json")
-	if err := os.WriteFile(objectsFile, input.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	offline := runReview(t, nil, "-f", objectsFile, "-config", configs)
-
-	for i, obj := range objects {
-		got, ok := offline[obj.GetName()]
-		if !ok {
-			t.Errorf("webhook review said nothing of %s", obj.GetName())
+	for _, r := range requests {
+		if r.Subresource != "" {
+			t.Logf("the %s is not compared: webhook review reviews whole objects", r)
 			continue
 		}
-		stored, err := api(resources[i], ns).Create(ctx, obj, metav1.CreateOptions{})
+		offline := reviewOffline(t, r, configs)
+		err := r.send(ctx, false)
 		// The webhook logs a review just after it answers it.
 		sent := false
 		for deadline := time.Now().Add(time.Second); !sent && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			sent = w.saw(obj.GetName(), nil)
+			sent = w.sawOperation(r.name(), r.Operation)
 		}
-		t.Logf("%s %s: review %s %v %v; the apiserver: %v; the webhook was sent it: %v", obj.GetKind(), obj.GetName(), got.Verdict, got.Mutate, got.Notes, err, sent)
-		switch got.Verdict {
+		t.Logf("the %s: review %s %v %v; the apiserver: %v; the webhook was sent it: %v", r, offline.Verdict, offline.Mutate, offline.Notes, err, sent)
+		switch offline.Verdict {
 		case "denied":
-			if err == nil || !strings.Contains(err.Error(), "denied the request") || (got.Validate != nil && !strings.Contains(err.Error(), got.Validate.Message)) {
-				t.Errorf("%s: review says denied (%+v), the apiserver answered %v", obj.GetName(), got.Validate, err)
+			if err == nil || !strings.Contains(err.Error(), "denied the request") || (offline.Validate != nil && !strings.Contains(err.Error(), offline.Validate.Message)) {
+				t.Errorf("the %s: review says denied (%+v), the apiserver answered %v", r, offline.Validate, err)
 			}
 		case "admitted":
 			if err != nil {
-				t.Errorf("%s: review says admitted, the apiserver refused it: %v", obj.GetName(), err)
+				t.Errorf("the %s: review says admitted, the apiserver refused it: %v", r, err)
 				continue
 			}
-			if got.Mutate != nil {
-				for _, op := range got.Mutate.Patch {
-					if op.Op != "add" && op.Op != "replace" {
-						continue
-					}
-					if v, found := atPointer(stored.Object, op.Path); !found || !holds(v, op.Value) {
-						t.Errorf("%s: the reviewed patch sets %s to %v, the stored object has %v", obj.GetName(), op.Path, op.Value, v)
-					}
+			if offline.Mutate == nil || len(offline.Mutate.Patch) == 0 || r.Operation == admissionregistrationv1.Delete {
+				break
+			}
+			stored, err := r.client().Get(ctx, r.name(), metav1.GetOptions{})
+			if err != nil {
+				t.Errorf("the %s: reading what it stored: %v", r, err)
+				continue
+			}
+			for _, op := range offline.Mutate.Patch {
+				if op.Op != "add" && op.Op != "replace" {
+					continue
+				}
+				if !holdsAt(stored.Object, strings.Split(op.Path, "/")[1:], op.Value) {
+					t.Errorf("the %s: the reviewed patch sets %s to %v; the stored object has no such value there:\n%v", r, op.Path, op.Value, stored.Object)
 				}
 			}
 		default:
-			t.Errorf("%s: review says %s (%s), want admitted or denied as the apiserver had it (%v)", obj.GetName(), got.Verdict, got.Error, err)
+			t.Errorf("the %s: review says %s (%s), want admitted or denied as the apiserver had it (%v)", r, offline.Verdict, offline.Error, err)
 		}
-		notSent := slicesContainsPrefix(got.Notes, "no webhook of -config matches it")
+		notSent := slicesContainsPrefix(offline.Notes, "no webhook of -config matches it")
 		if notSent == sent {
-			t.Errorf("%s: review says the webhook is sent it: %v; the webhook was sent it: %v", obj.GetName(), !notSent, sent)
+			t.Errorf("the %s: review says the webhook is sent it: %v; the webhook was sent it: %v", r, !notSent, sent)
 		}
 	}
+}
 
+// reviewOffline runs `webhook review` on r as the apiserver would send it:
+// its operation, its user, and its objects (an UPDATE's stored one as
+// -old, a DELETE's as the object deleted).
+func reviewOffline(t *testing.T, r *preparedRequest, configs string) reviewResult {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, obj *unstructured.Unstructured) string {
+		b, err := obj.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	args := []string{"-operation", string(r.Operation), "-config", configs}
+	switch r.Operation {
+	case admissionregistrationv1.Delete:
+		args = append(args, "-f", write("object.json", r.Stored))
+	case admissionregistrationv1.Update:
+		args = append(args, "-f", write("object.json", r.Object), "-old", write("old.json", r.Stored))
+	default:
+		args = append(args, "-f", write("object.json", r.Object))
+	}
+	user := []string{"-user", "admin", "-group", "system:masters", "-group", "system:authenticated"}
+	if r.User != "" {
+		// Impersonation adds system:authenticated to the groups it is given.
+		user = []string{"-user", r.User, "-group", "system:authenticated"}
+		for _, g := range r.Groups {
+			user = append(user, "-group", g)
+		}
+	}
+	results := runReviewAs(t, nil, user, args...)
+	got, ok := results[r.name()]
+	if !ok {
+		t.Fatalf("webhook review said nothing of %s: %v", r.name(), results)
+	}
+	return got
 }
 
 // runReview runs `webhook review -o json args` with the webhook binary
@@ -195,7 +225,14 @@ func compareReview(t *testing.T, w *webhookServer, ns, dir, configs string, obje
 // results by name.
 func runReview(t *testing.T, stdin []byte, args ...string) map[string]reviewResult {
 	t.Helper()
-	cmd := exec.Command(webhookBinary, append([]string{"review", "-o", "json", "-user", "admin", "-group", "system:masters", "-group", "system:authenticated"}, args...)...)
+	return runReviewAs(t, stdin, []string{"-user", "admin", "-group", "system:masters", "-group", "system:authenticated"}, args...)
+}
+
+// runReviewAs is runReview as the user and groups that user, flags of
+// webhook review, say.
+func runReviewAs(t *testing.T, stdin []byte, user []string, args ...string) map[string]reviewResult {
+	t.Helper()
+	cmd := exec.Command(webhookBinary, append(append([]string{"review", "-o", "json"}, user...), args...)...)
 	cmd.Stdin = bytes.NewReader(stdin)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -239,31 +276,39 @@ func writeRegistered(t *testing.T, dir string, names []string) string {
 	return path
 }
 
-func api(resource schema.GroupVersionResource, ns string) interface {
-	Create(context.Context, *unstructured.Unstructured, metav1.CreateOptions, ...string) (*unstructured.Unstructured, error)
-	List(context.Context, metav1.ListOptions) (*unstructured.UnstructuredList, error)
-} {
-	return apiserver.dynamic.Resource(resource).Namespace(ns)
-}
-
-// atPointer returns the value at an RFC 6901 pointer in a decoded JSON
-// document.
-func atPointer(doc any, pointer string) (any, bool) {
-	for _, token := range strings.Split(pointer, "/")[1:] {
-		token = strings.NewReplacer("~1", "/", "~0", "~").Replace(token)
-		m, ok := doc.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if doc, ok = m[token]; !ok {
-			return nil, false
-		}
+// holdsAt reports whether doc, a stored object, holds want at the path of
+// RFC 6901 reference tokens a reviewed patch operation named. The patch was
+// made offline, on the object before the apiserver's built-in admission
+// plugins added to its lists (ServiceAccount's token volume and mounts,
+// DefaultTolerationSeconds' tolerations): an element of a list is looked
+// for at its index first, then anywhere in the list, and "-", an append,
+// anywhere.
+func holdsAt(doc any, tokens []string, want any) bool {
+	if len(tokens) == 0 {
+		return holds(doc, want)
 	}
-	return doc, true
+	token := strings.NewReplacer("~1", "/", "~0", "~").Replace(tokens[0])
+	switch node := doc.(type) {
+	case map[string]any:
+		child, ok := node[token]
+		return ok && holdsAt(child, tokens[1:], want)
+	case []any:
+		if i, err := strconv.Atoi(token); err == nil && i >= 0 && i < len(node) && holdsAt(node[i], tokens[1:], want) {
+			return true
+		}
+		if token != "-" {
+			if _, err := strconv.Atoi(token); err != nil {
+				return false
+			}
+		}
+		return slices.ContainsFunc(node, func(element any) bool { return holdsAt(element, tokens[1:], want) })
+	}
+	return false
 }
 
 // holds reports whether got, a value of a stored object, holds want, the
-// value a patch set: the same, but for what the apiserver added to a map,
+// value a patch set: the same, but for what the apiserver added to a map
+// or a list (each element of want is held by one of got's, in order),
 // numbers compared as JSON has them.
 func holds(got, want any) bool {
 	normal := func(v any) any {
@@ -282,6 +327,20 @@ func holds(got, want any) bool {
 			if !holds(g[k], v) {
 				return false
 			}
+		}
+		return true
+	}
+	if w, ok := want.([]any); ok {
+		g, ok := got.([]any)
+		if !ok {
+			return false
+		}
+		for _, element := range w {
+			i := slices.IndexFunc(g, func(have any) bool { return holds(have, element) })
+			if i < 0 {
+				return false
+			}
+			g = g[i+1:]
 		}
 		return true
 	}

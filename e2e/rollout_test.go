@@ -21,8 +21,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 )
 
 const (
@@ -40,16 +38,17 @@ const (
 	auditLogTimeout = 10 * time.Second
 )
 
-// auditPolicy records every create, update and patch, of any resource, at
-// level Metadata, the lowest that carries admission's audit annotations
-// (Attributes.AddAnnotation sets them at Metadata), and nothing else. Any
-// resource: deniedObject is of whatever kind the policy denies.
+// auditPolicy records every create, update, patch and delete, of any
+// resource, at level Metadata, the lowest that carries admission's audit
+// annotations (Attributes.AddAnnotation sets them at Metadata), and
+// nothing else. Any resource and any of those verbs: deniedRequest is
+// whatever request the policy denies.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  verbs: ["create", "update", "patch"]
+  verbs: ["create", "update", "patch", "delete"]
 - level: None
 `
 
@@ -99,36 +98,24 @@ func (r *warningRecorder) all() []string {
 	return append([]string(nil), r.warnings...)
 }
 
-// warningClient is a dynamic client of api whose warnings go to a
-// recorder of the test's own.
-func warningClient(t *testing.T, api *apiServer) (dynamic.Interface, *warningRecorder) {
-	t.Helper()
-	cfg := rest.CopyConfig(api.config)
-	rec := &warningRecorder{}
-	cfg.WarningHandler = rec
-	client, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return client, rec
-}
-
 // auditEvent is the part of an audit.k8s.io/v1 Event these tests read.
 type auditEvent struct {
 	Stage     string `json:"stage"`
 	Verb      string `json:"verb"`
 	ObjectRef *struct {
-		Resource  string `json:"resource"`
-		Namespace string `json:"namespace"`
-		Name      string `json:"name"`
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus *metav1.Status    `json:"responseStatus"`
 	Annotations    map[string]string `json:"annotations"`
 }
 
-// createEvent waits for the ResponseComplete event of the create of
-// ns/name in the audit log at path, and returns it.
-func createEvent(t *testing.T, path, resource, ns, name string) auditEvent {
+// requestEvent waits for the ResponseComplete event of r in the audit log
+// at path, and returns it. Its verb is the operation's (a create, an
+// update, a delete), and its objectRef names r's resource, subresource and
+// object, whose name is unique in the run.
+func requestEvent(t *testing.T, path string, r *preparedRequest) auditEvent {
 	t.Helper()
 	deadline := time.Now().Add(auditLogTimeout)
 	for {
@@ -144,30 +131,31 @@ func createEvent(t *testing.T, path, resource, ns, name string) auditEvent {
 				f.Close()
 				t.Fatalf("audit log %s: %v", path, err)
 			}
-			if e.Stage == "ResponseComplete" && e.Verb == "create" && e.ObjectRef != nil &&
-				e.ObjectRef.Resource == resource && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name {
+			if e.Stage == "ResponseComplete" && e.Verb == strings.ToLower(string(r.Operation)) && e.ObjectRef != nil &&
+				e.ObjectRef.Resource == r.resource.Resource && e.ObjectRef.Subresource == r.Subresource && e.ObjectRef.Name == r.name() {
 				f.Close()
 				return e
 			}
 		}
 		f.Close()
 		if time.Now().After(deadline) {
-			t.Fatalf("the audit log %s has no ResponseComplete event of the create of %s %s/%s after %s", path, resource, ns, name, auditLogTimeout)
+			t.Fatalf("the audit log %s has no ResponseComplete event of the %s after %s", path, r, auditLogTimeout)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 }
 
-// TestValidationActions creates deniedObject through /validate alone,
-// with the webhook run with each -validation-action, in AdmissionReview v1
-// and v1beta1, through a kube-apiserver of the test's own that writes an
-// audit log. deny refuses it as always; warn and audit let it through, and
-// the user sees the denial as a warning (warn), the audit log records it
-// under the webhook's name (audit), or both; the message is the policy's.
+// TestValidationActions sends deniedRequest through /validate alone,
+// whatever its operation, with the webhook run with each
+// -validation-action, in AdmissionReview v1 and v1beta1, through a
+// kube-apiserver of the test's own that writes an audit log. deny refuses
+// it as always; warn and audit let it through, and the user sees the
+// denial as a warning (warn), the audit log records it under the webhook's
+// name (audit), or both; the message is the policy's.
 func TestValidationActions(t *testing.T) {
 	skipWithoutValidation(t)
-	if obj, _, _ := deniedObject("check", "check"); obj == nil {
-		t.Skip("deniedObject (e2e/demonstration_test.go) returns none: the policy denies nothing, so no denial is rolled out")
+	if r, _ := deniedRequest("check", "check"); r.none() {
+		t.Skip("deniedRequest (e2e/demonstration_test.go) returns request{}: the policy's /validate denies nothing, so there is no denial to roll out")
 	}
 	api, auditLog := startAuditedAPIServer(t)
 	mark := api.logMark()
@@ -180,16 +168,16 @@ func TestValidationActions(t *testing.T) {
 	} {
 		t.Run(tc.action+"/"+tc.version, func(t *testing.T) {
 			ctx := context.Background()
-			ns := createNamespaceIn(t, api, "action-"+strings.ReplaceAll(tc.action, ",", "-")+"-"+tc.version)
+			scope := newScopeIn(t, api, "action-"+strings.ReplaceAll(tc.action, ",", "-")+"-"+tc.version)
 			w := startWebhook(t, "", "-validation-action", tc.action)
-			hook := "validate-" + ns + ".webhook.example.com"
-			registerValidating(t, hookOptions{api: api, name: hook, url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, versions: []string{tc.version}, seen: w.saw})
+			hook := "validate-" + scope.namespace + ".webhook.example.com"
+			registerValidating(t, hookOptions{name: hook, url: w.url("/validate"), caBundle: w.caPEM, scope: scope, versions: []string{tc.version}, seen: w.saw})
 
-			client, warnings := warningClient(t, api)
-			obj, resource, message := deniedObject(ns, "rolled-out")
-			labelFor(t, obj, validateRoute)
-			_, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{})
-			event := createEvent(t, auditLog, resource.Resource, ns, "rolled-out")
+			warnings := &warningRecorder{}
+			denied, message := scope.denied("rolled-out")
+			denied.warnings = warnings
+			err := denied.send(ctx, false)
+			event := requestEvent(t, auditLog, denied)
 			annotation, audited := event.Annotations[hook+"/"+wouldDenyAuditKey]
 
 			var ours []string // the warnings that came from this webhook
@@ -205,7 +193,7 @@ func TestValidationActions(t *testing.T) {
 					t.Fatalf("got %v, want a Forbidden error containing %q and %q", err, want, message)
 				}
 			} else if err != nil {
-				t.Fatalf("with -validation-action %s: got %v, want the object created", tc.action, err)
+				t.Fatalf("with -validation-action %s: got %v, want the %s admitted", tc.action, err, denied)
 			}
 
 			switch {
@@ -224,7 +212,7 @@ func TestValidationActions(t *testing.T) {
 			if warn && audit && len(ours) == 1 && ours[0] != wouldDenyWarning+annotation {
 				t.Errorf("got warning %q and audit annotation %q, want the same message", ours[0], annotation)
 			}
-			if code := event.ResponseStatus; code == nil || (err == nil) != (code.Code == 201) {
+			if code := event.ResponseStatus; code == nil || (err == nil) != (code.Code >= 200 && code.Code < 300) {
 				t.Errorf("the audit event has responseStatus %+v, want the answer the client had (%v)", event.ResponseStatus, err)
 			}
 		})
@@ -272,16 +260,17 @@ func TestPolicyWarning(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	ns := createNamespace(t, "policy-warning")
+	scope := newScope(t, "policy-warning")
 	mark := apiserver.logMark()
 	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil)
-	registerValidating(t, hookOptions{name: "validate-" + ns + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, namespace: ns, seen: w.saw})
-	client, warnings := warningClient(t, apiserver)
-	obj, resource := admittedFor(t, validateRoute, "warned", 0)
-	if _, err := client.Resource(resource).Namespace(ns).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("got %v, want the object created with a warning", err)
+	registerValidating(t, hookOptions{name: "validate-" + scope.namespace + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, scope: scope, seen: w.saw})
+	warnings := &warningRecorder{}
+	warned := scope.admitted(validateRoute, "warned", 0)
+	warned.warnings = warnings
+	if err := warned.send(ctx, false); err != nil {
+		t.Fatalf("the %s: got %v, want it admitted with a warning", warned, err)
 	}
-	want := fmt.Sprintf("%s %s/warned is checked by the e2e's warning policy", obj.GetKind(), ns)
+	want := fmt.Sprintf("%s %s is checked by the e2e's warning policy", warned.kind(), qualified(warned.namespace(), warned.name()))
 	if got := warnings.all(); len(got) != 1 || got[0] != want {
 		t.Errorf("got warnings %q, want [%q]", got, want)
 	}

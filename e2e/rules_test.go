@@ -4,8 +4,7 @@ package e2e
 // the apiserver sends them to the webhook whatever the policy's rules say:
 // the namespaces the tests make carry labels that satisfy every deployed
 // webhook's namespaceSelector, the objects labels that satisfy their
-// route's objectSelector, and an object is created, or created then
-// updated, as the rules' operations say. It is all derived from the file,
+// route's objectSelector (testScope.prepare). It is all derived from the file,
 // so a copier's rules need nothing here; a selector no labels can satisfy
 // fails the test at once, saying why and what to do.
 
@@ -17,13 +16,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // namespaceNameLabel is the label the apiserver gives every namespace, its
@@ -180,107 +177,36 @@ func selectedByDeployed(t *testing.T, name string, set map[string]string) bool {
 	return false
 }
 
-// labelFor gives obj the labels route's objectSelectors ask for.
-func labelFor(t *testing.T, obj *unstructured.Unstructured, route string) *unstructured.Unstructured {
-	t.Helper()
-	want := testLabels(t).object[route]
-	if len(want) == 0 {
-		return obj
-	}
-	set := obj.GetLabels()
-	if set == nil {
-		set = map[string]string{}
-	}
-	maps.Copy(set, want)
-	obj.SetLabels(set)
-	return obj
-}
-
-// admittedFor is admittedObject, labelled for route's objectSelector.
-func admittedFor(t *testing.T, route, name string, padding int) (*unstructured.Unstructured, schema.GroupVersionResource) {
-	t.Helper()
-	obj, resource := admittedObject(route, name, padding)
-	return labelFor(t, obj, route), resource
-}
-
-// admitOperation is the operation by which the tests send route's admitted
-// object to the webhook: CREATE when the route's rules name it, else
-// UPDATE. A route whose rules name neither cannot be driven by them.
-func admitOperation(t *testing.T, route string) admissionregistrationv1.OperationType {
-	t.Helper()
-	var named []string
-	for _, r := range deployed(t)[route].rules {
-		for _, op := range r.Operations {
-			named = append(named, string(op))
-		}
-	}
-	switch {
-	case slices.Contains(named, "*") || slices.Contains(named, string(admissionregistrationv1.Create)):
-		return admissionregistrationv1.Create
-	case slices.Contains(named, string(admissionregistrationv1.Update)):
-		return admissionregistrationv1.Update
-	}
-	t.Fatalf("deploy/webhooks.yaml: the rules of %s name operations %v: the e2e tests send the webhook objects they create or update, so its rules must name CREATE or UPDATE", route, named)
-	return ""
-}
-
-// createOrUpdate sends obj through the webhook at route as its rules ask:
-// a create, or for a route that acts only on UPDATE, a create (which the
-// webhook is not sent) then an update of a label. With dryRun the
-// apiserver admits the create, or the update, and stores nothing of it.
-func createOrUpdate(ctx context.Context, t *testing.T, api *apiServer, ns, route string, obj *unstructured.Unstructured, resource schema.GroupVersionResource, dryRun bool) error {
-	t.Helper()
-	opts := metav1.CreateOptions{}
-	objects := api.dynamic.Resource(resource).Namespace(ns)
-	if admitOperation(t, route) == admissionregistrationv1.Create {
-		if dryRun {
-			opts.DryRun = []string{metav1.DryRunAll}
-		}
-		_, err := objects.Create(ctx, obj, opts)
-		return err
-	}
-	stored, err := objects.Get(ctx, obj.GetName(), metav1.GetOptions{})
-	if err != nil {
-		if stored, err = objects.Create(ctx, obj, opts); err != nil {
-			return fmt.Errorf("creating %s before updating it: %w", obj.GetName(), err)
-		}
-	}
-	set := stored.GetLabels()
-	if set == nil {
-		set = map[string]string{}
-	}
-	set["e2e.webhook.example.com/updated"] = fmt.Sprint(time.Now().UnixNano())
-	stored.SetLabels(set)
-	update := metav1.UpdateOptions{}
-	if dryRun {
-		update.DryRun = []string{metav1.DryRunAll}
-	}
-	_, err = objects.Update(ctx, stored, update)
-	return err
-}
-
-// whyNotCalled says why the apiserver may not have sent probe, created in
-// ns with labels nsLabels, to the webhook registered as hook for route:
-// what its rules, as the tests register them, and its selectors ask.
-func whyNotCalled(t *testing.T, api *apiServer, hook, route, ns string, probe *unstructured.Unstructured, resource schema.GroupVersionResource, rules []admissionregistrationv1.RuleWithOperations) string {
+// whyNotCalled says why the apiserver may not have sent probe, a request
+// of o's scope, to the webhook o registers for route: what its rules, as
+// the tests register them, and its selectors ask.
+func whyNotCalled(t *testing.T, o hookOptions, route string, probe *preparedRequest) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "the apiserver answered every probe but never sent one to webhook %s. What it was sent: %s %s/%s (resource %s), by %s, labelled %v, in namespace %s",
-		hook, probe.GetKind(), ns, probe.GetName(), resource, admitOperation(t, route), probe.GetLabels(), ns)
-	if n, err := api.client.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{}); err == nil {
-		fmt.Fprintf(&b, " labelled %v", n.Labels)
+	fmt.Fprintf(&b, "the apiserver answered every probe but never sent one to webhook %s. What it was sent: the %s (resource %s)", o.name, probe, probe.resource)
+	for _, obj := range []*unstructured.Unstructured{probe.Stored, probe.Object} {
+		if obj != nil {
+			fmt.Fprintf(&b, ", %s labelled %v", obj.GetKind(), obj.GetLabels())
+		}
 	}
+	if probe.namespaced {
+		if n, err := o.scope.api.client.CoreV1().Namespaces().Get(context.Background(), o.scope.namespace, metav1.GetOptions{}); err == nil {
+			fmt.Fprintf(&b, ", in namespace %s labelled %v", n.Name, n.Labels)
+		}
+	}
+	spec := o.spec(t, route)
 	fmt.Fprintf(&b, ". What the webhook's rules send it: ")
-	for i, r := range rules {
+	for i, r := range spec.rules {
 		if i > 0 {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%v of %v/%v %v (scope %v)", r.Operations, r.APIGroups, r.APIVersions, r.Resources, scopeOf(r.Scope))
 	}
+	fmt.Fprintf(&b, "; its namespaceSelector %s, objectSelector %s", describeSelector(spec.namespaceSelector), describeSelector(spec.objectSelector))
 	for _, h := range deployed(t)[route].hooks {
 		fmt.Fprintf(&b, ". Deployed %s: namespaceSelector %s, objectSelector %s", h.name, describeSelector(h.namespaceSelector), describeSelector(h.objectSelector))
 	}
-	b.WriteString(". Check that admittedObject (e2e/demonstration_test.go) returns, for this route, an object of a resource and version its rules name")
+	b.WriteString(". Check that admittedRequest (e2e/demonstration_test.go) gives, for this route, a request of an operation, a resource and a version its rules name")
 	return b.String()
 }
 

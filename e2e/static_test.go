@@ -192,9 +192,9 @@ func TestStaticManifests(t *testing.T) {
 
 		// The rollout: write the new file beside the old and rename it
 		// into place, so the apiserver never reads half a file. This one
-		// leaves one more namespace out of that route's webhooks.
-		ns := createNamespaceIn(t, api, "static-reload")
-		changed := excludeNamespace(t, original, ns)
+		// leaves one more test's scope out of that route's webhooks.
+		scope := newScopeIn(t, api, "static-reload")
+		changed := excludeScope(t, original, scope)
 		mark = api.logMark()
 		tmp := filepath.Join(validating, ".webhooks.yaml.new") // not .yaml: the loader skips it
 		writeText(t, tmp, string(changed))
@@ -202,14 +202,21 @@ func TestStaticManifests(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitForLog(t, api.process, mark, "reloaded admission manifest config", reloadTimeout)
-		// The next objects in ns are reviewed by every other route alone.
-		if err := createThroughAll(t, ctx, api, ns, "after-reload", false); err != nil {
+		// The scope's next requests are reviewed by every other route
+		// alone.
+		if err := scope.sendThroughAll(ctx, "after-reload"); err != nil {
 			t.Fatal(err)
 		}
-		reviews := grepLines(w.log.String(), "/after-reload ")
+		name := scope.name("after-reload")
+		var reviews []string
+		for line := range strings.Lines(w.log.String()) {
+			if loggedName(line, name) {
+				reviews = append(reviews, line)
+			}
+		}
 		for _, route := range deployedRoutes(t) {
-			if got := strings.Contains(reviews, "path="+route+" "); got != (route != changedRoute) {
-				t.Errorf("after the reload, %s/after-reload reviewed on path=%s: got %v, want %v; the webhook logged:\n%s", ns, route, got, route != changedRoute, reviews)
+			if got := strings.Contains(strings.Join(reviews, ""), "path="+route+" "); got != (route != changedRoute) {
+				t.Errorf("after the reload, %s reviewed on path=%s: got %v, want %v; the webhook logged:\n%s", name, route, got, route != changedRoute, strings.Join(reviews, ""))
 			}
 		}
 	})
@@ -219,11 +226,13 @@ func TestStaticManifests(t *testing.T) {
 	}
 }
 
-// excludeNamespace returns the webhook configuration manifest with ns left
-// out of every webhook's namespaceSelector, whatever the selector already
-// says: a matchExpressions term is ANDed with the others, and one that
-// names ns with NotIn excludes it from any selector.
-func excludeNamespace(t *testing.T, manifest []byte, ns string) []byte {
+// excludeScope returns the webhook configuration manifest with scope s
+// left out of every webhook, whatever its selectors already say: its
+// namespace by the namespaceSelector, and what its requests store and send
+// by the objectSelector, for kinds of cluster scope. A matchExpressions
+// term is ANDed with the others, and one with NotIn excludes what it names
+// from any selector.
+func excludeScope(t *testing.T, manifest []byte, s *testScope) []byte {
 	t.Helper()
 	var config map[string]any
 	if err := yaml.Unmarshal(manifest, &config); err != nil {
@@ -238,14 +247,18 @@ func excludeNamespace(t *testing.T, manifest []byte, ns string) []byte {
 		if !ok {
 			t.Fatalf("a webhook of the rendered %v is a %T, want an object", config["kind"], h)
 		}
-		selector, _ := hook["namespaceSelector"].(map[string]any)
-		if selector == nil {
-			selector = map[string]any{}
+		for field, term := range map[string]map[string]any{
+			"namespaceSelector": {"key": namespaceNameLabel, "operator": "NotIn", "values": []any{s.namespace}},
+			"objectSelector":    {"key": scopeLabel, "operator": "NotIn", "values": []any{s.id}},
+		} {
+			selector, _ := hook[field].(map[string]any)
+			if selector == nil {
+				selector = map[string]any{}
+			}
+			terms, _ := selector["matchExpressions"].([]any)
+			selector["matchExpressions"] = append(terms, term)
+			hook[field] = selector
 		}
-		terms, _ := selector["matchExpressions"].([]any)
-		selector["matchExpressions"] = append(terms, map[string]any{
-			"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": []any{ns}})
-		hook["namespaceSelector"] = selector
 	}
 	out, err := yaml.Marshal(config)
 	if err != nil {
@@ -296,35 +309,44 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	// The namespaces deploy/webhooks.yaml leaves out work as if there were
 	// no webhook: of the webhook's own and kube-system, those its
 	// namespaceSelectors do not select, as they are in a cluster, without
-	// the labels the tests give their own namespaces.
+	// the labels the tests give their own namespaces. A request of a kind
+	// of cluster scope is in no namespace to leave out.
 	createLabelledNamespaceIn(t, api, "webhook-system", nil)
 	ensureDefaultServiceAccount(t, api, "kube-system")
 	for _, ns := range []string{"kube-system", "webhook-system"} {
+		left := scopeOfNamespace(t, api, ns)
 		if selectedByDeployed(t, ns, nil) {
 			t.Logf("deploy/webhooks.yaml selects namespace %s: it is not one the rules leave out", ns)
 			continue
 		}
-		if err := createThroughAll(t, ctx, api, ns, "while-down", false); err != nil {
-			t.Errorf("creating the admitted object in %s with the webhook down: got %v, want it created", ns, err)
+		for _, route := range deployedRoutes(t) {
+			r := left.admitted(route, "while-down", 0)
+			if !r.namespaced {
+				t.Logf("the %s is of a kind of cluster scope: no namespace leaves it out", r)
+				continue
+			}
+			if err := r.send(ctx, false); err != nil {
+				t.Errorf("the %s with the webhook down: got %v, want it admitted", r, err)
+			}
 		}
 	}
 
-	// A matched namespace refuses the write, naming the webhook.
-	ns := createNamespaceIn(t, api, "static-down")
-	err = createThroughAll(t, ctx, api, ns, "while-down", false)
-	// The first call of the first create: the first webhook of the first
-	// deployed route.
+	// A matched request is refused, naming the webhook.
+	scope := newScopeIn(t, api, "static-down")
+	err = scope.sendThroughAll(ctx, "while-down")
+	// The first call of the first request: the first webhook of the
+	// first deployed route.
 	want := fmt.Sprintf("failed calling webhook %q", deployed(t)[deployedRoutes(t)[0]].names[0])
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "connection refused") {
-		t.Errorf("creating the admitted object in %s with the webhook down: got %v, want an error containing %q and connection refused", ns, err, want)
+		t.Errorf("the admitted requests in %s with the webhook down: got %v, want an error containing %q and connection refused", scope.namespace, err, want)
 	}
 
-	// Once the webhook answers, the next write goes through it.
+	// Once the webhook answers, the next request goes through it.
 	w := startRenderedWebhook(t, out, hostport)
-	if err := createThroughAll(t, ctx, api, ns, "after-start", false); err != nil {
-		t.Fatalf("creating the admitted object in %s once the webhook runs: %v", ns, err)
+	if err := scope.sendThroughAll(ctx, "after-start"); err != nil {
+		t.Fatalf("the admitted requests in %s once the webhook runs: %v", scope.namespace, err)
 	}
-	reviewedOnEach(t, w, "after-start")
+	reviewedOnEach(t, w, scope, "after-start")
 }
 
 // staticName is the metadata.name line of a rendered configuration (the

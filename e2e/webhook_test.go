@@ -141,26 +141,25 @@ type hookOptions struct {
 	versions      []string // admissionReviewVersions; default v1
 	failurePolicy admissionregistrationv1.FailurePolicyType
 	timeout       int32
-	namespace     string // the only namespace the webhook acts in
-	rules         []admissionregistrationv1.RuleWithOperations
+	// scope is the test's scope (newScope): the webhook is sent only what
+	// its requests store and send, on the scope's apiserver.
+	scope *testScope
+	rules []admissionregistrationv1.RuleWithOperations
+	// selectObjects selects by the objects' labels too, which a webhook
+	// for cluster-scoped kinds other than Namespace needs: the apiserver
+	// never leaves those out by namespaceSelector. It is set for a
+	// webhook with the deployed rules whose admitted request is of such
+	// a kind.
+	selectObjects bool
 	// seen reports whether the webhook is in use, given a probe object's
-	// name and what its dry-run create returned; registration probes until
-	// it is. Nil waits a fixed 2 s instead.
+	// name and what its dry run returned; registration probes until it
+	// is. Nil waits a fixed 2 s instead.
 	seen func(probe string, err error) bool
-	// api is the apiserver to register with; nil is the suite's.
-	api *apiServer
 	// route is the deployed webhook ("/mutate" or "/validate") whose rules
-	// (unless rules are given) and admitted object this configuration
+	// (unless rules are given) and admitted request this configuration
 	// uses, whatever its own kind. Empty: the route of its own kind, or
 	// the other one when deploy/webhooks.yaml registers none of that kind.
 	route string
-}
-
-func (o hookOptions) apiServer() *apiServer {
-	if o.api != nil {
-		return o.api
-	}
-	return apiserver
 }
 
 // The admission routes, each called by one kind of webhook configuration.
@@ -290,50 +289,71 @@ func (o hookOptions) clientConfig() admissionregistrationv1.WebhookClientConfig 
 	return admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: o.caBundle}
 }
 
-// common returns what both kinds of configuration share; rules are o.rules
-// or, when none are given, deployedRules (from deploy/webhooks.yaml). The
-// namespaceSelector is the test's namespace by name, and there is no
-// objectSelector: tests share one apiserver, and each must call only its
-// own webhook. The deployed selectors are the rendered configuration's,
-// which the tests that register it use (render and startRenderedWebhook:
-// TestURLMode, TestDeployManifests, TestStatic*).
-func (o hookOptions) common(deployedRules []admissionregistrationv1.RuleWithOperations) (sideEffects admissionregistrationv1.SideEffectClass, versions []string, policy *admissionregistrationv1.FailurePolicyType, timeout *int32, selector *metav1.LabelSelector, rules []admissionregistrationv1.RuleWithOperations) {
-	versions = o.versions
-	if versions == nil {
-		versions = []string{"v1"}
+// webhookSpec is what both kinds of webhook share, as a test registers
+// them.
+type webhookSpec struct {
+	sideEffects                       admissionregistrationv1.SideEffectClass
+	versions                          []string
+	failurePolicy                     *admissionregistrationv1.FailurePolicyType
+	timeout                           *int32
+	namespaceSelector, objectSelector *metav1.LabelSelector
+	rules                             []admissionregistrationv1.RuleWithOperations
+}
+
+// spec returns what both kinds of configuration share for route. The
+// rules are o.rules or, when none are given, route's deployed ones. The
+// selectors are the scope's: tests share one apiserver, and each must call
+// only its own webhook, whatever the kind of its requests. A namespaced
+// request is in the scope's namespace, and a Namespace carries the scope's
+// label, which the namespaceSelector selects; objectSelector selects the
+// same label on the object, for kinds the namespaceSelector cannot leave
+// out (o.selectObjects). The deployed selectors are the rendered
+// configuration's, which the tests that register it use (render and
+// startRenderedWebhook: TestURLMode, TestDeployManifests, TestStatic*).
+func (o hookOptions) spec(t *testing.T, route string) webhookSpec {
+	t.Helper()
+	s := webhookSpec{sideEffects: admissionregistrationv1.SideEffectClassNone, versions: o.versions, rules: o.rules}
+	if s.versions == nil {
+		s.versions = []string{"v1"}
 	}
-	fp := o.failurePolicy
-	if fp == "" {
-		fp = admissionregistrationv1.Fail
+	fp := cmp.Or(o.failurePolicy, admissionregistrationv1.Fail)
+	to := cmp.Or(o.timeout, 5)
+	s.failurePolicy, s.timeout = &fp, &to
+	if s.rules == nil {
+		s.rules = deployed(t)[route].rules
+		o.selectObjects = o.selectObjects || o.scope.admitted(route, "scoping", 0).clusterWide()
 	}
-	to := o.timeout
-	if to == 0 {
-		to = 5
+	scoped := &metav1.LabelSelector{MatchLabels: map[string]string{scopeLabel: o.scope.id}}
+	s.namespaceSelector = scoped
+	if o.selectObjects {
+		s.objectSelector = scoped
 	}
-	rules = o.rules
-	if rules == nil {
-		rules = deployedRules
-	}
-	selector = &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": o.namespace}}
-	return admissionregistrationv1.SideEffectClassNone, versions, &fp, &to, selector, rules
+	return s
+}
+
+// clusterWide reports whether p is of a cluster-scoped kind other than
+// Namespace: one no namespaceSelector leaves out.
+func (p *preparedRequest) clusterWide() bool {
+	return !p.namespaced && p.resource.GroupResource() != (schema.GroupResource{Resource: "namespaces"})
 }
 
 // registerMutating creates a MutatingWebhookConfiguration, removed when the
 // test ends, and waits until the apiserver uses it. It returns the route
-// whose rules and admitted object the configuration uses (o.route).
+// whose rules and admitted request the configuration uses (o.route).
 func registerMutating(t *testing.T, o hookOptions) (route string) {
 	t.Helper()
 	o.route = o.routeFor(t, mutateRoute)
-	se, versions, fp, to, sel, rules := o.common(deployed(t)[o.route].rules)
+	s := o.spec(t, o.route)
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name: o.name, ClientConfig: o.clientConfig(), Rules: rules, FailurePolicy: fp,
-			NamespaceSelector: sel, SideEffects: &se, TimeoutSeconds: to, AdmissionReviewVersions: versions,
+			Name: o.name, ClientConfig: o.clientConfig(), Rules: s.rules, FailurePolicy: s.failurePolicy,
+			NamespaceSelector: s.namespaceSelector, ObjectSelector: s.objectSelector,
+			SideEffects: &s.sideEffects, TimeoutSeconds: s.timeout, AdmissionReviewVersions: s.versions,
 		}},
 	}
 	ctx := context.Background()
-	api := o.apiServer().client.AdmissionregistrationV1().MutatingWebhookConfigurations()
+	api := o.scope.api.client.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering mutating webhook %s: %v", o.name, err)
 	}
@@ -356,13 +376,13 @@ func registerRoute(t *testing.T, route string, o hookOptions) {
 }
 
 // registerDeployed registers each route of w that deploy/webhooks.yaml
-// registers, acting in ns, with its rules unless o says otherwise, named as
-// a user would name them.
-func registerDeployed(t *testing.T, w *webhookServer, ns string, o hookOptions) {
+// registers, acting in scope s, with its rules unless o says otherwise,
+// named as a user would name them.
+func registerDeployed(t *testing.T, w *webhookServer, s *testScope, o hookOptions) {
 	t.Helper()
-	o.namespace, o.caBundle, o.seen = ns, w.caPEM, w.saw
+	o.scope, o.caBundle, o.seen = s, w.caPEM, w.saw
 	for _, route := range deployedRoutes(t) {
-		o.name, o.url = strings.TrimPrefix(route, "/")+"-"+ns+".webhook.example.com", w.url(route)
+		o.name, o.url = strings.TrimPrefix(route, "/")+"-"+s.namespace+".webhook.example.com", w.url(route)
 		registerRoute(t, route, o)
 	}
 }
@@ -371,16 +391,17 @@ func registerDeployed(t *testing.T, w *webhookServer, ns string, o hookOptions) 
 func registerValidating(t *testing.T, o hookOptions) (route string) {
 	t.Helper()
 	o.route = o.routeFor(t, validateRoute)
-	se, versions, fp, to, sel, rules := o.common(deployed(t)[o.route].rules)
+	s := o.spec(t, o.route)
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: o.name},
 		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name: o.name, ClientConfig: o.clientConfig(), Rules: rules, FailurePolicy: fp,
-			NamespaceSelector: sel, SideEffects: &se, TimeoutSeconds: to, AdmissionReviewVersions: versions,
+			Name: o.name, ClientConfig: o.clientConfig(), Rules: s.rules, FailurePolicy: s.failurePolicy,
+			NamespaceSelector: s.namespaceSelector, ObjectSelector: s.objectSelector,
+			SideEffects: &s.sideEffects, TimeoutSeconds: s.timeout, AdmissionReviewVersions: s.versions,
 		}},
 	}
 	ctx := context.Background()
-	api := o.apiServer().client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	api := o.scope.api.client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	if _, err := api.Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("registering validating webhook %s: %v", o.name, err)
 	}
@@ -390,11 +411,11 @@ func registerValidating(t *testing.T, o hookOptions) (route string) {
 }
 
 // waitForHookActive waits until the apiserver calls the new webhook: a new
-// configuration takes about a second to be used. It sends dry-run creates of
-// route's admitted object (createAdmitted) until o.seen reports the
-// webhook received one. Probes the apiserver answers without calling the
-// webhook for hookActivation end the wait early, saying why the webhook
-// may not be sent them.
+// configuration takes about a second to be used. It sends dry runs of
+// route's admitted request in o's scope until o.seen reports the webhook
+// received one. Probes the apiserver answers without calling the webhook
+// for hookActivation end the wait early, saying why the webhook may not be
+// sent them.
 func waitForHookActive(t *testing.T, o hookOptions, route string) {
 	t.Helper()
 	if o.seen == nil {
@@ -406,9 +427,9 @@ func waitForHookActive(t *testing.T, o hookOptions, route string) {
 	for i := 0; time.Now().Before(deadline); i++ {
 		// The name carries the route (probeRoute), so that a webhook
 		// server that logs every route tells this one's call apart.
-		name := fmt.Sprintf("probe%s-%d-%d", strings.ReplaceAll(route, "/", "-"), time.Now().UnixNano()%100000, i)
-		err := createAdmitted(t, context.Background(), o.apiServer(), o.namespace, route, name, true)
-		if o.seen(name, err) {
+		probe := o.scope.admitted(route, fmt.Sprintf("probe%s-%d-%d", strings.ReplaceAll(route, "/", "-"), time.Now().UnixNano()%100000, i), 0)
+		err := probe.send(context.Background(), true)
+		if o.seen(probe.name(), err) {
 			return
 		}
 		switch {
@@ -417,9 +438,7 @@ func waitForHookActive(t *testing.T, o hookOptions, route string) {
 		case answered.IsZero():
 			answered = time.Now()
 		case time.Since(answered) > hookActivation:
-			probe, resource := admittedFor(t, route, name, 0)
-			_, _, _, _, _, rules := o.common(deployed(t)[route].rules)
-			t.Fatalf("webhook %s is not called, after %s: %s", o.name, hookActivation, whyNotCalled(t, o.apiServer(), o.name, route, o.namespace, probe, resource, rules))
+			t.Fatalf("webhook %s is not called, after %s: %s", o.name, hookActivation, whyNotCalled(t, o, route, probe))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -455,17 +474,13 @@ func startPatcher(t *testing.T, patch string) *patcher {
 		var in struct {
 			APIVersion string `json:"apiVersion"`
 			Request    struct {
-				UID    string `json:"uid"`
-				Object struct {
-					Metadata struct {
-						Name string `json:"name"`
-					} `json:"metadata"`
-				} `json:"object"`
+				UID  string `json:"uid"`
+				Name string `json:"name"`
 			} `json:"request"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&in)
 		p.mu.Lock()
-		p.seen = append(p.seen, in.Request.Object.Metadata.Name)
+		p.seen = append(p.seen, in.Request.Name)
 		p.mu.Unlock()
 		out, _ := json.Marshal(map[string]any{
 			"apiVersion": in.APIVersion, "kind": "AdmissionReview",
@@ -489,11 +504,12 @@ func (p *patcher) saw(name string, _ error) bool {
 }
 
 // saw reports whether the webhook logged a review of an object named name,
-// in its text log format (name=ns/NAME) or in JSON ("name":"ns/NAME").
+// namespaced or not, in its text log format (name=ns/NAME, name=NAME) or in
+// JSON ("name":"ns/NAME").
 func (w *webhookServer) saw(name string, _ error) bool {
 	route, probe := probeRoute(name)
 	for line := range strings.Lines(w.log.String()) {
-		if !strings.Contains(line, "/"+name+" ") && !strings.Contains(line, "/"+name+`"`) {
+		if !loggedName(line, name) {
 			continue
 		}
 		// A probe of /mutate logged by /validate, already registered, is
@@ -502,6 +518,36 @@ func (w *webhookServer) saw(name string, _ error) bool {
 			continue
 		}
 		return true
+	}
+	return false
+}
+
+// sawOperation reports whether the webhook logged a review of operation
+// of an object named name.
+func (w *webhookServer) sawOperation(name string, operation admissionregistrationv1.OperationType) bool {
+	for line := range strings.Lines(w.log.String()) {
+		if loggedName(line, name) && (strings.Contains(line, " operation="+string(operation)+" ") || strings.Contains(line, `"operation":"`+string(operation)+`"`)) {
+			return true
+		}
+	}
+	return false
+}
+
+// loggedName reports whether a line of the webhook's log is of a review of
+// an object named name, in any namespace or none.
+func loggedName(line, name string) bool {
+	for _, form := range []struct{ prefix, end string }{{" name=", " "}, {`"name":"`, `"`}} {
+		for rest := line; ; {
+			i := strings.Index(rest, form.prefix)
+			if i < 0 {
+				break
+			}
+			rest = rest[i+len(form.prefix):]
+			value, _, _ := strings.Cut(strings.TrimRight(rest, "\n"), form.end)
+			if value == name || strings.HasSuffix(value, "/"+name) {
+				return true
+			}
+		}
 	}
 	return false
 }
@@ -519,51 +565,46 @@ func probeRoute(name string) (string, bool) {
 // refused is a seen for a webhook that is expected to fail every call.
 func refused(_ string, err error) bool { return err != nil }
 
-// createAdmitted sends admittedObject(route, name), labelled as the
-// route's objectSelector asks, through the webhook at route in namespace
-// ns of api: a create, or as the rules' operations say (createOrUpdate).
-// With dryRun the apiserver admits it (calling the webhooks) but stores
-// nothing.
-func createAdmitted(t *testing.T, ctx context.Context, api *apiServer, ns, route, name string, dryRun bool) error {
-	t.Helper()
-	obj, resource := admittedFor(t, route, name, 0)
-	return createOrUpdate(ctx, t, api, ns, route, obj, resource, dryRun)
+// sendAdmitted sends route's admitted request named after base (s.admitted)
+// and returns its error.
+func (s *testScope) sendAdmitted(ctx context.Context, route, base string) error {
+	s.t.Helper()
+	return s.admitted(route, base, 0).send(ctx, false)
 }
 
-// createThroughAll creates, in ns, the admitted object named name of each
+// sendThroughAll sends the admitted request named after base of each
 // route deploy/webhooks.yaml registers, /mutate's first, so that every
-// deployed webhook is sent one; routes whose objects are of one resource
-// share a single create. It returns the first error.
-func createThroughAll(t *testing.T, ctx context.Context, api *apiServer, ns, name string, dryRun bool) error {
-	t.Helper()
-	d, err := readDeployed()
-	if err != nil {
-		return err
-	}
-	created := map[schema.GroupVersionResource]bool{}
-	for _, route := range []string{mutateRoute, validateRoute} {
-		if _, ok := d[route]; !ok {
+// deployed webhook is sent one; routes whose requests have one shape (the
+// same operation on one kind) share a single request. It returns the
+// first error.
+func (s *testScope) sendThroughAll(ctx context.Context, base string) error {
+	s.t.Helper()
+	sent := map[requestShape]bool{}
+	for _, route := range deployedRoutes(s.t) {
+		shape := admittedShape(s.t, route)
+		if sent[shape] {
 			continue
 		}
-		_, resource := admittedObject(route, name, 0)
-		if created[resource] {
-			continue
-		}
-		created[resource] = true
-		if err := createAdmitted(t, ctx, api, ns, route, name, dryRun); err != nil {
+		sent[shape] = true
+		if err := s.sendAdmitted(ctx, route, base); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// reviewedOnEach checks that w logged a review of an object named name on
-// each route deploy/webhooks.yaml registers.
-func reviewedOnEach(t *testing.T, w *webhookServer, name string) {
+// reviewedOnEach checks that w logged a review of the admitted request
+// named after base in scope s on each route deploy/webhooks.yaml
+// registers.
+func reviewedOnEach(t *testing.T, w *webhookServer, s *testScope, base string) {
 	t.Helper()
-	reviews := grepLines(w.log.String(), "/"+name+" ")
+	name := s.name(base)
 	for _, route := range deployedRoutes(t) {
-		if !strings.Contains(reviews, "path="+route+" ") {
+		found := false
+		for line := range strings.Lines(w.log.String()) {
+			found = found || (loggedName(line, name) && strings.Contains(line, "path="+route+" "))
+		}
+		if !found {
 			t.Errorf("the webhook answered no review of %s on path=%s", name, route)
 		}
 	}
@@ -580,24 +621,10 @@ func paddingEnv(size int) []corev1.EnvVar {
 	return env
 }
 
-// createNamespace makes a namespace for one test, deleted when it ends,
-// with the "default" ServiceAccount that Pods need: no controller-manager
-// runs to make it.
-func createNamespace(t *testing.T, name string) string {
-	t.Helper()
-	return createNamespaceIn(t, apiserver, name)
-}
-
-func createNamespaceIn(t *testing.T, a *apiServer, name string) string {
-	t.Helper()
-	for _, route := range deployedRoutes(t) {
-		admitOperation(t, route) // a route its rules keep the tests from driving fails here, at once
-	}
-	return createLabelledNamespaceIn(t, a, name, testLabels(t).namespace)
-}
-
-// createLabelledNamespaceIn is createNamespaceIn with the labels set alone,
-// not those the deployed namespaceSelectors ask for.
+// createLabelledNamespaceIn makes a namespace labelled set alone, deleted
+// when the test ends, with the "default" ServiceAccount that Pods need: no
+// controller-manager runs to make it. newScopeIn makes a test's, labelled
+// as the deployed namespaceSelectors ask.
 func createLabelledNamespaceIn(t *testing.T, a *apiServer, name string, set map[string]string) string {
 	t.Helper()
 	name = strings.ToLower(name)
@@ -612,8 +639,8 @@ func createLabelledNamespaceIn(t *testing.T, a *apiServer, name string, set map[
 
 // ensureDefaultServiceAccount creates the ServiceAccount "default" in ns
 // unless it exists. With no controller-manager nothing else does, and the
-// apiserver refuses a Pod in a namespace without it: admittedObject may be
-// a Pod in a copier's policy.
+// apiserver refuses a Pod in a namespace without it: a copier's request
+// may be of a Pod.
 func ensureDefaultServiceAccount(t *testing.T, a *apiServer, ns string) {
 	t.Helper()
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}

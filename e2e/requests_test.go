@@ -1,0 +1,541 @@
+package e2e
+
+// Requests and scopes: how the e2e tests drive the webhook whatever the
+// policy decides. The policy's e2e file, demonstration_test.go, says which
+// request reaches each deployed webhook and is admitted (admittedRequest),
+// and which one /validate denies (deniedRequest): any operation, on any
+// kind, namespaced or cluster-scoped, a subresource included, with what
+// must be stored first. Every other test sends only those, through a
+// testScope, and registers its webhooks scoped to it, so that the tests
+// pass unchanged once that file agrees with policy.go.
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+)
+
+// request is one call of the apiserver's API that admission sends to a
+// webhook: an operation on an object, with what must be stored before it.
+// Make one with createRequest, updateRequest, deleteRequest or
+// subresourceRequest; as and after add a user and more to store first.
+type request struct {
+	// Operation is the admission operation: CREATE, UPDATE or DELETE. A
+	// PATCH is admitted as an UPDATE. CONNECT (pods/exec, …) needs a
+	// kubelet, which the suite does not run.
+	Operation admissionregistrationv1.OperationType
+	// Object is what the request sends: the object created, the new
+	// version of Stored, or, with Subresource, the subresource's body
+	// (an autoscaling/v1 Scale, a policy/v1 Eviction, the whole object
+	// for "status"). Nil for a DELETE.
+	Object *unstructured.Unstructured
+	// Stored is stored before the request, which acts on it: the object
+	// an UPDATE changes, a DELETE deletes, or whose subresource is
+	// written. Nil for a CREATE of a whole object.
+	Stored *unstructured.Unstructured
+	// Subresource is the subresource written, such as "scale", "status"
+	// or "eviction"; "" for the object itself.
+	Subresource string
+	// Before are stored first, in order: what else the request needs,
+	// such as a ConfigMap a Pod mounts. One that already exists is kept.
+	Before []*unstructured.Unstructured
+	// User, with Groups, sends the request as another user, impersonated
+	// from the suite's admin and allowed everything by RBAC. "" is the
+	// admin itself: user "admin" in group system:masters.
+	User   string
+	Groups []string
+}
+
+// createRequest creates obj: a typed object of k8s.io/api, such as
+// *appsv1.Deployment, or an *unstructured.Unstructured with apiVersion
+// and kind.
+func createRequest(obj runtime.Object) request {
+	return request{Operation: admissionregistrationv1.Create, Object: toUnstructured(obj)}
+}
+
+// updateRequest stores stored, then updates it to changed, which has the
+// same kind and name.
+func updateRequest(stored, changed runtime.Object) request {
+	return request{Operation: admissionregistrationv1.Update, Stored: toUnstructured(stored), Object: toUnstructured(changed)}
+}
+
+// deleteRequest stores stored, then deletes it.
+func deleteRequest(stored runtime.Object) request {
+	return request{Operation: admissionregistrationv1.Delete, Stored: toUnstructured(stored)}
+}
+
+// subresourceRequest stores stored, then writes its subresource with body
+// by operation: UPDATE for "scale" or "status", CREATE for "eviction".
+func subresourceRequest(operation admissionregistrationv1.OperationType, stored runtime.Object, subresource string, body runtime.Object) request {
+	return request{Operation: operation, Stored: toUnstructured(stored), Subresource: subresource, Object: toUnstructured(body)}
+}
+
+// as is r sent by user in groups.
+func (r request) as(user string, groups ...string) request {
+	r.User, r.Groups = user, groups
+	return r
+}
+
+// after is r with objs stored before it, after those it had.
+func (r request) after(objs ...runtime.Object) request {
+	r.Before = slices.Clone(r.Before)
+	for _, o := range objs {
+		r.Before = append(r.Before, toUnstructured(o))
+	}
+	return r
+}
+
+// none reports whether r is the zero request: deniedRequest's, for a
+// policy that denies nothing.
+func (r request) none() bool { return r.Operation == "" }
+
+// toUnstructured converts a typed object of client-go's scheme, with its
+// apiVersion and kind; an *unstructured.Unstructured is copied.
+func toUnstructured(obj runtime.Object) *unstructured.Unstructured {
+	if obj == nil {
+		return nil
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.DeepCopy()
+	}
+	gvks, _, err := scheme.Scheme.ObjectKinds(obj)
+	if err != nil || len(gvks) == 0 {
+		panic(fmt.Sprintf("e2e: a %T is not a kind of client-go's scheme: %v; give an *unstructured.Unstructured with apiVersion and kind", obj, err))
+	}
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		panic(fmt.Sprintf("e2e: converting a %T: %v", obj, err)) // a typed object always converts
+	}
+	u := &unstructured.Unstructured{Object: m}
+	u.SetGroupVersionKind(gvks[0])
+	return u
+}
+
+// scopeLabel marks what a testScope stores and sends; its value is the
+// scope's id. The webhooks a test registers select it (hookOptions).
+const scopeLabel = "e2e.webhook.example.com/scope"
+
+// scopeIDs numbers the scopes of a run, so that names are unique in it.
+var scopeIDs atomic.Int64
+
+// testScope is where one test sends its requests: a namespace of its own,
+// for namespaced kinds, and a label, scopeLabel, with a value of its own,
+// on that namespace and on everything its requests store or send. A
+// webhook registered for the scope (hookOptions.scope) selects that
+// label, so that, of all the tests sharing an apiserver, it is sent only
+// this one's requests, of whatever kind and scope. The names it gives end
+// in the id, so that cluster-scoped ones are unique too.
+type testScope struct {
+	t         *testing.T
+	api       *apiServer
+	namespace string // where namespaced objects go
+	id        string // scopeLabel's value
+
+	mu      sync.Mutex
+	created []stored // cluster-scoped objects it stored, deleted when the test ends
+}
+
+// stored names an object a scope stored.
+type stored struct {
+	resource schema.GroupVersionResource
+	name     string
+}
+
+// newScope makes a scope on the suite's apiserver, its namespace named
+// after name; see newScopeIn.
+func newScope(t *testing.T, name string) *testScope {
+	t.Helper()
+	return newScopeIn(t, apiserver, name)
+}
+
+// newScopeIn makes a scope on api: its namespace, named name, labelled as
+// every deployed webhook's namespaceSelector asks and with scopeLabel,
+// with the "default" ServiceAccount Pods need. When the test ends, the
+// cluster-scoped objects the scope stored are deleted, after the webhooks
+// the test registered later are gone, and the namespace with them.
+func newScopeIn(t *testing.T, api *apiServer, name string) *testScope {
+	t.Helper()
+	for _, route := range deployedRoutes(t) {
+		admittedShape(t, route) // a route the tests cannot drive fails here, at once
+	}
+	s := &testScope{t: t, api: api, id: fmt.Sprintf("t%d", scopeIDs.Add(1))}
+	// Registered before any webhook of the test's, so it runs after them.
+	t.Cleanup(s.deleteCreated)
+	set := maps.Clone(testLabels(t).namespace)
+	if set == nil {
+		set = map[string]string{}
+	}
+	set[scopeLabel] = s.id
+	s.namespace = createLabelledNamespaceIn(t, api, name, set)
+	return s
+}
+
+// scopeOfNamespace is a scope whose namespace is ns, which exists and is
+// left as it is: kube-system, say.
+func scopeOfNamespace(t *testing.T, api *apiServer, ns string) *testScope {
+	t.Helper()
+	s := &testScope{t: t, api: api, namespace: ns, id: fmt.Sprintf("t%d", scopeIDs.Add(1))}
+	t.Cleanup(s.deleteCreated)
+	return s
+}
+
+// name is base made unique in the run: base-<id>.
+func (s *testScope) name(base string) string { return base + "-" + s.id }
+
+// admitted is the policy's admitted request for route (admittedRequest)
+// named after base, with padding, as the scope sends it (prepare).
+func (s *testScope) admitted(route, base string, padding int) *preparedRequest {
+	s.t.Helper()
+	return s.prepare(admittedRequest(route, s.name(base), padding), route)
+}
+
+// denied is the policy's denied request (deniedRequest) named after base,
+// as the scope sends it, and the part of its denial's message the policy
+// promises; nil when the policy denies nothing.
+func (s *testScope) denied(base string) (*preparedRequest, string) {
+	s.t.Helper()
+	r, message := deniedRequest(s.namespace, s.name(base))
+	if r.none() {
+		return nil, ""
+	}
+	return s.prepare(r, validateRoute), message
+}
+
+// preparedRequest is a request as a scope sends it: copied, each object in
+// the scope's namespace when its kind is namespaced, and labelled.
+type preparedRequest struct {
+	request
+	resource   schema.GroupVersionResource // of Stored, or else Object
+	namespaced bool
+	scope      *testScope
+	// warnings, when set, is sent the warnings the apiserver answers the
+	// request itself with, as kubectl prints them.
+	warnings rest.WarningHandler
+}
+
+// prepare copies r for route's webhooks: each object of a namespaced kind
+// goes in the scope's namespace, and each object the request stores or
+// sends whole carries scopeLabel, the labels route's deployed
+// objectSelectors ask for and, for a Namespace, those the deployed
+// namespaceSelectors ask for.
+func (s *testScope) prepare(r request, route string) *preparedRequest {
+	s.t.Helper()
+	if r.none() {
+		s.t.Fatal("e2e/demonstration_test.go gave no request: admittedRequest must give one for each route deploy/webhooks.yaml registers")
+	}
+	if !slices.Contains([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}, r.Operation) {
+		s.t.Fatalf("e2e/demonstration_test.go: a request's operation is %q: the e2e tests send CREATE, UPDATE or DELETE (CONNECT needs a kubelet, which they do not run)", r.Operation)
+	}
+	p := &preparedRequest{request: r, scope: s}
+	p.Before = make([]*unstructured.Unstructured, len(r.Before))
+	for i, b := range r.Before {
+		p.Before[i] = s.place(b.DeepCopy(), route, true)
+	}
+	target := r.Stored
+	if target == nil {
+		target = r.Object
+	}
+	if target == nil {
+		s.t.Fatalf("e2e/demonstration_test.go: a %s request has neither Object nor Stored", r.Operation)
+	}
+	mapping := s.api.mapping(s.t, target.GroupVersionKind())
+	p.resource, p.namespaced = mapping.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	if r.Stored != nil {
+		p.Stored = s.place(r.Stored.DeepCopy(), route, true)
+	}
+	if r.Object != nil {
+		// A subresource's body of another kind (a Scale) carries no
+		// labels the apiserver reads; "status" is the object itself.
+		whole := r.Subresource == "" || r.Object.GroupVersionKind() == target.GroupVersionKind()
+		p.Object = s.place(r.Object.DeepCopy(), route, whole)
+		if !whole && p.namespaced {
+			p.Object.SetNamespace(s.namespace)
+		}
+	}
+	return p
+}
+
+// place puts obj in the scope's namespace when its kind is namespaced and,
+// when label, labels it for route.
+func (s *testScope) place(obj *unstructured.Unstructured, route string, label bool) *unstructured.Unstructured {
+	s.t.Helper()
+	mapping := s.api.mapping(s.t, obj.GroupVersionKind())
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		obj.SetNamespace(s.namespace)
+	}
+	if !label {
+		return obj
+	}
+	set := obj.GetLabels()
+	if set == nil {
+		set = map[string]string{}
+	}
+	maps.Copy(set, testLabels(s.t).object[route])
+	if mapping.Resource.GroupResource() == (schema.GroupResource{Resource: "namespaces"}) {
+		maps.Copy(set, testLabels(s.t).namespace)
+	}
+	set[scopeLabel] = s.id
+	obj.SetLabels(set)
+	return obj
+}
+
+// name is the name of the object the request acts on, as the webhook logs
+// it after the namespace; namespace is its namespace, "" when
+// cluster-scoped.
+func (p *preparedRequest) name() string {
+	if p.Stored != nil {
+		return p.Stored.GetName()
+	}
+	return p.Object.GetName()
+}
+
+func (p *preparedRequest) namespace() string {
+	if p.namespaced {
+		return p.scope.namespace
+	}
+	return ""
+}
+
+// kind is the kind of the object the webhook is sent: the subresource's
+// body, or the resource's object.
+func (p *preparedRequest) kind() string {
+	if p.Object != nil {
+		return p.Object.GetKind()
+	}
+	return p.Stored.GetKind()
+}
+
+// String describes the request for a message: "DELETE of Namespace
+// guarded-t3", "UPDATE of deployments/scale of Deployment ns/web-t4".
+func (p *preparedRequest) String() string {
+	target := p.Stored
+	if target == nil {
+		target = p.Object
+	}
+	what := target.GetKind() + " " + qualified(p.namespace(), p.name())
+	if p.Subresource != "" {
+		what = p.resource.Resource + "/" + p.Subresource + " of " + what
+	}
+	if p.User != "" {
+		what += fmt.Sprintf(" as %s %v", p.User, p.Groups)
+	}
+	return fmt.Sprintf("%s of %s", p.Operation, what)
+}
+
+func qualified(namespace, name string) string {
+	if namespace == "" {
+		return name
+	}
+	return namespace + "/" + name
+}
+
+// send sends p: it stores Before and Stored, then makes the request. With
+// dryRun the request itself is a server-side dry run, which admission
+// calls the webhooks for and which stores nothing; what it needs is
+// stored for real. It returns the request's error; one storing what comes
+// first says so.
+func (p *preparedRequest) send(ctx context.Context, dryRun bool) error {
+	s := p.scope
+	for _, b := range p.Before {
+		if err := s.store(ctx, b, true); err != nil {
+			return fmt.Errorf("storing %s %s before %s: %w", b.GetKind(), b.GetName(), p, err)
+		}
+	}
+	if p.Stored != nil {
+		if err := s.store(ctx, p.Stored, false); err != nil {
+			return fmt.Errorf("storing %s %s before %s: %w", p.Stored.GetKind(), p.Stored.GetName(), p, err)
+		}
+	}
+	client := p.clientAs(s.api.dynamicAs(s.t, p.User, p.Groups, p.warnings))
+	var dry []string
+	if dryRun {
+		dry = []string{metav1.DryRunAll}
+	}
+	var sub []string
+	if p.Subresource != "" {
+		sub = []string{p.Subresource}
+	}
+	switch p.Operation {
+	case admissionregistrationv1.Create:
+		if p.Subresource != "" {
+			_, err := client.Create(ctx, p.Object, metav1.CreateOptions{DryRun: dry}, append([]string{p.name()}, sub...)...)
+			return err
+		}
+		_, err := client.Create(ctx, p.Object, metav1.CreateOptions{DryRun: dry})
+		if err == nil && !dryRun {
+			s.remember(p.resource, p.namespaced, p.Object.GetName())
+		}
+		return err
+	case admissionregistrationv1.Update:
+		obj := p.Object.DeepCopy()
+		if obj.GetResourceVersion() == "" && obj.GroupVersionKind() == p.Stored.GroupVersionKind() {
+			// An update of what is stored now, as kubectl edit sends it.
+			current, err := client.Get(ctx, p.name(), metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("reading %s before updating it: %w", p.name(), err)
+			}
+			obj.SetResourceVersion(current.GetResourceVersion())
+		}
+		_, err := client.Update(ctx, obj, metav1.UpdateOptions{DryRun: dry}, sub...)
+		return err
+	default: // DELETE, prepare has checked
+		return client.Delete(ctx, p.name(), metav1.DeleteOptions{DryRun: dry}, sub...)
+	}
+}
+
+// client is the admin's client of the resource p acts on, in the scope's
+// namespace when it is namespaced.
+func (p *preparedRequest) client() dynamic.ResourceInterface {
+	return p.clientAs(p.scope.api.dynamic)
+}
+
+func (p *preparedRequest) clientAs(c dynamic.Interface) dynamic.ResourceInterface {
+	if p.namespaced {
+		return c.Resource(p.resource).Namespace(p.scope.namespace)
+	}
+	return c.Resource(p.resource)
+}
+
+// store creates obj as the admin. An object of before that already exists
+// is kept, as it may serve every request of a test (a CRD).
+func (s *testScope) store(ctx context.Context, obj *unstructured.Unstructured, before bool) error {
+	mapping := s.api.mapping(s.t, obj.GroupVersionKind())
+	namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
+	var client dynamic.ResourceInterface = s.api.dynamic.Resource(mapping.Resource)
+	if namespaced {
+		client = s.api.dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+	}
+	_, err := client.Create(ctx, obj, metav1.CreateOptions{})
+	if before && apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err == nil && obj.GetKind() != "CustomResourceDefinition" { // a CRD stays for the run, as createWidgetCRD's does
+		s.remember(mapping.Resource, namespaced, obj.GetName())
+	}
+	return err
+}
+
+// remember keeps a cluster-scoped object the scope stored, to delete it
+// when the test ends; a namespaced one goes with the namespace.
+func (s *testScope) remember(resource schema.GroupVersionResource, namespaced bool, name string) {
+	if namespaced {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.created = append(s.created, stored{resource, name})
+}
+
+// deleteCreated deletes the cluster-scoped objects the scope stored.
+func (s *testScope) deleteCreated() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.created {
+		_ = s.api.dynamic.Resource(c.resource).Delete(context.Background(), c.name, metav1.DeleteOptions{})
+	}
+}
+
+// requestShape is what decides whether two routes' admitted requests are
+// one: the operation, kind and subresource.
+type requestShape struct {
+	operation   admissionregistrationv1.OperationType
+	gvk         schema.GroupVersionKind
+	subresource string
+}
+
+// admittedShape is the shape of route's admitted request. It fails the
+// test at once, saying why, for a route that has none.
+func admittedShape(t *testing.T, route string) requestShape {
+	t.Helper()
+	r := admittedRequest(route, "shape", 0)
+	target := r.Stored
+	if target == nil {
+		target = r.Object
+	}
+	if r.none() || target == nil {
+		t.Fatalf("e2e/demonstration_test.go: admittedRequest(%q, …) gives no request, but deploy/webhooks.yaml registers %s: give the request that reaches it and that the policy admits", route, route)
+	}
+	return requestShape{r.Operation, target.GroupVersionKind(), r.Subresource}
+}
+
+// mapping returns the resource of gvk on a, from its discovery, which is
+// read again (for a CRD just made) until it is served.
+func (a *apiServer) mapping(t *testing.T, gvk schema.GroupVersionKind) *meta.RESTMapping {
+	t.Helper()
+	a.mapperOnce.Do(func() {
+		a.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(a.client.Discovery()))
+	})
+	deadline := time.Now().Add(startTimeout)
+	for {
+		m, err := a.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err == nil {
+			return m
+		}
+		if !meta.IsNoMatchError(err) || time.Now().After(deadline) {
+			t.Fatalf("the apiserver serves no %s: %v", gvk, err)
+		}
+		a.mapper.Reset()
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// dynamicAs returns a's dynamic client for user in groups, impersonated
+// from the admin and bound to cluster-admin, or the admin's for "", whose
+// warnings go to warnings unless it is nil.
+func (a *apiServer) dynamicAs(t *testing.T, user string, groups []string, warnings rest.WarningHandler) dynamic.Interface {
+	t.Helper()
+	if user == "" && warnings == nil {
+		return a.dynamic
+	}
+	key := user + "\x00" + strings.Join(groups, "\x00")
+	a.usersMu.Lock()
+	defer a.usersMu.Unlock()
+	if c, ok := a.users[key]; ok && warnings == nil {
+		return c
+	}
+	cfg := rest.CopyConfig(a.config)
+	cfg.WarningHandler = warnings
+	if user == "" {
+		return dynamic.NewForConfigOrDie(cfg)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-impersonated-" + strings.ToLower(strings.NewReplacer(":", "-", "@", "-").Replace(user))},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
+	}
+	if _, err := a.client.RbacV1().ClusterRoleBindings().Create(context.Background(), binding, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("allowing %s everything, to send requests as them: %v", user, err)
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warnings == nil {
+		if a.users == nil {
+			a.users = map[string]dynamic.Interface{}
+		}
+		a.users[key] = c
+	}
+	return c
+}
