@@ -11,6 +11,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,7 +21,10 @@ import (
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -266,9 +270,11 @@ func (s *testScope) prepare(r request, route string) *preparedRequest {
 	if r.Object != nil {
 		// A subresource's body of another kind (a Scale) carries no
 		// labels the apiserver reads; "status" is the object itself.
-		whole := r.Subresource == "" || r.Object.GroupVersionKind() == target.GroupVersionKind()
-		p.Object = s.place(r.Object.DeepCopy(), route, whole)
-		if !whole && p.namespaced {
+		p.Object = r.Object.DeepCopy()
+		switch {
+		case r.Subresource == "" || r.Object.GroupVersionKind() == target.GroupVersionKind():
+			p.Object = s.place(p.Object, route, true)
+		case p.namespaced: // a body of its own kind, in its object's namespace
 			p.Object.SetNamespace(s.namespace)
 		}
 	}
@@ -538,4 +544,145 @@ func (a *apiServer) dynamicAs(t *testing.T, user string, groups []string, warnin
 		a.users[key] = c
 	}
 	return c
+}
+
+// TestRequests drives the request machinery with requests of every shape
+// a policy may decide, to a recorder of reviews that admits everything, so
+// that no policy decides the outcome: a namespaced CREATE, an UPDATE, a
+// DELETE of a Namespace and of a ClusterRole (cluster-scoped), a
+// subresource's UPDATE, a request as another user, and a create with what
+// it needs stored before it. Each reaches the webhook registered for its
+// scope as the apiserver sends it, and none reaches the same webhook
+// registered for another scope: scoping holds for every kind.
+func TestRequests(t *testing.T) {
+	ctx := context.Background()
+	mine, other := newScope(t, "requests"), newScope(t, "requests-other")
+	rec, srv, caPEM := startRecorder(t)
+	otherRec, otherSrv, otherCA := startRecorder(t)
+	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
+	inNamespaces := []admissionregistrationv1.RuleWithOperations{
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "namespaces", "pods"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments/scale"}}},
+	}
+	clusterWide := []admissionregistrationv1.RuleWithOperations{
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"rbac.authorization.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"clusterroles"}}},
+	}
+	// recorded returns the reviews r was sent of an object named name.
+	recorded := func(r *recorder, name string) []admissionv1.AdmissionRequest {
+		var out []admissionv1.AdmissionRequest
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, body := range r.bodies {
+			var review admissionv1.AdmissionReview
+			if err := json.Unmarshal(body, &review); err == nil && review.Request != nil && review.Request.Name == name {
+				out = append(out, *review.Request)
+			}
+		}
+		return out
+	}
+	configMap := func(name string, data map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: data}
+	}
+	for _, w := range []struct {
+		scope  *testScope
+		rec    *recorder
+		url    string
+		caPEM  []byte
+		suffix string
+	}{{mine, rec, srv.URL, caPEM, "mine"}, {other, otherRec, otherSrv.URL, otherCA, "other"}} {
+		seen := func(name string, _ error) bool { return len(recorded(w.rec, name)) > 0 }
+		registerValidating(t, hookOptions{name: "requests-" + w.suffix + ".example.com", url: w.url + "/validate", caBundle: w.caPEM, scope: w.scope, rules: inNamespaces, seen: seen,
+			probe: func(name string) request { return createRequest(configMap(name, nil)) }})
+		registerValidating(t, hookOptions{name: "requests-cluster-" + w.suffix + ".example.com", url: w.url + "/validate", caBundle: w.caPEM, scope: w.scope, rules: clusterWide, selectObjects: true, seen: seen,
+			probe: func(name string) request { return createRequest(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}}) }})
+	}
+
+	replicas := int32(1)
+	deployment := nginxDeployment("", nil)
+	deployment.Spec.Replicas = &replicas
+	tests := []struct {
+		name string
+		make func(name string) request
+		// want checks the one review the webhook was sent of the
+		// request, beside what every review must say.
+		want func(t *testing.T, req admissionv1.AdmissionRequest)
+	}{
+		{"namespaced CREATE", func(name string) request { return createRequest(configMap(name, map[string]string{"a": "1"})) },
+			func(t *testing.T, req admissionv1.AdmissionRequest) {
+				if req.Namespace != mine.namespace || len(req.OldObject.Raw) > 0 && string(req.OldObject.Raw) != "null" {
+					t.Errorf("got namespace %q and oldObject %s, want %s and none", req.Namespace, req.OldObject.Raw, mine.namespace)
+				}
+			}},
+		{"UPDATE", func(name string) request {
+			return updateRequest(configMap(name, map[string]string{"a": "1"}), configMap(name, map[string]string{"a": "2"}))
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if !strings.Contains(string(req.Object.Raw), `"a":"2"`) || !strings.Contains(string(req.OldObject.Raw), `"a":"1"`) {
+				t.Errorf("got object %s and oldObject %s, want a=2 and a=1", req.Object.Raw, req.OldObject.Raw)
+			}
+		}},
+		{"DELETE of a Namespace", func(name string) request {
+			return deleteRequest(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.Kind.Kind != "Namespace" || req.Namespace != req.Name || len(req.OldObject.Raw) == 0 {
+				t.Errorf("got kind %s, namespace %q, oldObject %s: want a Namespace, named in request.namespace too, with its oldObject", req.Kind.Kind, req.Namespace, req.OldObject.Raw)
+			}
+		}},
+		{"DELETE of a ClusterRole", func(name string) request {
+			return deleteRequest(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.Kind.Kind != "ClusterRole" || req.Namespace != "" {
+				t.Errorf("got kind %s, namespace %q: want a ClusterRole in none", req.Kind.Kind, req.Namespace)
+			}
+		}},
+		{"UPDATE of deployments/scale", func(name string) request {
+			d := deployment.DeepCopy()
+			d.Name = name
+			return subresourceRequest(admissionregistrationv1.Update, d, "scale", &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: autoscalingv1.ScaleSpec{Replicas: 3}})
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.SubResource != "scale" || req.Kind.Kind != "Scale" || req.Namespace != mine.namespace {
+				t.Errorf("got subresource %q, kind %s, namespace %q: want scale, Scale, %s", req.SubResource, req.Kind.Kind, req.Namespace, mine.namespace)
+			}
+		}},
+		{"as another user", func(name string) request {
+			return createRequest(configMap(name, nil)).as("jane", "developers")
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.UserInfo.Username != "jane" || !slices.Contains(req.UserInfo.Groups, "developers") {
+				t.Errorf("got user %q in %v, want jane in developers", req.UserInfo.Username, req.UserInfo.Groups)
+			}
+		}},
+		{"with what it needs stored first", func(name string) request {
+			pod := webPod(name)
+			pod.Spec.Volumes = []corev1.Volume{{Name: "settings", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: name + "-settings"}}}}}
+			return createRequest(pod).after(configMap(name+"-settings", nil))
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.Kind.Kind != "Pod" {
+				t.Errorf("got kind %s, want Pod", req.Kind.Kind)
+			}
+		}},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := fmt.Sprintf("shape-%d", i)
+			r := mine.prepare(tc.make(mine.name(base)), validateRoute)
+			if err := r.send(ctx, false); err != nil {
+				t.Fatalf("the %s: %v", r, err)
+			}
+			var reviews []admissionv1.AdmissionRequest
+			for _, req := range recorded(rec, r.name()) {
+				if req.Operation == admissionv1.Operation(r.Operation) && req.SubResource == r.Subresource {
+					reviews = append(reviews, req)
+				}
+			}
+			if len(reviews) != 1 {
+				t.Fatalf("the %s reached the webhook %d times, want once", r, len(reviews))
+			}
+			if got := reviews[0]; got.Name != r.name() || got.Resource.Resource != r.resource.Resource {
+				t.Errorf("the %s was reviewed as %s of %s %q", r, got.Operation, got.Resource.Resource, got.Name)
+			}
+			tc.want(t, reviews[0])
+			if got := recorded(otherRec, r.name()); len(got) > 0 {
+				t.Errorf("the %s reached the webhook of another test's scope, %d times", r, len(got))
+			}
+		})
+	}
 }

@@ -155,6 +155,9 @@ type hookOptions struct {
 	// name and what its dry run returned; registration probes until it
 	// is. Nil waits a fixed 2 s instead.
 	seen func(probe string, err error) bool
+	// probe is the request registration sends, dry-run, until seen: the
+	// route's admitted request unless it is set.
+	probe func(name string) request
 	// route is the deployed webhook ("/mutate" or "/validate") whose rules
 	// (unless rules are given) and admitted request this configuration
 	// uses, whatever its own kind. Empty: the route of its own kind, or
@@ -427,7 +430,11 @@ func waitForHookActive(t *testing.T, o hookOptions, route string) {
 	for i := 0; time.Now().Before(deadline); i++ {
 		// The name carries the route (probeRoute), so that a webhook
 		// server that logs every route tells this one's call apart.
-		probe := o.scope.admitted(route, fmt.Sprintf("probe%s-%d-%d", strings.ReplaceAll(route, "/", "-"), time.Now().UnixNano()%100000, i), 0)
+		base := fmt.Sprintf("probe%s-%d-%d", strings.ReplaceAll(route, "/", "-"), time.Now().UnixNano()%100000, i)
+		probe := o.scope.admitted(route, base, 0)
+		if o.probe != nil {
+			probe = o.scope.prepare(o.probe(o.scope.name(base)), route)
+		}
 		err := probe.send(context.Background(), true)
 		if o.seen(probe.name(), err) {
 			return
