@@ -32,9 +32,10 @@ fuzz:
 	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime 5s ./jsonpatch
 
 # The whole suite against the newest kube-apiserver in e2e/kube
-# (docs/versions.md).
+# (docs/versions.md), summarized (e2e/summary): a line per test, each
+# skip's reason, and each failure's whole output.
 e2e:
-	cd e2e && $(GO) test -count=1 -timeout 30m ./...
+	cd e2e && $(GO) test -count=1 -timeout 30m -json ./... | $(GO) run ./summary
 
 # The oldest minor the project supports, and the tests that ask something of
 # the apiserver's version: the admission contract, the demonstration, TLS and
@@ -44,10 +45,10 @@ e2e:
 # manifests (which skip before 1.37, naming the version). Left out: what
 # only the webhook binary does (SIGTERM, the image).
 E2E_OLDEST = 1.33
-E2E_GROUPS = ^(TestServerVersion|TestContractVerifyAdmissionResponse|TestCapture|TestHTTP2|TestWebhookDown|TestWebhookTooSlow|TestDemonstration|TestDemonstrationOperations|TestAdmissionMatchConditions|TestRotationUnderLoad|TestMutualTLS|TestDeployManifests|TestURLMode|TestRenderedModesAgree|TestDoctor|TestAuthorization|TestValidationActions|TestPolicyWarning|TestOverloadAnswer|TestHostileClients|TestMemoryUnderBurst|TestStatic.*)$$
+E2E_GROUPS = ^(TestServerVersion|TestContractVerifyAdmissionResponse|TestCapture|TestRequests|TestHTTP2|TestWebhookDown|TestWebhookTooSlow|TestDemonstration|TestDemonstrationOperations|TestAdmissionMatchConditions|TestRotationUnderLoad|TestMutualTLS|TestDeployManifests|TestURLMode|TestRenderedModesAgree|TestDoctor|TestAuthorization|TestValidationActions|TestPolicyWarning|TestOverloadAnswer|TestHostileClients|TestMemoryUnderBurst|TestStatic.*)$$
 
 e2e-oldest:
-	cd e2e && E2E_KUBE_VERSION=$(E2E_OLDEST) $(GO) test -count=1 -timeout 30m -run '$(E2E_GROUPS)' .
+	cd e2e && E2E_KUBE_VERSION=$(E2E_OLDEST) $(GO) test -count=1 -timeout 30m -json -run '$(E2E_GROUPS)' . | $(GO) run ./summary
 
 # The same groups on every minor in e2e/kube, and the table of
 # docs/versions.md. Not in CI: each minor's first run builds its

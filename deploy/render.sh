@@ -5,7 +5,8 @@
 #                                          # PDB, TLS Secret and both webhook configurations
 #   deploy/render.sh url HOST:PORT OUT     # URL mode: both configurations for https://HOST:PORT,
 #                                          # and in OUT/apiserver the authorization webhook's
-#                                          # AuthorizationConfiguration and kubeconfig
+#                                          # AuthorizationConfiguration and kubeconfig (unless
+#                                          # deploy/url-mode/authorization-*.yaml are deleted)
 #   deploy/render.sh static HOST:PORT OUT  # URL mode from the control plane: an
 #                                          # AdmissionConfiguration and both
 #                                          # configurations as static manifests
@@ -27,7 +28,7 @@
 # /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" >&2; exit 2; }
+usage() { sed -n '2,28p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -97,24 +98,29 @@ YAML
     ;;
   url)
     url_webhooks "$out/webhooks.yaml"
-    # The authorization webhook is configured on the apiserver's command
-    # line, not through the API: its files go apart from what kubectl applies.
-    apiserver_out="$out/apiserver"
-    mkdir -p "$apiserver_out"
-    apiserver_dir=${APISERVER_DIR:-$apiserver_out}
-    client_cert=${CLIENT_CERT:-/etc/kubernetes/pki/webhook-client.crt}
-    client_key=${CLIENT_KEY:-/etc/kubernetes/pki/webhook-client.key}
-    for f in "$root"/deploy/url-mode/authorization-*.yaml; do
-      render "$f" "$apiserver_out/$(basename "$f")"
-      sed -i -e "s|__HOSTPORT__|$hostport|g" -e "s|__APISERVER_DIR__|$apiserver_dir|g" \
-        -e "s|__CLIENT_CERT__|$client_cert|g" -e "s|__CLIENT_KEY__|$client_key|g" "$apiserver_out/$(basename "$f")"
-    done
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
-    echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
-    echo "  (it then guards /mutate and /validate too: give the apiserver that certificate for admission webhooks" >&2
-    echo "  as well, docs/operations.md's Security, or run a second webhook for /authorize alone)," >&2
-    echo "  and start kube-apiserver with --authorization-config $apiserver_dir/authorization-config.yaml" >&2
+    # The authorization webhook is configured on the apiserver's command
+    # line, not through the API: its files go apart from what kubectl
+    # applies. A policy with no use for /authorize deletes them
+    # (docs/testing.md), and nothing is rendered for it.
+    authorization=("$root"/deploy/url-mode/authorization-*.yaml)
+    if [ -e "${authorization[0]}" ]; then
+      apiserver_out="$out/apiserver"
+      mkdir -p "$apiserver_out"
+      apiserver_dir=${APISERVER_DIR:-$apiserver_out}
+      client_cert=${CLIENT_CERT:-/etc/kubernetes/pki/webhook-client.crt}
+      client_key=${CLIENT_KEY:-/etc/kubernetes/pki/webhook-client.key}
+      for f in "${authorization[@]}"; do
+        render "$f" "$apiserver_out/$(basename "$f")"
+        sed -i -e "s|__HOSTPORT__|$hostport|g" -e "s|__APISERVER_DIR__|$apiserver_dir|g" \
+          -e "s|__CLIENT_CERT__|$client_cert|g" -e "s|__CLIENT_KEY__|$client_key|g" "$apiserver_out/$(basename "$f")"
+      done
+      echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
+      echo "  (it then guards /mutate and /validate too: give the apiserver that certificate for admission webhooks" >&2
+      echo "  as well, docs/operations.md's Security, or run a second webhook for /authorize alone)," >&2
+      echo "  and start kube-apiserver with --authorization-config $apiserver_dir/authorization-config.yaml" >&2
+    fi
     ;;
   static)
     # Manifest-based admission control (kube-apiserver 1.37, feature gate

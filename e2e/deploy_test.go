@@ -214,3 +214,35 @@ func TestURLMode(t *testing.T) {
 	}
 	reviewedOnEach(t, w, scope, "web")
 }
+
+// TestRenderWithoutAuthorization renders URL mode from a copy of deploy/
+// without deploy/url-mode/authorization-*.yaml, as a policy with no use
+// for /authorize keeps it (docs/testing.md): the admission webhooks'
+// configurations are rendered, and no apiserver directory.
+func TestRenderWithoutAuthorization(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(filepath.Join(root, "deploy"), os.DirFS(filepath.Join(repoRoot, "deploy"))); err != nil {
+		t.Fatal(err)
+	}
+	removed, _ := filepath.Glob(filepath.Join(root, "deploy", "url-mode", "authorization-*.yaml"))
+	if len(removed) == 0 {
+		t.Skip("deploy/url-mode has no authorization-*.yaml: TestURLMode renders without them")
+	}
+	for _, f := range removed {
+		if err := os.Remove(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := t.TempDir()
+	cmd := exec.Command(filepath.Join(root, "deploy", "render.sh"), "url", "127.0.0.1:8443", out)
+	cmd.Env = append(os.Environ(), "WEBHOOK="+webhookBinary)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/render.sh url without the authorization files: %v\n%s", err, output)
+	}
+	if _, err := os.Stat(filepath.Join(out, "webhooks.yaml")); err != nil {
+		t.Errorf("no webhooks.yaml rendered: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(out, "apiserver")); !os.IsNotExist(err) {
+		t.Errorf("an apiserver directory was rendered for an authorization webhook that is not configured (%v)", err)
+	}
+}
