@@ -594,7 +594,9 @@ func TestRequests(t *testing.T) {
 		registerValidating(t, hookOptions{name: "requests-" + w.suffix + ".example.com", url: w.url + "/validate", caBundle: w.caPEM, scope: w.scope, rules: inNamespaces, seen: seen,
 			probe: func(name string) request { return createRequest(configMap(name, nil)) }})
 		registerValidating(t, hookOptions{name: "requests-cluster-" + w.suffix + ".example.com", url: w.url + "/validate", caBundle: w.caPEM, scope: w.scope, rules: clusterWide, selectObjects: true, seen: seen,
-			probe: func(name string) request { return createRequest(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}}) }})
+			probe: func(name string) request {
+				return createRequest(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}})
+			}})
 	}
 
 	replicas := int32(1)

@@ -28,7 +28,7 @@ func TestSummarize(t *testing.T) {
 {"Action":"output","Package":"p","Output":"FAIL\tp\t3.5s\n"}
 {"Action":"fail","Package":"p","Elapsed":3.5}
 `,
-			status: 1,
+			status:   1,
 			contains: []string{"--- PASS: TestA (1.5s)", "--- SKIP: TestB", "deniedRequest returns request{}: the policy denies nothing", "--- FAIL: TestC", "got 1, want 2", "1 passed, 1 skipped, 1 failed", "skipped TestB: b_test.go:9: deniedRequest"},
 			omits:    []string{"a log line of a passing test", "--- SKIP: TestB (0.00s)"},
 		},
