@@ -235,6 +235,8 @@ type preparedRequest struct {
 	// warnings, when set, is sent the warnings the apiserver answers the
 	// request itself with, as kubectl prints them.
 	warnings rest.WarningHandler
+	// firstStored is set once Before and Stored are (storeFirst).
+	firstStored bool
 }
 
 // prepare copies r for route's webhooks: each object of a namespaced kind
@@ -362,15 +364,8 @@ func qualified(namespace, name string) string {
 // first says so.
 func (p *preparedRequest) send(ctx context.Context, dryRun bool) error {
 	s := p.scope
-	for _, b := range p.Before {
-		if err := s.store(ctx, b, true); err != nil {
-			return fmt.Errorf("storing %s %s before %s: %w", b.GetKind(), b.GetName(), p, err)
-		}
-	}
-	if p.Stored != nil {
-		if err := s.store(ctx, p.Stored, false); err != nil {
-			return fmt.Errorf("storing %s %s before %s: %w", p.Stored.GetKind(), p.Stored.GetName(), p, err)
-		}
+	if err := p.storeFirst(ctx); err != nil {
+		return err
 	}
 	client := p.clientAs(s.api.dynamicAs(s.t, p.User, p.Groups, p.warnings))
 	var dry []string
@@ -420,6 +415,26 @@ func (p *preparedRequest) clientAs(c dynamic.Interface) dynamic.ResourceInterfac
 		return c.Resource(p.resource).Namespace(p.scope.namespace)
 	}
 	return c.Resource(p.resource)
+}
+
+// storeFirst stores what p acts on, Before and Stored, unless it has: a
+// test that times the request itself stores them first.
+func (p *preparedRequest) storeFirst(ctx context.Context) error {
+	if p.firstStored {
+		return nil
+	}
+	for _, b := range p.Before {
+		if err := p.scope.store(ctx, b, true); err != nil {
+			return fmt.Errorf("storing %s %s before the %s: %w", b.GetKind(), b.GetName(), p, err)
+		}
+	}
+	if p.Stored != nil {
+		if err := p.scope.store(ctx, p.Stored, false); err != nil {
+			return fmt.Errorf("storing %s %s before the %s: %w", p.Stored.GetKind(), p.Stored.GetName(), p, err)
+		}
+	}
+	p.firstStored = true
+	return nil
 }
 
 // store creates obj as the admin. An object of before that already exists

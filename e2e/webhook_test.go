@@ -579,25 +579,34 @@ func (s *testScope) sendAdmitted(ctx context.Context, route, base string) error 
 	return s.admitted(route, base, 0).send(ctx, false)
 }
 
-// sendThroughAll sends the admitted request named after base of each
-// route deploy/webhooks.yaml registers, /mutate's first, so that every
-// deployed webhook is sent one; routes whose requests have one shape (the
-// same operation on one kind) share a single request. It returns the
-// first error.
+// sendThroughAll sends the admitted requests named after base
+// (admittedThroughAll), /mutate's first, and returns the first error.
 func (s *testScope) sendThroughAll(ctx context.Context, base string) error {
 	s.t.Helper()
-	sent := map[requestShape]bool{}
-	for _, route := range deployedRoutes(s.t) {
-		shape := admittedShape(s.t, route)
-		if sent[shape] {
-			continue
-		}
-		sent[shape] = true
-		if err := s.sendAdmitted(ctx, route, base); err != nil {
+	for _, r := range s.admittedThroughAll(base) {
+		if err := r.send(ctx, false); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// admittedThroughAll is the admitted request named after base of each
+// route deploy/webhooks.yaml registers, /mutate's first, so that every
+// deployed webhook is sent one; routes whose requests have one shape (the
+// same operation on one kind) share a single request.
+func (s *testScope) admittedThroughAll(base string) []*preparedRequest {
+	s.t.Helper()
+	var requests []*preparedRequest
+	sent := map[requestShape]bool{}
+	for _, route := range deployedRoutes(s.t) {
+		shape := admittedShape(s.t, route)
+		if !sent[shape] {
+			sent[shape] = true
+			requests = append(requests, s.admitted(route, base, 0))
+		}
+	}
+	return requests
 }
 
 // reviewedOnEach checks that w logged a review of the admitted request
