@@ -270,6 +270,11 @@ func TestDoctor(t *testing.T) {
 		setup     func(t *testing.T) (url string, caBundle []byte)
 		mutating  bool
 		timeout   int32
+		// rules and request, when set, are the webhook's rules and the
+		// request sent through it; else the route's deployed rules and
+		// admitted request.
+		rules     []admissionregistrationv1.RuleWithOperations
+		request   func(name string) request
 		apiserver string // in the apiserver's error for a create
 		check     string // the check doctor fails
 		doctor    string // in what doctor says
@@ -326,9 +331,18 @@ func TestDoctor(t *testing.T) {
 			check:     "review.v1", doctor: "(it is admission.k8s.io/v1beta1 AdmissionReview)",
 		},
 		{
+			// Its own request: a patch of a DELETE is refused before it
+			// is applied, and an object with annotations takes it.
 			name: "patch that does not apply", hook: "patch.doctor.example.com",
 			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/bad-patch", ca.certPEM },
 			mutating:  true,
+			rules: []admissionregistrationv1.RuleWithOperations{{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+			}},
+			request: func(name string) request {
+				return createRequest(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"a": "b"}})
+			},
 			apiserver: "doc is missing path",
 			check:     "patch.v1", doctor: `add operation does not apply: doc is missing path: "/metadata/annotations/webhook.example.com~1allow"`,
 		},
@@ -344,14 +358,18 @@ func TestDoctor(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			scope := newScope(t, "doctor-"+strings.NewReplacer(" ", "-", "'", "").Replace(tc.name))
 			url, caBundle := tc.setup(t)
-			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, scope: scope, timeout: tc.timeout, seen: refused}
+			o := hookOptions{name: tc.hook, url: url, caBundle: caBundle, scope: scope, timeout: tc.timeout, seen: refused, rules: tc.rules, probe: tc.request}
 			var route string
 			if tc.mutating {
 				route = registerMutating(t, o)
 			} else {
 				route = registerValidating(t, o)
 			}
-			err := scope.sendAdmitted(context.Background(), route, "web")
+			sent := scope.admitted(route, "web", 0)
+			if tc.request != nil {
+				sent = scope.prepare(tc.request(scope.name("web")), route)
+			}
+			err := sent.send(context.Background(), false)
 			if err == nil || !strings.Contains(err.Error(), tc.apiserver) {
 				t.Fatalf("the apiserver's create: got %v, want an error with %q", err, tc.apiserver)
 			}
