@@ -63,6 +63,10 @@ func Members(doc []byte, keys ...string) ([][]byte, error) {
 // Open leaves for its reader to decode, or to open in turn.
 type Raw []byte
 
+// MarshalJSON returns r as written, so that a value holding parts of a
+// document not decoded encodes as the document has them.
+func (r Raw) MarshalJSON() ([]byte, error) { return r, nil }
+
 // Open reads one level of the JSON object or array doc: an object becomes
 // a map[string]any and an array a []any, each member or element a Raw as
 // written, or nil where it is null, as a decoder reads null. Keys are
@@ -98,6 +102,15 @@ func Open(doc []byte) (any, error) {
 		return nil, err
 	}
 	return object, nil
+}
+
+// Opened returns v, a member or element of what Open returned, opened in
+// turn if it is an object or array not read yet; anything else as it is.
+func Opened(v any) (any, error) {
+	if raw, ok := v.(Raw); ok && (raw[0] == '{' || raw[0] == '[') {
+		return Open(raw)
+	}
+	return v, nil
 }
 
 // orNil is value as Open holds it: nil for null, else a Raw.

@@ -236,3 +236,36 @@ func rawOrNil(v json.RawMessage) any {
 	}
 	return nil
 }
+
+func TestOpened(t *testing.T) {
+	for _, tc := range []struct {
+		v, want any
+	}{
+		{Raw(`{"a":{"b":1}}`), map[string]any{"a": `{"b":1}`}},
+		{Raw(`[1,null]`), []any{`1`, nil}},
+		{Raw(`"a"`), `"a"`},
+		{Raw(`1`), `1`},
+		{map[string]any{"a": Raw(`1`)}, map[string]any{"a": `1`}},
+		{"decoded", "decoded"},
+		{nil, nil},
+	} {
+		got, err := Opened(tc.v)
+		if err != nil || !reflect.DeepEqual(asStrings(got), tc.want) {
+			t.Errorf("Opened(%#v) = %#v, %v; want %#v", tc.v, asStrings(got), err, tc.want)
+		}
+	}
+	// Encoded, what Open read is the document again.
+	doc := `{"a":[1,{"b":"c"},null],"d":"\u00e9"}`
+	v, err := Open([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.(map[string]any)["a"], err = Opened(v.(map[string]any)["a"]); err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(v)
+	var a, b any
+	if err != nil || json.Unmarshal(got, &a) != nil || json.Unmarshal([]byte(doc), &b) != nil || !reflect.DeepEqual(a, b) {
+		t.Errorf("%s opened and encoded: got %s, %v", doc, got, err)
+	}
+}
