@@ -252,7 +252,8 @@ func (p *objectPatch) change(value any, path []string, onlyIfMissing bool) {
 	if onlyIfMissing {
 		return
 	}
-	// Decoded whole: an object or list there may hold parts not read.
+	// Decoded whole, as the value is: an object or list there may hold
+	// members still as written.
 	if whole, ok := p.jsonValue(have); !ok || reflect.DeepEqual(whole, v) {
 		return
 	}

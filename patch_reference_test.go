@@ -230,13 +230,21 @@ func (s patchStep) String() string {
 // patchWith makes each step on b and returns its patch.
 func patchWith(b patchBuilder, steps []patchStep) ([]patchOp, error) {
 	for _, s := range steps {
-		map[string]func(any, ...string){"set": b.set, "setDefault": b.setDefault, "appendTo": b.appendTo}[s.call](s.value, s.path...)
+		switch s.call {
+		case "set":
+			b.set(s.value, s.path...)
+		case "setDefault":
+			b.setDefault(s.value, s.path...)
+		case "appendTo":
+			b.appendTo(s.value, s.path...)
+		}
 	}
 	return b.patch()
 }
 
 // checkSameAsFullDecode fails unless objectPatch and fullDecodePatch make
-// the same operations, or the same error, from steps on object. One
+// the same operations, or the same error, from steps on object, and
+// objectPatch leaves the bytes of object as they were. One
 // difference is meant: of an object that the full decode refuses,
 // objectPatch reads only what the steps reach, so it may take it, and
 // patch where the steps never meet what is wrong (a number out of range, or
@@ -247,6 +255,12 @@ func patchWith(b patchBuilder, steps []patchStep) ([]patchOp, error) {
 func checkSameAsFullDecode(t *testing.T, object []byte, steps []patchStep) {
 	t.Helper()
 	obj := runtime.RawExtension{Raw: object}
+	sent := bytes.Clone(object)
+	defer func() {
+		if !bytes.Equal(object, sent) {
+			t.Errorf("objectPatch wrote into the object it was given: %s became %s", sent, object)
+		}
+	}()
 	ref, refErr := patchObjectFullDecode(obj)
 	p, err := patchObject(obj)
 	if refErr != nil {
