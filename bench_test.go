@@ -9,8 +9,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 var writeBenchBodies = flag.String("write-bench-bodies", "", "write the benchmark bodies into this `directory` (used by bench/)")
@@ -169,3 +174,216 @@ func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 func (w *discardWriter) SetReadDeadline(time.Time) error { return nil }
 
 func (nopCloser) Close() error { return nil }
+
+// toolboxPods are the objects BenchmarkToolbox patches: the plumbing's
+// captured Pod (3 KB, two containers and an init container) and a Pod of
+// about 1 MB made from it, 40 containers each with a large env, as a Pod
+// of a big batch job or a service mesh's may be.
+func toolboxPods(tb testing.TB) []struct {
+	name   string
+	object runtime.RawExtension
+} {
+	tb.Helper()
+	var review struct {
+		Request struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"request"`
+	}
+	if err := json.Unmarshal(plumbingReviews(tb)["v1-pod-create"], &review); err != nil {
+		tb.Fatal(err)
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(review.Request.Object, &pod); err != nil {
+		tb.Fatal(err)
+	}
+	small, err := json.Marshal(&pod)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	const containers, envPerContainer = 40, 290
+	template := pod.Spec.Containers[0]
+	pod.Spec.Containers = nil
+	for i := range containers {
+		c := *template.DeepCopy()
+		c.Name = fmt.Sprintf("app-%02d", i)
+		for j := range envPerContainer {
+			c.Env = append(c.Env, corev1.EnvVar{Name: fmt.Sprintf("SETTING_%05d", j), Value: fmt.Sprintf("value-%05d-of-a-moderately-long-configuration-entry", j)})
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, c)
+	}
+	large, err := json.Marshal(&pod)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return []struct {
+		name   string
+		object runtime.RawExtension
+	}{
+		{"pod-3k", runtime.RawExtension{Raw: small}},
+		{"pod-1m", runtime.RawExtension{Raw: large}},
+	}
+}
+
+// BenchmarkToolbox is what each block of the policy's toolbox costs on one
+// Pod (docs/patching.md gives the figures): the readers objectMeta and
+// decodeObject (into podMounts, what the injector reads), setLabels and
+// setAnnotations given the metadata, patchObject with one default deep in
+// the spec, and issue 34's sidecar injector built with patchObject against
+// the same patch written by hand.
+func BenchmarkToolbox(b *testing.B) {
+	want := []keyValue{{"example.com/team", "web"}}
+	for _, pod := range toolboxPods(b) {
+		meta, err := objectMeta(pod.object)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, block := range []struct {
+			name string
+			run  func(obj runtime.RawExtension) error
+		}{
+			{"objectMeta", func(obj runtime.RawExtension) error { _, err := objectMeta(obj); return err }},
+			{"setLabels", func(runtime.RawExtension) error { setLabels(meta, want); return nil }},
+			{"setAnnotations", func(runtime.RawExtension) error { setAnnotations(meta, want); return nil }},
+			{"decodeObject", func(obj runtime.RawExtension) error { var pod podMounts; return decodeObject(obj, &pod) }},
+			{"patchObject-one-default", func(obj runtime.RawExtension) error {
+				edit, err := patchObject(obj)
+				if err != nil {
+					return err
+				}
+				edit.setDefault(true, "spec", "securityContext", "runAsNonRoot")
+				_, err = edit.patch()
+				return err
+			}},
+			{"injector-patchObject", func(obj runtime.RawExtension) error { _, err := injectSidecar(obj); return err }},
+			{"injector-by-hand", func(obj runtime.RawExtension) error { _, err := injectSidecarByHand(obj); return err }},
+		} {
+			b.Run(block.name+"/"+pod.name, func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if err := block.run(pod.object); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// The sidecar of issue 34's injector: a container, the volume it shares,
+// and that volume mounted in every container of the Pod.
+var (
+	sidecarVolume    = corev1.Volume{Name: "agent-config", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	sidecarMount     = corev1.VolumeMount{Name: "agent-config", MountPath: "/etc/agent", ReadOnly: true}
+	sidecarContainer = corev1.Container{Name: "log-agent", Image: "registry.example.com/log-agent:1.0", VolumeMounts: []corev1.VolumeMount{sidecarMount}}
+)
+
+// podMounts is what the injector reads of a Pod to be idempotent: the
+// names of its containers, of their mounts, and of its volumes.
+type podMounts struct {
+	Spec struct {
+		Containers []struct {
+			Name         string  `json:"name"`
+			VolumeMounts []named `json:"volumeMounts"`
+		} `json:"containers"`
+		Volumes []named `json:"volumes"`
+	} `json:"spec"`
+}
+
+type named struct {
+	Name string `json:"name"`
+}
+
+func hasNamed(list []named, name string) bool {
+	return slices.ContainsFunc(list, func(n named) bool { return n.Name == name })
+}
+
+// injectSidecar is the injector built with patchObject: what is missing is
+// appended, and patchObject works out whether each list exists.
+func injectSidecar(obj runtime.RawExtension) ([]patchOp, error) {
+	var pod podMounts
+	if err := decodeObject(obj, &pod); err != nil {
+		return nil, err
+	}
+	edit, err := patchObject(obj)
+	if err != nil {
+		return nil, err
+	}
+	hasSidecar := false
+	for i, c := range pod.Spec.Containers {
+		hasSidecar = hasSidecar || c.Name == sidecarContainer.Name
+		if !hasNamed(c.VolumeMounts, sidecarMount.Name) {
+			edit.appendTo(sidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
+		}
+	}
+	if !hasSidecar {
+		edit.appendTo(sidecarContainer, "spec", "containers")
+	}
+	if !hasNamed(pod.Spec.Volumes, sidecarVolume.Name) {
+		edit.appendTo(sidecarVolume, "spec", "volumes")
+	}
+	return edit.patch()
+}
+
+// injectSidecarByHand is the same patch written by hand from podMounts
+// alone: a missing or null list is added whole, else appended to.
+func injectSidecarByHand(obj runtime.RawExtension) ([]patchOp, error) {
+	var pod podMounts
+	if err := decodeObject(obj, &pod); err != nil {
+		return nil, err
+	}
+	var ops []patchOp
+	appendOp := func(exists bool, value any, path ...string) {
+		if exists {
+			ops = append(ops, patchOp{Op: "add", Path: jsonPointer(path...) + "/-", Value: value})
+		} else {
+			ops = append(ops, patchOp{Op: "add", Path: jsonPointer(path...), Value: []any{value}})
+		}
+	}
+	hasSidecar := false
+	for i, c := range pod.Spec.Containers {
+		hasSidecar = hasSidecar || c.Name == sidecarContainer.Name
+		if !hasNamed(c.VolumeMounts, sidecarMount.Name) {
+			appendOp(c.VolumeMounts != nil, sidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
+		}
+	}
+	if !hasSidecar {
+		appendOp(pod.Spec.Containers != nil, sidecarContainer, "spec", "containers")
+	}
+	if !hasNamed(pod.Spec.Volumes, sidecarVolume.Name) {
+		appendOp(pod.Spec.Volumes != nil, sidecarVolume, "spec", "volumes")
+	}
+	return ops, nil
+}
+
+// TestInjectors checks that BenchmarkToolbox's two injectors compare like
+// with like: on each Pod, and on Pods with lists missing, null or empty,
+// their patches apply and give the same Pod, which a second pass leaves
+// as it is.
+func TestInjectors(t *testing.T) {
+	objects := map[string][]byte{
+		"no lists":    []byte(`{"spec":{"containers":[{"name":"a"},{"name":"b","volumeMounts":null}]}}`),
+		"empty lists": []byte(`{"spec":{"containers":[{"name":"a","volumeMounts":[]}],"volumes":[]}}`),
+		"half done":   []byte(`{"spec":{"containers":[{"name":"a","volumeMounts":[{"name":"agent-config"}]},{"name":"b"}],"volumes":null}}`),
+	}
+	for _, pod := range toolboxPods(t) {
+		objects[pod.name] = pod.object.Raw
+	}
+	for name, object := range objects {
+		t.Run(name, func(t *testing.T) {
+			var after [2][]byte
+			for i, inject := range []func(runtime.RawExtension) ([]patchOp, error){injectSidecar, injectSidecarByHand} {
+				ops, err := inject(runtime.RawExtension{Raw: object})
+				if err != nil {
+					t.Fatal(err)
+				}
+				after[i] = applyPatch(t, object, ops)
+				if again, err := inject(runtime.RawExtension{Raw: after[i]}); err != nil || len(again) > 0 {
+					t.Errorf("injector %d, a second pass: got %v, %v; want no operations", i, again, err)
+				}
+			}
+			if !sameJSON(t, after[0], after[1]) {
+				t.Errorf("patchObject's injector gave\n%.2000s\nthe one by hand\n%.2000s", after[0], after[1])
+			}
+		})
+	}
+}

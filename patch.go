@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,6 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/json"
+
+	"github.com/example/webhook/jsonfield"
 )
 
 // patchOp is one JSON Patch (RFC 6902) operation, as the kube-apiserver's
@@ -119,8 +122,9 @@ func entriesMap(kvs []keyValue) map[string]string {
 // A path is the field names from the top of the object, as in YAML; a
 // decimal token selects an element of a list the object has
 // (strconv.Itoa(i)); appendTo makes a list it lacks. It reads the object
-// as sent and applies each change to that copy as it goes, so that every
-// patch applies whatever the object has:
+// as sent, only along the paths it changes, and applies each change to
+// what it read as it goes, so that every patch applies whatever the object
+// has:
 //   - the innermost parent missing or null is created by one "add" holding
 //     the rest (an "add" below it would fail with "doc is missing path");
 //   - a parent the object has is never replaced, so its other fields stay,
@@ -134,22 +138,29 @@ func entriesMap(kvs []keyValue) map[string]string {
 // as a path through a string, are kept and returned by patch, so a policy
 // checks once.
 type objectPatch struct {
-	object any // the object as sent, with the operations so far applied
+	// object is the object as sent, with the operations so far applied,
+	// read only as far as the paths changed so far: each object or list
+	// on them is a map[string]any or []any, and what no path has reached
+	// is a jsonfield.Raw, as written, decoded only to be compared.
+	object any
 	ops    []patchOp
 	err    error
 }
 
-// patchObject starts a patch of obj, req.Object, decoding it whole once
-// more: setLabels and setAnnotations do without that cost.
+// patchObject starts a patch of obj, req.Object. It reads the object's
+// top level, not what is below (docs/patching.md gives the costs).
 func patchObject(obj runtime.RawExtension) (*objectPatch, error) {
-	p := &objectPatch{}
-	if err := decodeObject(obj, &p.object); err != nil {
-		return nil, err
+	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
+		return nil, errors.New("the request carries no object to admit")
 	}
-	if _, ok := p.object.(map[string]any); !ok {
+	object, err := jsonfield.Open(obj.Raw)
+	if err != nil && !errors.Is(err, jsonfield.ErrNotObject) {
+		return nil, fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
+	}
+	if _, ok := object.(map[string]any); !ok {
 		return nil, errors.New("the object is not a JSON object")
 	}
-	return p, nil
+	return &objectPatch{object: object}, nil
 }
 
 // set makes the field at path hold value, creating missing or null
@@ -238,7 +249,12 @@ func (p *objectPatch) change(value any, path []string, onlyIfMissing bool) {
 		}
 		return
 	}
-	if onlyIfMissing || reflect.DeepEqual(have, v) {
+	if onlyIfMissing {
+		return
+	}
+	// Decoded whole, as the value is: an object or list there may hold
+	// members still as written.
+	if whole, ok := p.jsonValue(have); !ok || reflect.DeepEqual(whole, v) {
 		return
 	}
 	p.ops = append(p.ops, patchOp{Op: "replace", Path: jsonPointer(path...), Value: v})
@@ -253,22 +269,31 @@ func (p *objectPatch) hasPath(path []string) bool {
 }
 
 // walk follows path through the object as far as it exists and is not
-// null. It returns how many tokens it followed and the node it reached.
+// null, opening each object or list on the way the first time. It returns
+// how many tokens it followed and the node it reached.
 func (p *objectPatch) walk(path []string) (int, any, error) {
 	node := p.object
 	for i, token := range path {
 		var child any
+		var err error
 		switch n := node.(type) {
 		case map[string]any:
-			child = n[token]
+			if c, ok := n[token]; ok {
+				child, err = jsonfield.Opened(c)
+				n[token] = child
+			}
 		case []any:
 			j, _ := strconv.Atoi(token)
 			if !isIndex(token) || j >= len(n) {
 				return i, node, fmt.Errorf("%s has %d elements, so no element %q", fieldPath(path[:i]), len(n), token)
 			}
-			child = n[j]
+			child, err = jsonfield.Opened(n[j])
+			n[j] = child
 		default:
 			return i, node, fmt.Errorf("%s is %s, so it has no field %s", fieldPath(path[:i]), kindOf(node), token)
+		}
+		if err != nil {
+			return i, node, fmt.Errorf("the object does not decode as a Kubernetes object: %s: %w", fieldPath(path[:i+1]), err)
 		}
 		if child == nil {
 			return i, node, nil
@@ -332,7 +357,7 @@ func fieldPath(path []string) string {
 }
 
 func kindOf(v any) string {
-	switch v.(type) {
+	switch v := v.(type) {
 	case map[string]any:
 		return "an object"
 	case []any:
@@ -341,6 +366,13 @@ func kindOf(v any) string {
 		return "a string"
 	case bool:
 		return "a boolean"
+	case jsonfield.Raw: // not decoded: its first byte says which
+		switch v[0] {
+		case '"':
+			return "a string"
+		case 't', 'f':
+			return "a boolean"
+		}
 	}
 	return "a number"
 }

@@ -1,13 +1,15 @@
-// Package jsonfield finds one member of a JSON object without reading the
+// Package jsonfield reads parts of a JSON document without decoding the
 // rest: the webhook reads an object's metadata, which the apiserver writes
 // before its spec and status, and need not scan a megabyte of them to get
-// it.
+// it; a patch of one field of a Pod opens only the objects and lists on
+// that field's path.
 package jsonfield
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"unicode/utf8"
 )
 
 // ErrNotObject is returned for a document that is not a JSON object.
@@ -55,6 +57,113 @@ func Members(doc []byte, keys ...string) ([][]byte, error) {
 		return nil, err
 	}
 	return values, nil
+}
+
+// Raw is a JSON value as written, not decoded: a member or element that
+// Open leaves for its reader to decode, or to open in turn.
+type Raw []byte
+
+// MarshalJSON returns r as written, so that a value holding parts of a
+// document not decoded encodes as the document has them.
+func (r Raw) MarshalJSON() ([]byte, error) { return r, nil }
+
+// Open reads one level of the JSON object or array doc: an object becomes
+// a map[string]any and an array a []any, each member or element a Raw as
+// written, or nil where it is null, as a decoder reads null. Keys are
+// unescaped as a decoder unescapes them and, of a member written twice,
+// the last is kept, as a decoder keeps it. Nothing below the first level
+// is decoded: the cost is one pass over doc's bytes and an entry for each
+// member or element. A doc that is neither gives ErrNotObject.
+func Open(doc []byte) (any, error) {
+	i := skipSpace(doc, 0)
+	if i < len(doc) && doc[i] == '[' {
+		list := []any{}
+		err := walkArray(doc, i+1, func(v []byte) { list = append(list, orNil(v)) })
+		if err != nil {
+			return nil, err
+		}
+		return list, nil
+	}
+	object := map[string]any{}
+	var keyErr error
+	err := walk(doc, func(k, v []byte) (stop bool) {
+		key, err := unquote(k)
+		if err != nil {
+			keyErr = err
+			return true
+		}
+		object[key] = orNil(v)
+		return false
+	})
+	if err == nil {
+		err = keyErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return object, nil
+}
+
+// Opened returns v, a member or element of what Open returned, opened in
+// turn if it is an object or array not read yet; anything else as it is.
+func Opened(v any) (any, error) {
+	if raw, ok := v.(Raw); ok && (raw[0] == '{' || raw[0] == '[') {
+		return Open(raw)
+	}
+	return v, nil
+}
+
+// orNil is value as Open holds it: nil for null, else a Raw.
+func orNil(value []byte) any {
+	if string(value) == "null" {
+		return nil
+	}
+	return Raw(value)
+}
+
+// unquote returns the JSON string s, quoted, as a decoder reads it.
+func unquote(s []byte) (string, error) {
+	if bytes.IndexByte(s, '\\') < 0 && utf8.Valid(s) {
+		return string(s[1 : len(s)-1]), nil
+	}
+	// Escapes, or bytes a decoder replaces with U+FFFD: the decoder's own
+	// rules.
+	var k string
+	if err := json.Unmarshal(s, &k); err != nil {
+		return "", errSyntax
+	}
+	return k, nil
+}
+
+// walkArray calls visit with each element of the JSON array doc in turn,
+// as written, skipping each without decoding it; doc[i-1] is the array's
+// '['. walk does the same for an object's members, apart so that the
+// metadata's reading on every review is as it was.
+func walkArray(doc []byte, i int, visit func(value []byte)) error {
+	i = skipSpace(doc, i)
+	if i < len(doc) && doc[i] == ']' {
+		return nil
+	}
+	for i < len(doc) {
+		end, err := skipValue(doc, i)
+		if err != nil {
+			return err
+		}
+		visit(doc[i:end])
+		i = skipSpace(doc, end)
+		if i == len(doc) {
+			return errSyntax
+		}
+		switch doc[i] {
+		case ']':
+			return nil
+		case ',':
+			i = skipSpace(doc, i+1)
+		default:
+			return errSyntax
+		}
+	}
+	return errSyntax
 }
 
 // walk calls visit with each member of the JSON object doc in turn, its
