@@ -267,9 +267,9 @@ func TestDoctor(t *testing.T) {
 		hook string // the webhook's name, one per case
 		// setup starts what the case needs and returns the webhook's URL
 		// and caBundle.
-		setup     func(t *testing.T) (url string, caBundle []byte)
-		mutating  bool
-		timeout   int32
+		setup    func(t *testing.T) (url string, caBundle []byte)
+		mutating bool
+		timeout  int32
 		// rules and request, when set, are the webhook's rules and the
 		// request sent through it; else the route's deployed rules and
 		// admitted request.
@@ -334,8 +334,8 @@ func TestDoctor(t *testing.T) {
 			// Its own request: a patch of a DELETE is refused before it
 			// is applied, and an object with annotations takes it.
 			name: "patch that does not apply", hook: "patch.doctor.example.com",
-			setup:     func(t *testing.T) (string, []byte) { return bad.URL + "/bad-patch", ca.certPEM },
-			mutating:  true,
+			setup:    func(t *testing.T) (string, []byte) { return bad.URL + "/bad-patch", ca.certPEM },
+			mutating: true,
 			rules: []admissionregistrationv1.RuleWithOperations{{
 				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
 				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
