@@ -226,7 +226,7 @@ func toolboxPods(tb testing.TB) []struct {
 
 // BenchmarkToolbox is what each block of the policy's toolbox costs on one
 // Pod (docs/patching.md gives the figures): the readers objectMeta and
-// decodeObject (into podMounts, what the injector reads), setLabels and
+// decodeObject (into benchPodMounts, what the injector reads), setLabels and
 // setAnnotations given the metadata, patchObject with one default deep in
 // the spec, and issue 34's sidecar injector built with patchObject against
 // the same patch written by hand.
@@ -244,7 +244,7 @@ func BenchmarkToolbox(b *testing.B) {
 			{"objectMeta", func(obj runtime.RawExtension) error { _, err := objectMeta(obj); return err }},
 			{"setLabels", func(runtime.RawExtension) error { setLabels(meta, want); return nil }},
 			{"setAnnotations", func(runtime.RawExtension) error { setAnnotations(meta, want); return nil }},
-			{"decodeObject", func(obj runtime.RawExtension) error { var pod podMounts; return decodeObject(obj, &pod) }},
+			{"decodeObject", func(obj runtime.RawExtension) error { var pod benchPodMounts; return decodeObject(obj, &pod) }},
 			{"patchObject-one-default", func(obj runtime.RawExtension) error {
 				edit, err := patchObject(obj)
 				if err != nil {
@@ -254,8 +254,8 @@ func BenchmarkToolbox(b *testing.B) {
 				_, err = edit.patch()
 				return err
 			}},
-			{"injector-patchObject", func(obj runtime.RawExtension) error { _, err := injectSidecar(obj); return err }},
-			{"injector-by-hand", func(obj runtime.RawExtension) error { _, err := injectSidecarByHand(obj); return err }},
+			{"injector-patchObject", func(obj runtime.RawExtension) error { _, err := benchInjectWithPatchObject(obj); return err }},
+			{"injector-by-hand", func(obj runtime.RawExtension) error { _, err := benchInjectByHand(obj); return err }},
 		} {
 			b.Run(block.name+"/"+pod.name, func(b *testing.B) {
 				b.ReportAllocs()
@@ -272,35 +272,35 @@ func BenchmarkToolbox(b *testing.B) {
 // The sidecar of issue 34's injector: a container, the volume it shares,
 // and that volume mounted in every container of the Pod.
 var (
-	sidecarVolume    = corev1.Volume{Name: "agent-config", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
-	sidecarMount     = corev1.VolumeMount{Name: "agent-config", MountPath: "/etc/agent", ReadOnly: true}
-	sidecarContainer = corev1.Container{Name: "log-agent", Image: "registry.example.com/log-agent:1.0", VolumeMounts: []corev1.VolumeMount{sidecarMount}}
+	benchSidecarVolume    = corev1.Volume{Name: "agent-config", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
+	benchSidecarMount     = corev1.VolumeMount{Name: "agent-config", MountPath: "/etc/agent", ReadOnly: true}
+	benchSidecarContainer = corev1.Container{Name: "log-agent", Image: "registry.example.com/log-agent:1.0", VolumeMounts: []corev1.VolumeMount{benchSidecarMount}}
 )
 
-// podMounts is what the injector reads of a Pod to be idempotent: the
+// benchPodMounts is what the injector reads of a Pod to be idempotent: the
 // names of its containers, of their mounts, and of its volumes.
-type podMounts struct {
+type benchPodMounts struct {
 	Spec struct {
 		Containers []struct {
-			Name         string  `json:"name"`
-			VolumeMounts []named `json:"volumeMounts"`
+			Name         string       `json:"name"`
+			VolumeMounts []benchNamed `json:"volumeMounts"`
 		} `json:"containers"`
-		Volumes []named `json:"volumes"`
+		Volumes []benchNamed `json:"volumes"`
 	} `json:"spec"`
 }
 
-type named struct {
+type benchNamed struct {
 	Name string `json:"name"`
 }
 
-func hasNamed(list []named, name string) bool {
-	return slices.ContainsFunc(list, func(n named) bool { return n.Name == name })
+func benchHasNamed(list []benchNamed, name string) bool {
+	return slices.ContainsFunc(list, func(n benchNamed) bool { return n.Name == name })
 }
 
-// injectSidecar is the injector built with patchObject: what is missing is
+// benchInjectWithPatchObject is the injector built with patchObject: what is missing is
 // appended, and patchObject works out whether each list exists.
-func injectSidecar(obj runtime.RawExtension) ([]patchOp, error) {
-	var pod podMounts
+func benchInjectWithPatchObject(obj runtime.RawExtension) ([]patchOp, error) {
+	var pod benchPodMounts
 	if err := decodeObject(obj, &pod); err != nil {
 		return nil, err
 	}
@@ -310,24 +310,24 @@ func injectSidecar(obj runtime.RawExtension) ([]patchOp, error) {
 	}
 	hasSidecar := false
 	for i, c := range pod.Spec.Containers {
-		hasSidecar = hasSidecar || c.Name == sidecarContainer.Name
-		if !hasNamed(c.VolumeMounts, sidecarMount.Name) {
-			edit.appendTo(sidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
+		hasSidecar = hasSidecar || c.Name == benchSidecarContainer.Name
+		if !benchHasNamed(c.VolumeMounts, benchSidecarMount.Name) {
+			edit.appendTo(benchSidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
 		}
 	}
 	if !hasSidecar {
-		edit.appendTo(sidecarContainer, "spec", "containers")
+		edit.appendTo(benchSidecarContainer, "spec", "containers")
 	}
-	if !hasNamed(pod.Spec.Volumes, sidecarVolume.Name) {
-		edit.appendTo(sidecarVolume, "spec", "volumes")
+	if !benchHasNamed(pod.Spec.Volumes, benchSidecarVolume.Name) {
+		edit.appendTo(benchSidecarVolume, "spec", "volumes")
 	}
 	return edit.patch()
 }
 
-// injectSidecarByHand is the same patch written by hand from podMounts
+// benchInjectByHand is the same patch written by hand from benchPodMounts
 // alone: a missing or null list is added whole, else appended to.
-func injectSidecarByHand(obj runtime.RawExtension) ([]patchOp, error) {
-	var pod podMounts
+func benchInjectByHand(obj runtime.RawExtension) ([]patchOp, error) {
+	var pod benchPodMounts
 	if err := decodeObject(obj, &pod); err != nil {
 		return nil, err
 	}
@@ -341,16 +341,16 @@ func injectSidecarByHand(obj runtime.RawExtension) ([]patchOp, error) {
 	}
 	hasSidecar := false
 	for i, c := range pod.Spec.Containers {
-		hasSidecar = hasSidecar || c.Name == sidecarContainer.Name
-		if !hasNamed(c.VolumeMounts, sidecarMount.Name) {
-			appendOp(c.VolumeMounts != nil, sidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
+		hasSidecar = hasSidecar || c.Name == benchSidecarContainer.Name
+		if !benchHasNamed(c.VolumeMounts, benchSidecarMount.Name) {
+			appendOp(c.VolumeMounts != nil, benchSidecarMount, "spec", "containers", strconv.Itoa(i), "volumeMounts")
 		}
 	}
 	if !hasSidecar {
-		appendOp(pod.Spec.Containers != nil, sidecarContainer, "spec", "containers")
+		appendOp(pod.Spec.Containers != nil, benchSidecarContainer, "spec", "containers")
 	}
-	if !hasNamed(pod.Spec.Volumes, sidecarVolume.Name) {
-		appendOp(pod.Spec.Volumes != nil, sidecarVolume, "spec", "volumes")
+	if !benchHasNamed(pod.Spec.Volumes, benchSidecarVolume.Name) {
+		appendOp(pod.Spec.Volumes != nil, benchSidecarVolume, "spec", "volumes")
 	}
 	return ops, nil
 }
@@ -371,7 +371,7 @@ func TestInjectors(t *testing.T) {
 	for name, object := range objects {
 		t.Run(name, func(t *testing.T) {
 			var after [2][]byte
-			for i, inject := range []func(runtime.RawExtension) ([]patchOp, error){injectSidecar, injectSidecarByHand} {
+			for i, inject := range []func(runtime.RawExtension) ([]patchOp, error){benchInjectWithPatchObject, benchInjectByHand} {
 				ops, err := inject(runtime.RawExtension{Raw: object})
 				if err != nil {
 					t.Fatal(err)

@@ -345,8 +345,8 @@ func TestObjectPatchMatchesFullDecode(t *testing.T) {
 		{"a value put, then compared", pod, steps{set([]any{1, 2}, "spec", "l"), set([]any{1, 2}, "spec", "l"), add(3, "spec", "l"), set([]any{1, 2, 3}, "spec", "l")}},
 		{"null set, then set below", pod, steps{set(nil, "spec", "securityContext"), set(true, "spec", "securityContext", "runAsNonRoot")}},
 		{"the sidecar injector", pod, steps{
-			add(sidecarMount, "spec", "containers", "0", "volumeMounts"), add(sidecarMount, "spec", "containers", "1", "volumeMounts"),
-			add(sidecarContainer, "spec", "containers"), add(sidecarVolume, "spec", "volumes")}},
+			add(benchSidecarMount, "spec", "containers", "0", "volumeMounts"), add(benchSidecarMount, "spec", "containers", "1", "volumeMounts"),
+			add(benchSidecarContainer, "spec", "containers"), add(benchSidecarVolume, "spec", "volumes")}},
 
 		// Errors, each returned once.
 		{"through a string", pod, steps{set(1, "kind", "x")}},
