@@ -118,6 +118,7 @@ type request struct {
 	userInfo               authenticationv1.UserInfo
 	dryRun                 bool
 	options                []byte            // the operation's options, JSON; nil for CONNECT
+	admitted               bool              // object has been through admission already: a PATCH's stored result
 	namespaceLabels        map[string]string // the object's namespace's, when the input holds it
 	namespaceLabelsUnknown bool
 }

@@ -69,6 +69,8 @@ type options struct {
 	user, namespace, output     string
 	verbose                     bool
 	resources                   map[string]string // kind → plural, from -resource
+	auditLogs                   listFlag          // -audit-log: replay these instead of reviewing manifests
+	auditCacheBytes             int64
 }
 
 // Run is `webhook review`. flags holds the webhook's policy flags and
@@ -86,6 +88,8 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
 	flags.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
+	flags.Var(&o.auditLogs, "audit-log", "replay the apiserver's audit log `file` (JSON lines; - for stdin; rotated files, gzip or not, oldest first) instead of manifests: each request as the review and the SubjectAccessReview the apiserver would have sent, beside what it did then (repeatable; docs/review.md)")
+	flags.Int64Var(&o.auditCacheBytes, "audit-cache-bytes", defaultVersionCacheBytes, "with -audit-log: the most `bytes` of stored versions kept for the oldObject of later updates and deletes; the oldest go first, and the summary says how many")
 	resources := &listFlag{}
 	flags.Var(resources, "resource", "`Kind=plural`: the resource of a kind whose plural is not the apiserver's guess (lowercase, +s, +es after s, y→ies) (repeatable)")
 	if err := flags.Parse(args); err != nil {
@@ -101,6 +105,9 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 			return &ExitError{Code: 2, Err: fmt.Errorf("-resource %q: want Kind=plural, such as Widget=widgets", r)}
 		}
 		o.resources[kind] = plural
+	}
+	if len(o.auditLogs) > 0 {
+		return runReplay(ctx, flags, o, stdin, stdout, stderr, routes)
 	}
 	if len(o.groups) == 0 {
 		o.groups = listFlag{"system:authenticated"}
@@ -162,6 +169,34 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		return &ExitError{Code: 1}
 	}
 	return nil
+}
+
+// runReplay is Run with -audit-log: the flags that describe a manifest's
+// request do not apply, since each request of the log says its own.
+func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
+	var conflicting []string
+	flags.Visit(func(f *flag.Flag) {
+		if slices.Contains([]string{"f", "old", "operation", "user", "group", "namespace", "resource"}, f.Name) {
+			conflicting = append(conflicting, "-"+f.Name)
+		}
+	})
+	switch {
+	case len(conflicting) > 0:
+		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-log replays each request as the log records it: %s do not apply", strings.Join(conflicting, ", "))}
+	case o.output != "text" && o.output != "json":
+		return &ExitError{Code: 2, Err: fmt.Errorf("-o %q: want text or json", o.output)}
+	case o.auditCacheBytes < 0:
+		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-cache-bytes %d: want zero (keep no stored version) or more", o.auditCacheBytes)}
+	}
+	var hooks []webhook
+	if len(o.configs) > 0 {
+		var err error
+		if hooks, err = readConfigs(o.configs); err != nil {
+			return &ExitError{Code: 2, Err: err}
+		}
+	}
+	r := &reviewer{o: o, hooks: hooks, handler: routes(), namespaces: map[string]map[string]string{}}
+	return replayAuditLogs(ctx, r, o, stdin, stdout, stderr)
 }
 
 func (o options) namespaceOf(obj *unstructured.Unstructured) string {
