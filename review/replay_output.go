@@ -432,7 +432,7 @@ func (p *replayer) writeSummary(w io.Writer, o options) {
 		fmt.Fprintf(w, "%d requests replayed from an earlier stage than ResponseComplete, the last the log has\n", s.earlierStage)
 	}
 	if s.unreadableCount > 0 {
-		fmt.Fprintf(w, "%d lines could not be read:\n", s.unreadableCount)
+		fmt.Fprintf(w, "%s could not be read:\n", count(s.unreadableCount, "line"))
 		for _, u := range s.unreadable {
 			fmt.Fprintf(w, "  %s\n", u)
 		}
