@@ -381,19 +381,20 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request) string {
 		return "not sent"
 	}
 
-	current := req.object
-	raw := func(o *unstructured.Unstructured) []byte {
-		if o == nil {
-			return nil
-		}
-		b, _ := json.Marshal(o.Object)
-		return b
+	// The object as each webhook is sent it, encoded once per change:
+	// the apiserver encodes it once per webhook, replay once per patch.
+	var current, old []byte
+	if req.object != nil {
+		current, _ = json.Marshal(req.object.Object)
 	}
-	res.before = raw(current)
+	if req.oldObject != nil {
+		old, _ = json.Marshal(req.oldObject.Object)
+	}
+	res.before = current
 	var ops []json.RawMessage
 	var warnings, patchedBy []string
 	for _, h := range mutating {
-		resp, err := r.call(ctx, h.route, req, current)
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err != nil {
 			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
 			return res.Error
@@ -406,40 +407,39 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request) string {
 			return "denied: " + res.Validate.Message
 		}
 		if len(resp.Patch) > 0 && current != nil {
-			before := raw(current)
-			patched, err := jsonpatch.Apply(before, resp.Patch)
+			patched, err := jsonpatch.Apply(current, resp.Patch)
 			if err != nil {
 				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", h.route, err)
 				return res.Error
 			}
-			var o unstructured.Unstructured
-			if err := o.UnmarshalJSON(patched); err != nil {
-				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object: %v", h.route, err)
+			if trimmed := bytes.TrimSpace(patched); len(trimmed) == 0 || trimmed[0] != '{' {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object", h.route)
 				return res.Error
 			}
-			current = &o
+			// As the apiserver records it in the audit annotation
+			// mutation.webhook.admission.k8s.io/round_0_index_N: whether
+			// the object changed, not whether a patch came back. Both are
+			// encoded with their keys sorted.
+			if h.name != "" && !bytes.Equal(current, patched) {
+				patchedBy = append(patchedBy, h.name)
+			}
+			current = patched
 			var these []json.RawMessage
 			_ = json.Unmarshal(resp.Patch, &these)
 			ops = append(ops, these...)
-			// As the apiserver records it in the audit annotation
-			// mutation.webhook.admission.k8s.io/round_0_index_N: whether
-			// the object changed, not whether a patch came back.
-			if h.name != "" && !bytes.Equal(before, raw(current)) {
-				patchedBy = append(patchedBy, h.name)
-			}
 		}
 	}
 	patch, _ := json.Marshal(ops)
 	if len(ops) == 0 {
 		patch = []byte("[]")
 	}
-	res.after = raw(current)
+	res.after = current
 	idempotent := true
 	for _, h := range mutating {
 		if current == nil {
 			break
 		}
-		resp, err := r.call(ctx, h.route, req, current)
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
 			idempotent = false
 		}
@@ -450,7 +450,7 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request) string {
 	res.Verdict = "admitted"
 	v := &validateResult{Allowed: true}
 	for _, h := range validating {
-		resp, err := r.call(ctx, h.route, req, current)
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err != nil {
 			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
 			return res.Error
@@ -484,13 +484,13 @@ func (r *reviewer) resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionRe
 	return plural
 }
 
-// call sends the AdmissionReview of req, with obj as its object (req's,
-// or as the mutating webhooks before left it), to the webhook's route, as
-// the apiserver builds it (k8s.io/apiserver/pkg/admission/plugin/webhook/
-// request/admissionreview.go, CreateV1AdmissionReview), and returns the
-// webhook's answer: an error for anything but 200 and a review with the
-// request's uid.
-func (r *reviewer) call(ctx context.Context, route string, req request, obj *unstructured.Unstructured) (*admissionv1.AdmissionResponse, error) {
+// call sends the AdmissionReview of req, with object and oldObject as
+// JSON (req's, or the object as the mutating webhooks before left it), to
+// the webhook's route, as the apiserver builds it (k8s.io/apiserver/pkg/
+// admission/plugin/webhook/request/admissionreview.go,
+// CreateV1AdmissionReview), and returns the webhook's answer: an error for
+// anything but 200 and a review with the request's uid.
+func (r *reviewer) call(ctx context.Context, route string, req request, object, oldObject []byte) (*admissionv1.AdmissionResponse, error) {
 	resource := metav1.GroupVersionResource{Group: req.group, Version: req.version, Resource: req.resource}
 	uid := types.UID(newUID())
 	userInfo := req.userInfo
@@ -511,16 +511,15 @@ func (r *reviewer) call(ctx context.Context, route string, req request, obj *uns
 		UserInfo:           userInfo,
 		DryRun:             ptr(req.dryRun),
 		Options:            runtime.RawExtension{Raw: req.options},
+		Object:             runtime.RawExtension{Raw: object},
+		OldObject:          runtime.RawExtension{Raw: oldObject},
 	}
 	// A Namespace is sent in its own namespace (create.go, createHandler).
 	if req.resource == "namespaces" && req.group == "" {
 		areq.Namespace = req.name
 	}
-	if obj != nil && req.operation != admissionregistrationv1.Delete {
-		areq.Object.Raw, _ = json.Marshal(obj.Object)
-	}
-	if req.oldObject != nil {
-		areq.OldObject.Raw, _ = json.Marshal(req.oldObject.Object)
+	if req.operation == admissionregistrationv1.Delete {
+		areq.Object.Raw = nil
 	}
 	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: areq})
 	if err != nil {
