@@ -791,3 +791,42 @@ func TestReplayUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressOnlyOnATerminal: progress goes to stderr when it is a
+// terminal (a character device), never into a file or a pipe that a
+// script reads.
+func TestProgressOnlyOnATerminal(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	file, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	for name, stderr := range map[string]any{"a pipe": w, "a file": file, "a buffer": &bytes.Buffer{}} {
+		var p *progress
+		switch s := stderr.(type) {
+		case *os.File:
+			p = newProgress(s)
+		case *bytes.Buffer:
+			p = newProgress(s)
+		}
+		if p.w != nil {
+			t.Errorf("%s: got progress written, want none", name)
+		}
+	}
+	// A terminal is a character device, as /dev/null is: the one test
+	// machines always have.
+	dev, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if newProgress(dev).w == nil {
+		t.Errorf("%s, a character device: got no progress, want it written", os.DevNull)
+	}
+}
