@@ -393,7 +393,7 @@ func (p *replayer) writeSummary(w io.Writer, o options) {
 	}
 	fmt.Fprintf(w, "admission: %d reviewed%s; %d not reviewed; %d not sent to the webhook\n", reviewed, counted(s.admission,
 		"admitted", "patched", "warned", "denied", "not idempotent", "error"), s.notReviewed, s.notSent)
-	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d not compared (refused then before or beside the webhook, or no response)\n", s.agree, s.disagree, s.notCompared)
+	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d not compared (refused then before or beside the webhook, no response, or oldObject unknown)\n", s.agree, s.disagree, s.notCompared)
 	fmt.Fprintf(w, "  oldObject: %d found in the log, %d not in it, %d dropped from the cache\n", s.oldFound, s.oldUnknown, s.oldDropped)
 	sent := 0
 	for _, n := range s.authorization {

@@ -747,6 +747,21 @@ webhooks:
 	}
 }
 
+// TestReplayWithoutOldObject: an update whose oldObject the log does not
+// hold is reviewed without it, its refusal still reported, but its
+// verdict is no proof of agreement or not: it is not compared.
+func TestReplayWithoutOldObject(t *testing.T) {
+	line := auditEventLine("update", "/api/v1/namespaces/ns/configmaps/bad-cm", 200, ref("", "v1", "configmaps", "ns", "bad-cm", ""), map[string]any{
+		"requestObject": configMap("ns", "bad-cm", "7", nil)})
+	results, summary, code := replayRun(t, &fakeWebhook{}, []string{line})
+	if !slices.Equal(results[0].Changes, []string{changeRefused}) || code != 1 {
+		t.Errorf("got changes %v, exit %d; want would-now-be-refused, 1", results[0].Changes, code)
+	}
+	if !strings.Contains(summary, "agrees with the log on 0, differs on 0; 1 not compared") {
+		t.Errorf("the summary:\n%s\nwant the update not compared", summary)
+	}
+}
+
 // TestReplayNeverPrintsValues: an audit log holds Secrets. Neither the
 // text, with -v, nor -o json prints an object's values: not the data of
 // a Secret, not a patch's values; only names and the policy's messages.
