@@ -3,8 +3,11 @@
 // apiserver's reviews, called in process. It builds each request as the
 // apiserver would, sends it to /mutate, applies the patch, sends the
 // result to /validate, and says what the apiserver would do: admit,
-// patch, warn or deny. It knows no policy: main.go hands it the webhook's
-// routes, built from the same flags the server takes.
+// patch, warn or deny. With -audit-log it replays the apiserver's audit
+// log instead (replay.go): each request the log recorded, as the
+// AdmissionReview and the SubjectAccessReview the apiserver would have
+// sent, beside what it did then. It knows no policy: main.go hands it the
+// webhook's routes, built from the same flags the server takes.
 package review
 
 import (
