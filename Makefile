@@ -21,13 +21,14 @@ check:
 	cd bench && $(GO) vet ./...
 	$(GO) test -count=1 -run '^(TestDocLinks|TestHeadingAnchors)$$' .
 
-# The generic path, /authorize's, the policy, then the tests' JSON Patch
-# applier against the apiserver's (e2e/jsonpatch): go test fuzzes one target
-# at a time.
+# The generic path, /authorize's, the policy, review's audit log reader,
+# then the tests' JSON Patch applier against the apiserver's
+# (e2e/jsonpatch): go test fuzzes one target at a time.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServe$$' -fuzztime 15s .
 	$(GO) test -run '^$$' -fuzz '^FuzzAuthorize$$' -fuzztime 10s .
 	$(GO) test -run '^$$' -fuzz '^FuzzPolicy$$' -fuzztime 15s .
+	$(GO) test -run '^$$' -fuzz '^FuzzAuditLog$$' -fuzztime 10s ./review
 	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApplyOps$$' -fuzztime 10s ./jsonpatch
 	cd e2e && $(GO) test -run '^$$' -fuzz '^FuzzApply$$' -fuzztime 5s ./jsonpatch
 
@@ -56,10 +57,11 @@ e2e-oldest:
 e2e-versions:
 	cd e2e && $(GO) run ./versions -run '$(E2E_GROUPS)'
 
-# Re-record testdata/*.json and testdata/authorization/*.json from a real
-# kube-apiserver, then refresh goldens.
+# Re-record testdata/*.json, testdata/authorization/*.json and
+# review/testdata/audit/e2e.log from a real kube-apiserver, then refresh
+# goldens.
 capture:
-	cd e2e && $(GO) test -count=1 -run 'TestCapture|TestAuthorization' -capture .
+	cd e2e && $(GO) test -count=1 -run 'TestCapture|TestAuthorization|TestAuditReplay' -capture .
 	$(GO) test -run TestFixtures -update .
 
 run:

@@ -17,9 +17,11 @@ import (
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
@@ -103,13 +105,20 @@ func readConfigs(paths []string) ([]webhook, error) {
 	return hooks, nil
 }
 
-// request is what the matchers read of an admission request.
+// request is one admission request as the apiserver would send it: what
+// the matchers read, and what the review carries.
 type request struct {
 	operation              admissionregistrationv1.OperationType
-	group, version         string
+	kind                   schema.GroupVersionKind // the object's
+	group, version         string                  // the resource's
 	resource, subresource  string
+	name                   string
 	namespace              string // "" for a cluster-scoped object
 	object, oldObject      *unstructured.Unstructured
+	userInfo               authenticationv1.UserInfo
+	dryRun                 bool
+	options                []byte            // the operation's options, JSON; nil for CONNECT
+	admitted               bool              // object has been through admission already: a PATCH's stored result
 	namespaceLabels        map[string]string // the object's namespace's, when the input holds it
 	namespaceLabelsUnknown bool
 }

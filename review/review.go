@@ -3,8 +3,11 @@
 // apiserver's reviews, called in process. It builds each request as the
 // apiserver would, sends it to /mutate, applies the patch, sends the
 // result to /validate, and says what the apiserver would do: admit,
-// patch, warn or deny. It knows no policy: main.go hands it the webhook's
-// routes, built from the same flags the server takes.
+// patch, warn or deny. With -audit-log it replays the apiserver's audit
+// log instead (replay.go): each request the log recorded, as the
+// AdmissionReview and the SubjectAccessReview the apiserver would have
+// sent, beside what it did then. It knows no policy: main.go hands it the
+// webhook's routes, built from the same flags the server takes.
 package review
 
 import (
@@ -18,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -68,6 +72,8 @@ type options struct {
 	user, namespace, output     string
 	verbose                     bool
 	resources                   map[string]string // kind → plural, from -resource
+	auditLogs                   listFlag          // -audit-log: replay these instead of reviewing manifests
+	auditCacheBytes             int64
 }
 
 // Run is `webhook review`. flags holds the webhook's policy flags and
@@ -85,6 +91,8 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
 	flags.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
+	flags.Var(&o.auditLogs, "audit-log", "replay the apiserver's audit log `file` (JSON lines; - for stdin; rotated files, gzip or not, oldest first) instead of manifests: each request as the review and the SubjectAccessReview the apiserver would have sent, beside what it did then (repeatable; docs/review.md)")
+	flags.Int64Var(&o.auditCacheBytes, "audit-cache-bytes", defaultVersionCacheBytes, "with -audit-log: the most `bytes` of stored versions kept for the oldObject of later updates and deletes; the oldest go first, and the summary says how many")
 	resources := &listFlag{}
 	flags.Var(resources, "resource", "`Kind=plural`: the resource of a kind whose plural is not the apiserver's guess (lowercase, +s, +es after s, y→ies) (repeatable)")
 	if err := flags.Parse(args); err != nil {
@@ -100,6 +108,9 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 			return &ExitError{Code: 2, Err: fmt.Errorf("-resource %q: want Kind=plural, such as Widget=widgets", r)}
 		}
 		o.resources[kind] = plural
+	}
+	if len(o.auditLogs) > 0 {
+		return runReplay(ctx, flags, o, stdin, stdout, stderr, routes)
 	}
 	if len(o.groups) == 0 {
 		o.groups = listFlag{"system:authenticated"}
@@ -163,6 +174,34 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	return nil
 }
 
+// runReplay is Run with -audit-log: the flags that describe a manifest's
+// request do not apply, since each request of the log says its own.
+func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
+	var conflicting []string
+	flags.Visit(func(f *flag.Flag) {
+		if slices.Contains([]string{"f", "old", "operation", "user", "group", "namespace", "resource"}, f.Name) {
+			conflicting = append(conflicting, "-"+f.Name)
+		}
+	})
+	switch {
+	case len(conflicting) > 0:
+		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-log replays each request as the log records it: %s do not apply", strings.Join(conflicting, ", "))}
+	case o.output != "text" && o.output != "json":
+		return &ExitError{Code: 2, Err: fmt.Errorf("-o %q: want text or json", o.output)}
+	case o.auditCacheBytes < 0:
+		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-cache-bytes %d: want zero (keep no stored version) or more", o.auditCacheBytes)}
+	}
+	var hooks []webhook
+	if len(o.configs) > 0 {
+		var err error
+		if hooks, err = readConfigs(o.configs); err != nil {
+			return &ExitError{Code: 2, Err: err}
+		}
+	}
+	r := &reviewer{o: o, hooks: hooks, handler: routes(), namespaces: map[string]map[string]string{}}
+	return replayAuditLogs(ctx, r, o, stdin, stdout, stderr)
+}
+
 func (o options) namespaceOf(obj *unstructured.Unstructured) string {
 	switch {
 	case obj.GetNamespace() != "":
@@ -196,6 +235,7 @@ type mutateResult struct {
 	Patch      json.RawMessage `json:"patch"` // [] when none
 	Idempotent bool            `json:"idempotent"`
 	Warnings   []string        `json:"warnings,omitempty"`
+	PatchedBy  []string        `json:"patchedBy,omitempty"` // with -config: the webhooks whose patch changed the object
 }
 
 type validateResult struct {
@@ -203,6 +243,7 @@ type validateResult struct {
 	Message          string            `json:"message,omitempty"`
 	Warnings         []string          `json:"warnings,omitempty"`
 	AuditAnnotations map[string]string `json:"auditAnnotations,omitempty"`
+	DeniedBy         string            `json:"deniedBy,omitempty"` // with -config: the webhook that denied it
 }
 
 // failed reports whether the result makes the exit status 1.
@@ -233,10 +274,12 @@ func (r *reviewer) review(ctx context.Context, d document, olds map[string]*unst
 			return res
 		}
 	}
-	first := r.admit(ctx, &res, obj, old, false)
+	req := r.manifestRequest(obj, old, res.Namespace)
+	first := r.admit(ctx, &res, req)
 	// As kubectl diff and apply --dry-run=server send it: a webhook with
 	// sideEffects None must answer the same.
-	dry := r.admit(ctx, &result{Namespace: res.Namespace}, obj, old, true)
+	req.dryRun, req.options = true, operationOptions(r.op, url.Values{"dryRun": {"All"}})
+	dry := r.admit(ctx, &result{Namespace: res.Namespace}, req)
 	if res.Verdict != "error" {
 		same := first == dry
 		res.DryRunSame = &same
@@ -244,36 +287,84 @@ func (r *reviewer) review(ctx context.Context, d document, olds map[string]*unst
 	return res
 }
 
-// admit runs one object through the webhooks in the apiserver's order:
-// each mutating webhook, its patch applied before the next, then each
-// mutating webhook again on the result (a patch then is not idempotent),
-// then every validating webhook on the patched object. It fills res, and
-// returns what a dry run must agree with.
-func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructured.Unstructured, dryRun bool) string {
+// manifestRequest is the request of a manifest: obj written with -operation
+// by -user in -group, as the apiserver builds it (the resource its
+// RESTMapper would name, the options of the operation).
+func (r *reviewer) manifestRequest(obj, old *unstructured.Unstructured, namespace string) request {
 	gvk := obj.GroupVersionKind()
 	resource := r.resourceOf(gvk)
 	req := request{
-		operation: admissionregistrationv1.OperationType(r.op), group: gvk.Group, version: gvk.Version, resource: resource.Resource,
-		namespace: res.Namespace, object: obj, oldObject: old,
+		operation: admissionregistrationv1.OperationType(r.op), kind: gvk, group: gvk.Group, version: gvk.Version, resource: resource.Resource,
+		name: obj.GetName(), namespace: namespace, object: obj, oldObject: old,
+		userInfo: authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
+		options:  operationOptions(r.op, nil),
 	}
 	if r.op == admissionv1.Delete {
 		req.object, req.oldObject = nil, obj
 	}
-	nsName := res.Namespace
-	if resource.Resource == "namespaces" {
-		nsName = obj.GetName()
-		req.namespaceLabels = obj.GetLabels()
-	} else if labels, ok := r.namespaces[nsName]; ok {
+	r.setNamespaceLabels(&req)
+	return req
+}
+
+// setNamespaceLabels gives req the labels of the namespace a
+// namespaceSelector reads: a Namespace's own, or those of a Namespace the
+// input holds; otherwise it says they are unknown.
+func (r *reviewer) setNamespaceLabels(req *request) {
+	switch labels, ok := r.namespaces[req.namespace]; {
+	case req.resource == "namespaces" && req.group == "":
+		for _, o := range []*unstructured.Unstructured{req.object, req.oldObject} {
+			if o != nil {
+				req.namespaceLabels = o.GetLabels()
+				return
+			}
+		}
+	case ok:
 		req.namespaceLabels = labels
-	} else {
+	default:
 		req.namespaceLabelsUnknown = true
 	}
+}
 
-	var mutating, validating []string // routes to call, in order
-	if r.hooks == nil {
-		mutating, validating = []string{"/mutate"}, []string{"/validate"}
+// operationOptions is the options object of an operation as the apiserver
+// sends it: CreateOptions, UpdateOptions or DeleteOptions, with the
+// request's dryRun, fieldManager and fieldValidation (from the URI's
+// query), none for CONNECT. A PATCH is sent as an UPDATE with
+// UpdateOptions, or a CREATE with CreateOptions
+// (k8s.io/apiserver/pkg/endpoints/handlers/patch.go, patchToUpdateOptions
+// and patchToCreateOptions).
+func operationOptions(op admissionv1.Operation, query url.Values) []byte {
+	var options any
+	switch op {
+	case admissionv1.Create:
+		options = &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{Kind: "CreateOptions", APIVersion: "meta.k8s.io/v1"},
+			DryRun: query["dryRun"], FieldManager: query.Get("fieldManager"), FieldValidation: query.Get("fieldValidation")}
+	case admissionv1.Update:
+		options = &metav1.UpdateOptions{TypeMeta: metav1.TypeMeta{Kind: "UpdateOptions", APIVersion: "meta.k8s.io/v1"},
+			DryRun: query["dryRun"], FieldManager: query.Get("fieldManager"), FieldValidation: query.Get("fieldValidation")}
+	case admissionv1.Delete:
+		d := &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "meta.k8s.io/v1"}, DryRun: query["dryRun"]}
+		if p := metav1.DeletionPropagation(query.Get("propagationPolicy")); p != "" {
+			d.PropagationPolicy = &p
+		}
+		options = d
+	default:
+		return nil
 	}
-	res.Webhooks, res.Notes = nil, nil
+	b, _ := json.Marshal(options)
+	return b
+}
+
+// admit runs one request through the webhooks in the apiserver's order:
+// each mutating webhook, its patch applied before the next, then each
+// mutating webhook again on the result (a patch then is not idempotent),
+// then every validating webhook on the patched object. It fills res, and
+// returns what a dry run must agree with.
+func (r *reviewer) admit(ctx context.Context, res *result, req request) string {
+	var mutating, validating []webhook // to call, in order
+	if r.hooks == nil {
+		mutating, validating = []webhook{{mutating: true, route: "/mutate"}}, []webhook{{route: "/validate"}}
+	}
+	res.Webhooks, res.Notes = nil, builtinNotes(req)
 	for _, h := range r.hooks {
 		ok, notes := h.matches(req)
 		if !ok {
@@ -282,9 +373,9 @@ func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructure
 		res.Webhooks = append(res.Webhooks, h.name)
 		res.Notes = append(res.Notes, notes...)
 		if h.mutating {
-			mutating = append(mutating, h.route)
+			mutating = append(mutating, h)
 		} else {
-			validating = append(validating, h.route)
+			validating = append(validating, h)
 		}
 	}
 	if len(mutating)+len(validating) == 0 {
@@ -293,42 +384,49 @@ func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructure
 		return "not sent"
 	}
 
-	current := req.object
-	raw := func(o *unstructured.Unstructured) []byte {
-		if o == nil {
-			return nil
-		}
-		b, _ := json.Marshal(o.Object)
-		return b
+	// The object as each webhook is sent it, encoded once per change:
+	// the apiserver encodes it once per webhook, replay once per patch.
+	var current, old []byte
+	if req.object != nil {
+		current, _ = json.Marshal(req.object.Object)
 	}
-	res.before = raw(current)
+	if req.oldObject != nil {
+		old, _ = json.Marshal(req.oldObject.Object)
+	}
+	res.before = current
 	var ops []json.RawMessage
-	var warnings []string
-	for _, route := range mutating {
-		resp, err := r.call(ctx, route, req, current, old, dryRun)
+	var warnings, patchedBy []string
+	for _, h := range mutating {
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err != nil {
-			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", route, err)
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
 			return res.Error
 		}
 		warnings = append(warnings, resp.Warnings...)
 		if !resp.Allowed {
 			res.Verdict = "denied"
 			res.Mutate = &mutateResult{Patch: json.RawMessage("[]"), Idempotent: true, Warnings: warnings}
-			res.Validate = &validateResult{Message: statusMessage(resp)}
+			res.Validate = &validateResult{Message: statusMessage(resp), DeniedBy: h.name}
 			return "denied: " + res.Validate.Message
 		}
 		if len(resp.Patch) > 0 && current != nil {
-			patched, err := jsonpatch.Apply(raw(current), resp.Patch)
+			patched, err := jsonpatch.Apply(current, resp.Patch)
 			if err != nil {
-				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", route, err)
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", h.route, err)
 				return res.Error
 			}
-			var o unstructured.Unstructured
-			if err := o.UnmarshalJSON(patched); err != nil {
-				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object: %v", route, err)
+			if trimmed := bytes.TrimSpace(patched); len(trimmed) == 0 || trimmed[0] != '{' {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object", h.route)
 				return res.Error
 			}
-			current = &o
+			// As the apiserver records it in the audit annotation
+			// mutation.webhook.admission.k8s.io/round_0_index_N: whether
+			// the object changed, not whether a patch came back. Both are
+			// encoded with their keys sorted.
+			if h.name != "" && !bytes.Equal(current, patched) {
+				patchedBy = append(patchedBy, h.name)
+			}
+			current = patched
 			var these []json.RawMessage
 			_ = json.Unmarshal(resp.Patch, &these)
 			ops = append(ops, these...)
@@ -338,26 +436,26 @@ func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructure
 	if len(ops) == 0 {
 		patch = []byte("[]")
 	}
-	res.after = raw(current)
+	res.after = current
 	idempotent := true
-	for _, route := range mutating {
+	for _, h := range mutating {
 		if current == nil {
 			break
 		}
-		resp, err := r.call(ctx, route, req, current, old, dryRun)
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
 			idempotent = false
 		}
 	}
 	if len(mutating) > 0 {
-		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings}
+		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings, PatchedBy: patchedBy}
 	}
 	res.Verdict = "admitted"
 	v := &validateResult{Allowed: true}
-	for _, route := range validating {
-		resp, err := r.call(ctx, route, req, current, old, dryRun)
+	for _, h := range validating {
+		resp, err := r.call(ctx, h.route, req, current, old)
 		if err != nil {
-			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", route, err)
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
 			return res.Error
 		}
 		v.Warnings = append(v.Warnings, resp.Warnings...)
@@ -368,7 +466,7 @@ func (r *reviewer) admit(ctx context.Context, res *result, obj, old *unstructure
 			v.AuditAnnotations[k] = a
 		}
 		if !resp.Allowed && v.Allowed {
-			v.Allowed, v.Message = false, statusMessage(resp)
+			v.Allowed, v.Message, v.DeniedBy = false, statusMessage(resp), h.name
 			res.Verdict = "denied"
 		}
 	}
@@ -389,43 +487,42 @@ func (r *reviewer) resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionRe
 	return plural
 }
 
-// call sends an AdmissionReview of obj to the webhook's route, as the
-// apiserver builds it, and returns the webhook's answer: an error for
+// call sends the AdmissionReview of req, with object and oldObject as
+// JSON (req's, or the object as the mutating webhooks before left it), to
+// the webhook's route, as the apiserver builds it (k8s.io/apiserver/pkg/
+// admission/plugin/webhook/request/admissionreview.go,
+// CreateV1AdmissionReview), and returns the webhook's answer: an error for
 // anything but 200 and a review with the request's uid.
-func (r *reviewer) call(ctx context.Context, route string, req request, obj, old *unstructured.Unstructured, dryRun bool) (*admissionv1.AdmissionResponse, error) {
-	gvk := schema.GroupVersionKind{Group: req.group, Version: req.version}
-	source := obj
-	if source == nil {
-		source = req.oldObject
-	}
-	gvk.Kind = source.GetKind()
-	resource := r.resourceOf(gvk)
+func (r *reviewer) call(ctx context.Context, route string, req request, object, oldObject []byte) (*admissionv1.AdmissionResponse, error) {
+	resource := metav1.GroupVersionResource{Group: req.group, Version: req.version, Resource: req.resource}
 	uid := types.UID(newUID())
-	options := map[admissionv1.Operation]string{admissionv1.Create: "CreateOptions", admissionv1.Update: "UpdateOptions", admissionv1.Delete: "DeleteOptions"}[r.op]
+	userInfo := req.userInfo
+	if userInfo.Extra == nil {
+		userInfo.Extra = map[string]authenticationv1.ExtraValue{}
+	}
 	areq := &admissionv1.AdmissionRequest{
-		UID:             uid,
-		Kind:            metav1.GroupVersionKind(gvk),
-		Resource:        metav1.GroupVersionResource(resource),
-		RequestKind:     ptr(metav1.GroupVersionKind(gvk)),
-		RequestResource: ptr(metav1.GroupVersionResource(resource)),
-		Name:            source.GetName(),
-		Namespace:       req.namespace,
-		Operation:       r.op,
-		UserInfo:        authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
-		DryRun:          &dryRun,
-		Options:         runtime.RawExtension{Raw: []byte(`{"kind":"` + options + `","apiVersion":"meta.k8s.io/v1"}`)},
+		UID:                uid,
+		Kind:               metav1.GroupVersionKind(req.kind),
+		Resource:           resource,
+		SubResource:        req.subresource,
+		RequestKind:        ptr(metav1.GroupVersionKind(req.kind)),
+		RequestResource:    ptr(resource),
+		RequestSubResource: req.subresource,
+		Name:               req.name,
+		Namespace:          req.namespace,
+		Operation:          admissionv1.Operation(req.operation),
+		UserInfo:           userInfo,
+		DryRun:             ptr(req.dryRun),
+		Options:            runtime.RawExtension{Raw: req.options},
+		Object:             runtime.RawExtension{Raw: object},
+		OldObject:          runtime.RawExtension{Raw: oldObject},
 	}
-	if source.GetKind() == "Namespace" {
-		areq.Namespace = source.GetName()
+	// A Namespace is sent in its own namespace (create.go, createHandler).
+	if req.resource == "namespaces" && req.group == "" {
+		areq.Namespace = req.name
 	}
-	if obj != nil && r.op != admissionv1.Delete {
-		areq.Object.Raw, _ = json.Marshal(obj.Object)
-	}
-	if r.op == admissionv1.Update && old != nil {
-		areq.OldObject.Raw, _ = json.Marshal(old.Object)
-	}
-	if r.op == admissionv1.Delete {
-		areq.OldObject.Raw, _ = json.Marshal(req.oldObject.Object)
+	if req.operation == admissionregistrationv1.Delete {
+		areq.Object.Raw = nil
 	}
 	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: areq})
 	if err != nil {

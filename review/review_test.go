@@ -23,12 +23,14 @@ import (
 // protocol, so that review is tested without any policy: /mutate adds the
 // annotation seen=yes (or, counting, a new one each time), /validate denies
 // an object whose name begins with "bad" (on a dry run too, unless
-// dryRunAllows), /authorize denies jane. It records the requests.
+// dryRunAllows), /authorize denies jane. It records the requests and the
+// SubjectAccessReviews.
 type fakeWebhook struct {
 	counting, dryRunAllows, broken bool
 
 	mu       sync.Mutex
 	requests []*admissionv1.AdmissionRequest
+	sars     []authorizationv1.SubjectAccessReviewSpec
 	calls    int
 }
 
@@ -40,6 +42,9 @@ func (f *fakeWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/authorize" {
 		var sar authorizationv1.SubjectAccessReview
 		_ = json.NewDecoder(r.Body).Decode(&sar)
+		f.mu.Lock()
+		f.sars = append(f.sars, sar.Spec)
+		f.mu.Unlock()
 		out := authorizationv1.SubjectAccessReview{TypeMeta: sar.TypeMeta}
 		if sar.Spec.User == "jane" {
 			out.Status = authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: "jane may not"}

@@ -1,0 +1,913 @@
+package review
+
+// Replaying the apiserver's audit log (-audit-log): each request the log
+// recorded becomes the AdmissionReview the apiserver would have sent the
+// webhook for it, and the SubjectAccessReview it would have sent
+// /authorize, both through the webhook's routes in process; what the policy
+// decides now is set beside what the log says happened then.
+//
+// Where the log's event comes from, in k8s.io/apiserver v0.37:
+//   - pkg/audit/request.go: LogRequestMetadata (verb, user, objectRef from
+//     the RequestInfo), LogImpersonatedUser (impersonatedUser: who the
+//     request was authorized and admitted as), LogRequestObject
+//     (requestObject, at level Request and above), LogRequestPatch (a
+//     PATCH's requestObject is the patch), LogResponseObject
+//     (responseObject, at RequestResponse).
+//   - pkg/endpoints/handlers/create.go and update.go: requestObject is
+//     encoded from the object as decoded, so with the scheme's defaults,
+//     before any admission; patch.go: the patch, transcoded to JSON.
+//   - pkg/endpoints/filters/authorization.go (WithAuthorization): the
+//     annotations authorization.k8s.io/decision and /reason.
+//   - pkg/admission/plugin/webhook/mutating/dispatcher.go: the annotation
+//     mutation.webhook.admission.k8s.io/round_<r>_index_<i>, whose value
+//     says which webhook was called and whether its patch changed the
+//     object; a webhook's auditAnnotations, as "<webhook-name>/<key>".
+//   - pkg/admission/plugin/webhook/errors/statuserror.go (ToStatusErr): a
+//     denial's message, `admission webhook "<name>" denied the request: …`.
+//   - plugin/pkg/audit/truncate: an event too large for the backend loses
+//     its objects and gains audit.k8s.io/truncated.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+
+	"github.com/example/webhook/jsonpatch"
+)
+
+const (
+	// maxNamespaceLabels bounds the Namespaces whose labels replay keeps
+	// for namespaceSelectors; past it, a namespaceSelector of a namespace
+	// not kept is reported as not evaluated.
+	maxNamespaceLabels = 100000
+
+	// systemMasters is the group the apiserver allows before any
+	// authorizer runs (k8s.io/kubernetes pkg/kubeapiserver/authorizer/
+	// reload.go, newForConfig: the privileged-group authorizer comes
+	// first): /authorize is never asked about its members.
+	systemMasters = "system:masters"
+
+	// truncatedAnnotation marks an event whose objects the log backend
+	// dropped as too large (k8s.io/apiserver plugin/pkg/audit/truncate).
+	truncatedAnnotation = "audit.k8s.io/truncated"
+
+	// mutationAnnotationPrefix begins the annotation the mutating webhook
+	// dispatcher adds for each webhook it calls.
+	mutationAnnotationPrefix = "mutation.webhook.admission.k8s.io/"
+
+	// The authorization annotations of WithAuthorization.
+	decisionAnnotation = "authorization.k8s.io/decision"
+	reasonAnnotation   = "authorization.k8s.io/reason"
+)
+
+// The changes replay reports, in -o json's "changes" and on a result's
+// line. Those marked refused make the exit status 1.
+const (
+	changeRefused          = "would-now-be-refused"               // admission: admitted then, denied now (refused)
+	changeErrors           = "webhook-errors-now"                 // admission: admitted then, the webhook errors now (refused under failurePolicy Fail)
+	changeAdmitted         = "would-now-be-admitted"              // admission: denied by a webhook of -config then, admitted now
+	changeMessage          = "denied-with-another-message"        // admission: denied then and now, in other words
+	changePatched          = "now-patched"                        // admission: a webhook of -config patches what it did not then
+	changeUnpatched        = "no-longer-patched"                  // admission: … or no longer patches
+	changeAuthzRefused     = "authorization-would-now-be-refused" // authorization: allowed then, denied now (refused)
+	changeAuthzAllowed     = "authorization-would-now-be-allowed" // authorization: refused then, allowed now
+	changeNotIdempotentNow = "not-idempotent"                     // /mutate patches its own result again (refused)
+)
+
+// refusing reports whether a change is one that makes the exit status 1.
+func refusing(change string) bool {
+	return change == changeRefused || change == changeErrors || change == changeAuthzRefused || change == changeNotIdempotentNow
+}
+
+// replayResult is what replay says of one request of the log.
+type replayResult struct {
+	Source         string   `json:"source"`            // file:line of the event replayed
+	AuditID        string   `json:"auditID,omitempty"` // the request's, as the log names it
+	Stage          string   `json:"stage,omitempty"`   // the stage replayed, when not ResponseComplete: the last the log has
+	Time           string   `json:"time,omitempty"`    // requestReceivedTimestamp
+	Verb           string   `json:"verb,omitempty"`
+	User           string   `json:"user,omitempty"` // whom the apiserver authorized and admitted
+	Groups         []string `json:"groups,omitempty"`
+	ImpersonatedBy string   `json:"impersonatedBy,omitempty"` // the authenticated user, when the request impersonated User
+	APIGroup       string   `json:"apiGroup,omitempty"`
+	APIVersion     string   `json:"apiVersion,omitempty"`
+	Resource       string   `json:"resource,omitempty"`
+	Subresource    string   `json:"subresource,omitempty"`
+	Namespace      string   `json:"namespace,omitempty"`
+	Name           string   `json:"name,omitempty"`
+	Path           string   `json:"path,omitempty"` // a request for another path than a resource's, such as /version
+	DryRun         bool     `json:"dryRun,omitempty"`
+
+	Then          *thenResult          `json:"then,omitempty"`
+	Admission     *result              `json:"admission,omitempty"`   // the review, as of a manifest, the patch's values left out
+	Object        string               `json:"object,omitempty"`      // where the object reviewed comes from, when not requestObject
+	OldObject     string               `json:"oldObject,omitempty"`   // where oldObject comes from: the line that stored it, or why it is unknown
+	NotReviewed   string               `json:"notReviewed,omitempty"` // why a write was not reviewed
+	Authorization *authorizationResult `json:"authorization,omitempty"`
+	// CreateAuthorization is the second SubjectAccessReview of an update
+	// or a patch that created the object: a create of it.
+	CreateAuthorization *authorizationResult `json:"createAuthorization,omitempty"`
+	Changes             []string             `json:"changes,omitempty"`
+	Error               string               `json:"error,omitempty"` // a line that holds no event
+}
+
+// thenResult is what the log says happened.
+type thenResult struct {
+	Code int32 `json:"code,omitempty"` // responseStatus.code
+	// Admission is admitted (a 2xx), denied (by a webhook, named in
+	// DeniedBy), failed (the call to the webhook DeniedBy failed), refused
+	// (otherwise, Reason naming how, before or beside the webhooks:
+	// authorization, validation, a conflict) or unknown (no response in
+	// the log).
+	Admission string `json:"admission,omitempty"`
+	DeniedBy  string `json:"deniedBy,omitempty"`
+	Reason    string `json:"reason,omitempty"`  // responseStatus.reason of a refusal, never its message
+	Message   string `json:"message,omitempty"` // a denial's by a webhook of -config: the policy's own words
+	// PatchedBy are the mutating webhooks whose patch changed the object
+	// (mutation.webhook.admission.k8s.io annotations).
+	PatchedBy []string `json:"patchedBy,omitempty"`
+	// AuditAnnotations are those the webhooks of -config added
+	// ("<webhook-name>/<key>"), such as a denial -validation-action audit
+	// let through.
+	AuditAnnotations    map[string]string `json:"auditAnnotations,omitempty"`
+	Authorization       string            `json:"authorization,omitempty"` // allow or forbid
+	AuthorizationReason string            `json:"authorizationReason,omitempty"`
+}
+
+// authorizationResult is the SubjectAccessReview of a request and what
+// /authorize answered, or why it was not sent.
+type authorizationResult struct {
+	Verdict string                                   `json:"verdict,omitempty"` // allowed, denied, no-opinion or error
+	Reason  string                                   `json:"reason,omitempty"`
+	Error   string                                   `json:"error,omitempty"`
+	NotSent string                                   `json:"notSent,omitempty"`
+	Request *authorizationv1.SubjectAccessReviewSpec `json:"request,omitempty"`
+}
+
+// replayer replays the events of a log, one at a time, remembering what
+// the next ones need: the stored versions, the Namespaces' labels.
+type replayer struct {
+	*reviewer
+	versions *versionCache
+	names    map[string]bool // the webhooks of -config, by name
+	sum      replaySummary
+}
+
+func newReplayer(r *reviewer, cacheBytes int64) *replayer {
+	p := &replayer{reviewer: r, versions: newVersionCache(cacheBytes), names: map[string]bool{}}
+	for _, h := range r.hooks {
+		p.names[h.name] = true
+	}
+	return p
+}
+
+// replay replays one event.
+func (p *replayer) replay(ctx context.Context, at logLine, e *auditEvent) replayResult {
+	res := replayResult{Source: at.String(), AuditID: e.AuditID, Time: e.RequestReceivedTimestamp, Verb: e.Verb}
+	if e.Stage != stageResponseComplete {
+		res.Stage = e.Stage
+	}
+	user := e.User
+	if e.ImpersonatedUser != nil {
+		user, res.ImpersonatedBy = *e.ImpersonatedUser, e.User.Username
+	}
+	res.User, res.Groups = user.Username, user.Groups
+	uri, err := url.ParseRequestURI(e.RequestURI)
+	if err != nil {
+		uri = &url.URL{}
+	}
+	query := uri.Query()
+	if _, ok := query["dryRun"]; ok {
+		res.DryRun = true
+	}
+	if ref := e.ObjectRef; ref != nil {
+		res.APIGroup, res.APIVersion, res.Resource, res.Subresource, res.Namespace, res.Name = ref.APIGroup, ref.APIVersion, ref.Resource, ref.Subresource, ref.Namespace, ref.Name
+	} else {
+		res.Path = uri.Path
+	}
+	res.Then = p.then(e)
+	res.Authorization, res.CreateAuthorization = p.authorizeEvent(ctx, e, user, uri)
+	p.admitEvent(ctx, &res, e, user, uri)
+	res.Changes = p.changes(&res)
+	p.remember(at, e, res.DryRun)
+	return res
+}
+
+// then reads what happened to the request from its event.
+func (p *replayer) then(e *auditEvent) *thenResult {
+	t := &thenResult{Authorization: e.Annotations[decisionAnnotation], AuthorizationReason: e.Annotations[reasonAnnotation]}
+	for key, value := range e.Annotations {
+		if strings.HasPrefix(key, mutationAnnotationPrefix) {
+			var m struct {
+				Webhook string `json:"webhook"`
+				Mutated bool   `json:"mutated"`
+			}
+			if json.Unmarshal([]byte(value), &m) == nil && m.Mutated && !slices.Contains(t.PatchedBy, m.Webhook) {
+				t.PatchedBy = append(t.PatchedBy, m.Webhook)
+			}
+		}
+		if name, _, ok := strings.Cut(key, "/"); ok && p.names[name] {
+			if t.AuditAnnotations == nil {
+				t.AuditAnnotations = map[string]string{}
+			}
+			t.AuditAnnotations[key] = value
+		}
+	}
+	slices.Sort(t.PatchedBy)
+	s := e.ResponseStatus
+	if s == nil {
+		t.Admission = "unknown"
+		return t
+	}
+	t.Code = s.Code
+	switch {
+	case s.Code >= 200 && s.Code < 300:
+		t.Admission = "admitted"
+	case t.Authorization == "forbid":
+		t.Admission, t.Reason = "refused", "by authorization, before admission"
+	default:
+		if name, message, ok := webhookDenial(s.Message); ok {
+			t.Admission, t.DeniedBy = "denied", name
+			if p.names[name] {
+				t.Message = message
+			}
+		} else if name, ok := failedCall(s.Message); ok {
+			t.Admission, t.DeniedBy = "failed", name
+		} else {
+			t.Admission, t.Reason = "refused", cmpOr(string(s.Reason), "code "+strconv.Itoa(int(s.Code)))
+		}
+	}
+	return t
+}
+
+var (
+	// deniedRequest is a webhook's denial as ToStatusErr words it: the
+	// name Go-quoted (%q), then the policy's message.
+	deniedRequest = regexp.MustCompile(`(?s)^admission webhook ("(?:[^"\\]|\\.)*") denied the request(?:: (.*)| without explanation)$`)
+	// failedCalling is a call that failed, as the dispatchers word it.
+	failedCalling = regexp.MustCompile(`failed calling webhook ("(?:[^"\\]|\\.)*")`)
+)
+
+// webhookDenial reads a denial's message: the webhook's name and its own
+// words.
+func webhookDenial(message string) (name, policyMessage string, ok bool) {
+	m := deniedRequest.FindStringSubmatch(message)
+	if m == nil {
+		return "", "", false
+	}
+	name, err := strconv.Unquote(m[1])
+	return name, m[2], err == nil
+}
+
+func failedCall(message string) (name string, ok bool) {
+	m := failedCalling.FindStringSubmatch(message)
+	if m == nil {
+		return "", false
+	}
+	name, err := strconv.Unquote(m[1])
+	return name, err == nil
+}
+
+// authorizeEvent sends the request's SubjectAccessReview to /authorize, as
+// the apiserver's webhook authorizer builds it
+// (k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go, Authorize
+// and resourceAttributesFrom) from the request's attributes
+// (pkg/endpoints/filters/authorization.go, GetAuthorizerAttributes). An
+// update or a patch that created the object (201) was also authorized as
+// a create of it, before validating admission (handlers/update.go and
+// patch.go, withAuthorization): that review is the second it returns.
+func (p *replayer) authorizeEvent(ctx context.Context, e *auditEvent, user authenticationv1.UserInfo, uri *url.URL) (*authorizationResult, *authorizationResult) {
+	switch {
+	case e.ResponseStatus != nil && e.ResponseStatus.Code == 401:
+		return &authorizationResult{NotSent: "not authenticated (401): no authorizer was asked"}, nil
+	case user.Username == "" && len(user.Groups) == 0:
+		return &authorizationResult{NotSent: "the event names no user"}, nil
+	case slices.Contains(user.Groups, systemMasters):
+		return &authorizationResult{NotSent: "system:masters is allowed before any authorizer"}, nil
+	}
+	spec := authorizationv1.SubjectAccessReviewSpec{User: user.Username, UID: user.UID, Groups: user.Groups}
+	if len(user.Extra) > 0 {
+		spec.Extra = map[string]authorizationv1.ExtraValue{}
+		for k, v := range user.Extra {
+			spec.Extra[k] = authorizationv1.ExtraValue(v)
+		}
+	}
+	ref := e.ObjectRef
+	if ref == nil {
+		spec.NonResourceAttributes = &authorizationv1.NonResourceAttributes{Path: uri.Path, Verb: e.Verb}
+		return p.sendSubjectAccessReview(ctx, spec), nil
+	}
+	ra := authorizationv1.ResourceAttributes{
+		Namespace: ref.Namespace, Verb: e.Verb, Group: ref.APIGroup, Version: ref.APIVersion,
+		Resource: ref.Resource, Subresource: ref.Subresource, Name: ref.Name,
+	}
+	// A create's URL names no object (POST to the collection), and the
+	// RequestInfo none: objectRef's name is the object's (LogRequestObject).
+	if e.Verb == "create" && ref.Subresource == "" {
+		ra.Name = ""
+	}
+	if e.Verb == "list" || e.Verb == "watch" || e.Verb == "deletecollection" {
+		ra.FieldSelector, ra.LabelSelector = selectorAttributes(uri.Query())
+	}
+	spec.ResourceAttributes = &ra
+	first := p.sendSubjectAccessReview(ctx, spec)
+	if (e.Verb == "update" || e.Verb == "patch") && e.ResponseStatus != nil && e.ResponseStatus.Code == 201 {
+		create := ra
+		create.Verb = "create"
+		spec.ResourceAttributes = &create
+		return first, p.sendSubjectAccessReview(ctx, spec)
+	}
+	return first, nil
+}
+
+// sendSubjectAccessReview sends spec to /authorize and says what it
+// answered.
+func (p *replayer) sendSubjectAccessReview(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) *authorizationResult {
+	out := &authorizationResult{Request: &spec}
+	body, _ := json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SubjectAccessReview"}, Spec: spec})
+	answer, err := p.post(ctx, "/authorize", body)
+	if err != nil {
+		out.Verdict, out.Error = "error", "/authorize: "+err.Error()
+		return out
+	}
+	var sar authorizationv1.SubjectAccessReview
+	if err := json.Unmarshal(answer, &sar); err != nil {
+		out.Verdict, out.Error = "error", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", answer)
+		return out
+	}
+	switch {
+	case sar.Status.Denied:
+		out.Verdict = "denied"
+	case sar.Status.Allowed:
+		out.Verdict = "allowed"
+	default:
+		out.Verdict = "no-opinion"
+	}
+	out.Reason = sar.Status.Reason
+	return out
+}
+
+// selectorAttributes are a list's selectors as the webhook authorizer
+// sends them (fieldSelectorToAuthorizationAPI,
+// labelSelectorToAuthorizationAPI): =, == and in become In, != and notin
+// NotIn, exists and !; others are left out, which only widens the check.
+// A selector that does not parse is left out, as its requirements are.
+func selectorAttributes(query url.Values) (*authorizationv1.FieldSelectorAttributes, *authorizationv1.LabelSelectorAttributes) {
+	var fs *authorizationv1.FieldSelectorAttributes
+	var ls *authorizationv1.LabelSelectorAttributes
+	if raw := query.Get("fieldSelector"); raw != "" {
+		if sel, err := fields.ParseSelector(raw); err == nil {
+			var reqs []metav1.FieldSelectorRequirement
+			for _, r := range sel.Requirements() {
+				switch r.Operator {
+				case selection.Equals, selection.DoubleEquals, selection.In:
+					reqs = append(reqs, metav1.FieldSelectorRequirement{Key: r.Field, Operator: metav1.FieldSelectorOpIn, Values: []string{r.Value}})
+				case selection.NotEquals, selection.NotIn:
+					reqs = append(reqs, metav1.FieldSelectorRequirement{Key: r.Field, Operator: metav1.FieldSelectorOpNotIn, Values: []string{r.Value}})
+				}
+			}
+			if len(reqs) > 0 {
+				fs = &authorizationv1.FieldSelectorAttributes{Requirements: reqs}
+			}
+		}
+	}
+	if raw := query.Get("labelSelector"); raw != "" {
+		if sel, err := labels.Parse(raw); err == nil {
+			requirements, _ := sel.Requirements()
+			var reqs []metav1.LabelSelectorRequirement
+			for _, r := range requirements {
+				req := metav1.LabelSelectorRequirement{Key: r.Key()}
+				if values := r.ValuesUnsorted(); len(values) > 0 {
+					req.Values = values
+				}
+				switch r.Operator() {
+				case selection.Equals, selection.DoubleEquals, selection.In:
+					req.Operator = metav1.LabelSelectorOpIn
+				case selection.NotEquals, selection.NotIn:
+					req.Operator = metav1.LabelSelectorOpNotIn
+				case selection.Exists:
+					req.Operator = metav1.LabelSelectorOpExists
+				case selection.DoesNotExist:
+					req.Operator = metav1.LabelSelectorOpDoesNotExist
+				default:
+					continue
+				}
+				reqs = append(reqs, req)
+			}
+			if len(reqs) > 0 {
+				ls = &authorizationv1.LabelSelectorAttributes{Requirements: reqs}
+			}
+		}
+	}
+	return fs, ls
+}
+
+// connectOptions are the core subresources whose requests are CONNECTs,
+// with the kind of their options (the rest.Connecter storages of pods,
+// services and nodes), and whether the rest of the path is the options'
+// path (NewConnectOptions' subpath).
+var connectOptions = map[string]struct {
+	kind    string
+	subpath bool
+}{
+	"pods/attach": {"PodAttachOptions", false}, "pods/exec": {"PodExecOptions", false}, "pods/portforward": {"PodPortForwardOptions", false},
+	"pods/proxy": {"PodProxyOptions", true}, "services/proxy": {"ServiceProxyOptions", true}, "nodes/proxy": {"NodeProxyOptions", true},
+}
+
+// admitEvent reviews a request that admission would have seen: a write, or
+// a CONNECT. It fills res.Admission, or res.NotReviewed with why.
+func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEvent, user authenticationv1.UserInfo, uri *url.URL) {
+	ref := e.ObjectRef
+	if ref == nil {
+		return
+	}
+	code := int32(0)
+	if e.ResponseStatus != nil {
+		code = e.ResponseStatus.Code
+	}
+	req := request{
+		group: ref.APIGroup, version: ref.APIVersion, resource: ref.Resource, subresource: ref.Subresource,
+		name: ref.Name, namespace: ref.Namespace, userInfo: user, dryRun: res.DryRun,
+	}
+	if ref.Resource == "namespaces" && ref.APIGroup == "" {
+		req.namespace = "" // a Namespace is cluster-scoped; call sends its own name
+	}
+	var op admissionv1.Operation
+	connect, isConnect := connectOptions[ref.Resource+"/"+ref.Subresource]
+	switch {
+	case isConnect && ref.APIGroup == "":
+		op = admissionv1.Connect
+	case e.Verb == "create":
+		op = admissionv1.Create
+	case e.Verb == "update" || e.Verb == "patch":
+		// An update or an apply that creates the object answers 201
+		// (update.go, patch.go: admission sees a CREATE).
+		op = admissionv1.Update
+		if code == 201 {
+			op = admissionv1.Create
+		}
+	case e.Verb == "delete":
+		op = admissionv1.Delete
+	case e.Verb == "deletecollection":
+		res.NotReviewed = "a deletecollection is admitted object by object, and the log does not say which objects it deleted"
+		p.sum.notReviewed++
+		return
+	default:
+		return // a read: admission never sees it
+	}
+	if ref.APIGroup == "admissionregistration.k8s.io" && exemptResources[ref.Resource] {
+		res.NotReviewed = "webhook and admission policy configurations are never sent to webhooks (rules.IsExemptAdmissionConfigurationResource)"
+		p.sum.notSent++
+		return
+	}
+	req.operation = admissionregistrationv1.OperationType(op)
+	if p.hooks != nil && !slices.ContainsFunc(p.hooks, func(h webhook) bool { return h.rulesMatch(req) }) {
+		return // no webhook of -config is sent such requests, whatever the object
+	}
+	req.options = operationOptions(op, uri.Query())
+	if op == admissionv1.Delete && len(e.RequestObject) > 0 {
+		// The DeleteOptions sent, as the event holds them (delete.go).
+		req.options = e.RequestObject
+	}
+
+	why := ""
+	switch op {
+	case admissionv1.Connect:
+		req.object = connectObject(connect.kind, connect.subpath, uri, ref)
+	case admissionv1.Create, admissionv1.Update:
+		why = p.objectOf(res, &req, e, op, code)
+	case admissionv1.Delete:
+		req.oldObject, why = p.oldObjectOf(res, req)
+		if why != "" {
+			why = "the object as stored before the delete is unknown: " + why
+		}
+	}
+	if why != "" {
+		res.NotReviewed = why
+		p.sum.notReviewed++
+		return
+	}
+	source := req.object
+	if source == nil {
+		source = req.oldObject
+	}
+	req.kind = source.GroupVersionKind()
+	if req.kind.Kind == "" || req.kind.Version == "" {
+		res.NotReviewed = "the object in the log has no kind or apiVersion"
+		p.sum.notReviewed++
+		return
+	}
+	if op == admissionv1.Create && ref.Subresource == "" {
+		req.name = source.GetName() // "" for generateName: named after admission (rest.BeforeCreate)
+	}
+	p.setNamespaceLabels(&req)
+	var out result
+	p.admit(ctx, &out, req)
+	out.Source, out.APIVersion, out.Kind, out.Namespace, out.Name = "", source.GetAPIVersion(), source.GetKind(), req.namespace, req.name
+	if out.Mutate != nil {
+		out.Mutate.Patch = withoutValues(out.Mutate.Patch)
+	}
+	res.Admission = &out
+}
+
+// exemptResources are the admissionregistration.k8s.io resources no
+// webhook is sent (rules.IsExemptAdmissionConfigurationResource).
+var exemptResources = map[string]bool{
+	"validatingwebhookconfigurations": true, "mutatingwebhookconfigurations": true,
+	"validatingadmissionpolicies": true, "validatingadmissionpolicybindings": true,
+	"mutatingadmissionpolicies": true, "mutatingadmissionpolicybindings": true,
+}
+
+// objectOf sets the object of a CREATE or an UPDATE, and an UPDATE's
+// oldObject, or says why it cannot. The object is requestObject; for a
+// PATCH, whose requestObject is the patch, it is the patch applied to the
+// earlier stored version when the patch's type can be told (a JSON Patch,
+// or a merge patch that no strategic merge reads otherwise), else the
+// object as stored (responseObject), which every mutation has already
+// changed.
+func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op admissionv1.Operation, code int32) string {
+	if len(e.RequestObject) == 0 && len(e.ResponseObject) == 0 {
+		return cmpOr(objectsLeftOut(e), "the event holds no object")
+	}
+	if op == admissionv1.Update {
+		var why string
+		if req.oldObject, why = p.oldObjectOf(res, *req); why != "" {
+			res.OldObject = "unknown: " + why
+		}
+	}
+	if e.Verb != "patch" {
+		if len(e.RequestObject) == 0 {
+			return cmpOr(objectsLeftOut(e), "the event holds no requestObject")
+		}
+		obj, err := objectFrom(e.RequestObject)
+		if err != nil {
+			return "requestObject " + err.Error()
+		}
+		req.object = obj
+		if op == admissionv1.Update && req.oldObject != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() != req.oldObject.GetResourceVersion() {
+			// An update names the version it replaces: another is not it.
+			res.OldObject = fmt.Sprintf("unknown: the update replaces resourceVersion %s, the log's last stored version is %s", obj.GetResourceVersion(), req.oldObject.GetResourceVersion())
+			req.oldObject = nil
+		}
+		return ""
+	}
+	if len(e.RequestObject) > 0 && req.oldObject != nil {
+		if patched, how := applyPatch(req.oldObject, e.RequestObject); patched != nil {
+			req.object, res.Object = patched, "the patch ("+how+") applied to the version stored at "+res.OldObject
+			return ""
+		}
+	}
+	if len(e.ResponseObject) > 0 && code >= 200 && code < 300 {
+		obj, err := objectFrom(e.ResponseObject)
+		if err != nil {
+			return "responseObject " + err.Error()
+		}
+		req.object, req.admitted = obj, true
+		res.Object = "the object as stored (responseObject): after the patch and every mutation, which /mutate then sees already made"
+		return ""
+	}
+	switch {
+	case len(e.RequestObject) == 0:
+		return cmpOr(objectsLeftOut(e), "the event has no requestObject")
+	case req.oldObject == nil:
+		return "the patch's pre-image, the version stored before it, is not in the log" + strings.TrimPrefix(res.OldObject, "unknown")
+	}
+	return "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
+}
+
+// objectsLeftOut says why an event holds no objects, if it can.
+func objectsLeftOut(e *auditEvent) string {
+	switch {
+	case e.Annotations[decisionAnnotation] == "forbid":
+		return "refused by authorization before its object was read: the log holds none"
+	case e.Annotations[truncatedAnnotation] == "true":
+		return "the log backend dropped the event's objects as too large (" + truncatedAnnotation + ")"
+	case e.Level == "Metadata" || e.Level == "None":
+		return "the audit policy records this request at level " + e.Level + ", without its object"
+	case e.Stage == stageRequestReceived:
+		return "the log has only the RequestReceived stage, written before the object is read"
+	}
+	return ""
+}
+
+// oldObjectOf is the version of req's object the log last showed stored,
+// and res.OldObject says where; or why it is unknown.
+func (p *replayer) oldObjectOf(res *replayResult, req request) (*unstructured.Unstructured, string) {
+	key := versionKey(req.group, req.resource, req.namespace, req.name)
+	if req.subresource != "" && req.subresource != "status" {
+		return nil, fmt.Sprintf("the log stores %s, not their %s", req.resource, req.subresource)
+	}
+	v, dropped := p.versions.get(key)
+	switch {
+	case v != nil:
+		obj, err := objectFrom(v.raw)
+		if err != nil {
+			return nil, err.Error()
+		}
+		res.OldObject = v.at.String()
+		p.sum.oldFound++
+		return obj, ""
+	case dropped:
+		p.sum.oldDropped++
+		return nil, "its earlier version was dropped from the cache (raise -audit-cache-bytes)"
+	}
+	p.sum.oldUnknown++
+	return nil, "no earlier version of it is stored in the log before this line (a write or get at level RequestResponse)"
+}
+
+// versionKey names an object in the cache. A Namespace's objectRef has its
+// own name as namespace once it exists, and none when it is created.
+func versionKey(group, resource, namespace, name string) string {
+	if resource == "namespaces" && group == "" {
+		namespace = ""
+	}
+	return group + "/" + resource + "/" + namespace + "/" + name
+}
+
+func objectFrom(raw json.RawMessage) (*unstructured.Unstructured, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, fmt.Errorf("is not a JSON object")
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+// applyPatch applies a PATCH's requestObject to the version before it, when
+// what the apiserver did can be told from the patch alone: a JSON Patch (an
+// array; applied with jsonpatch, as the apiserver applies one), or an
+// object that is a merge patch whichever of merge and strategic merge it
+// was sent as, with no list and no $ directive, and not an apply
+// configuration (which has apiVersion and kind, and field ownership).
+func applyPatch(old *unstructured.Unstructured, patch json.RawMessage) (*unstructured.Unstructured, string) {
+	before, err := json.Marshal(old.Object)
+	if err != nil {
+		return nil, ""
+	}
+	trimmed := bytes.TrimSpace(patch)
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		after, err := jsonpatch.Apply(before, trimmed)
+		if err != nil {
+			return nil, ""
+		}
+		obj, err := objectFrom(after)
+		if err != nil {
+			return nil, ""
+		}
+		return obj, "a JSON Patch"
+	}
+	var m map[string]any
+	if json.Unmarshal(trimmed, &m) != nil || m == nil {
+		return nil, ""
+	}
+	if _, ok := m["kind"]; ok {
+		if _, ok := m["apiVersion"]; ok {
+			return nil, ""
+		}
+	}
+	if !plainMergePatch(m) {
+		return nil, ""
+	}
+	var doc map[string]any
+	if json.Unmarshal(before, &doc) != nil {
+		return nil, ""
+	}
+	return &unstructured.Unstructured{Object: mergePatch(doc, m)}, "a merge patch"
+}
+
+// plainMergePatch reports whether a patch holds no list and no key
+// beginning with $ (a strategic merge directive), at any depth.
+func plainMergePatch(v any) bool {
+	switch v := v.(type) {
+	case []any:
+		return false
+	case map[string]any:
+		for k, e := range v {
+			if strings.HasPrefix(k, "$") || !plainMergePatch(e) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// mergePatch applies patch to doc as RFC 7386 says: null removes, an
+// object merges, anything else replaces. It writes into doc, which is the
+// caller's own copy.
+func mergePatch(doc, patch map[string]any) map[string]any {
+	for k, v := range patch {
+		switch v := v.(type) {
+		case nil:
+			delete(doc, k)
+		case map[string]any:
+			sub, _ := doc[k].(map[string]any)
+			if sub == nil {
+				sub = map[string]any{}
+			}
+			doc[k] = mergePatch(sub, v)
+		default:
+			doc[k] = v
+		}
+	}
+	return doc
+}
+
+// connectObject is a CONNECT's object: the options the apiserver decodes
+// from the request's query and, for a proxy, the rest of its path
+// (handlers/get.go, getRequestOptions).
+func connectObject(kind string, subpath bool, uri *url.URL, ref *objectReference) *unstructured.Unstructured {
+	q := uri.Query()
+	obj := map[string]any{"kind": kind, "apiVersion": "v1"}
+	flag := func(name string) {
+		if v := q[name]; len(v) > 0 && v[0] != "0" && !strings.EqualFold(v[0], "false") {
+			obj[name] = true
+		}
+	}
+	switch kind {
+	case "PodExecOptions", "PodAttachOptions":
+		for _, name := range []string{"stdin", "stdout", "stderr", "tty"} {
+			flag(name)
+		}
+		if c := q.Get("container"); c != "" {
+			obj["container"] = c
+		}
+		if kind == "PodExecOptions" {
+			command := []any{}
+			for _, c := range q["command"] {
+				command = append(command, c)
+			}
+			obj["command"] = command
+		}
+	case "PodPortForwardOptions":
+		var ports []any
+		for _, p := range q["ports"] {
+			if n, err := strconv.ParseInt(p, 10, 32); err == nil {
+				ports = append(ports, n)
+			}
+		}
+		if len(ports) > 0 {
+			obj["ports"] = ports
+		}
+	}
+	if subpath {
+		marker := "/" + ref.Name + "/" + ref.Subresource
+		if i := strings.Index(uri.Path, marker); i >= 0 {
+			path := uri.Path[i+len(marker):]
+			if path != "" {
+				obj["path"] = path
+			}
+		}
+	}
+	return &unstructured.Unstructured{Object: obj}
+}
+
+// withoutValues is a JSON Patch with each operation's value left out: an
+// audit log holds Secrets, and a patch may copy from them.
+func withoutValues(patch json.RawMessage) json.RawMessage {
+	var ops []map[string]json.RawMessage
+	if json.Unmarshal(patch, &ops) != nil {
+		return json.RawMessage("[]")
+	}
+	for _, op := range ops {
+		delete(op, "value")
+	}
+	out, _ := json.Marshal(ops)
+	if len(ops) == 0 {
+		out = []byte("[]")
+	}
+	return out
+}
+
+// changes compares what the policy decides now with what the log says
+// happened then, and counts the result.
+func (p *replayer) changes(res *replayResult) []string {
+	var changes []string
+	t := res.Then
+	if a := res.Admission; a != nil {
+		now := a.Verdict
+		// Without -config replay knows no webhook's name, and cannot tell
+		// this webhook's denial from another's.
+		ours := p.names[t.DeniedBy]
+		switch {
+		case t.Admission == "admitted" && now == "denied":
+			changes = append(changes, changeRefused)
+		case t.Admission == "admitted" && now == "error":
+			changes = append(changes, changeErrors)
+		case t.Admission == "denied" && ours && now != "denied" && now != "error":
+			changes = append(changes, changeAdmitted)
+		case t.Admission == "denied" && ours && now == "denied" && t.Message != "" && a.Validate != nil && a.Validate.Message != t.Message:
+			changes = append(changes, changeMessage)
+		}
+		if a.Mutate != nil && !a.Mutate.Idempotent {
+			changes = append(changes, changeNotIdempotentNow)
+		}
+		// The object of a PATCH taken as stored has every mutation in it
+		// already: what /mutate does to it now says nothing of then.
+		if t.Admission == "admitted" && a.Mutate != nil && !strings.HasPrefix(res.Object, "the object as stored") {
+			for name := range p.names {
+				then, now := slices.Contains(t.PatchedBy, name), slices.Contains(a.Mutate.PatchedBy, name)
+				switch {
+				case now && !then:
+					changes = append(changes, changePatched)
+				case then && !now && slices.Contains(a.Webhooks, name):
+					changes = append(changes, changeUnpatched)
+				}
+			}
+		}
+		switch {
+		case len(a.Webhooks) == 0 && p.hooks != nil:
+			// Not sent to the webhook: nothing to compare.
+		case strings.HasPrefix(res.OldObject, "unknown"):
+			// Reviewed without the oldObject the apiserver sent: its
+			// changes are said, but it is no proof of agreement or not.
+			p.sum.notCompared++
+		case t.Admission == "admitted" || (t.Admission == "denied" && ours):
+			if slices.ContainsFunc(changes, func(c string) bool {
+				return c == changeRefused || c == changeErrors || c == changeAdmitted || c == changeMessage
+			}) {
+				p.sum.disagree++
+			} else {
+				p.sum.agree++
+			}
+		default:
+			p.sum.notCompared++
+		}
+	}
+	if az := res.Authorization; az != nil && az.NotSent == "" {
+		switch {
+		case az.Verdict == "denied" && t.Authorization == "allow":
+			changes = append(changes, changeAuthzRefused)
+		case az.Verdict == "allowed" && t.Authorization == "forbid":
+			changes = append(changes, changeAuthzAllowed)
+		}
+	}
+	if az := res.CreateAuthorization; az != nil && az.Verdict == "denied" {
+		changes = append(changes, changeAuthzRefused) // it created the object then
+	}
+	slices.Sort(changes)
+	return slices.Compact(changes)
+}
+
+// remember keeps what later events need from this one: the version stored
+// (responseObject of a write or a get that succeeded, not in a dry run),
+// and the labels of a Namespace. A deleted object is forgotten, unless the
+// response is the object still stored, terminating.
+func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
+	ref := e.ObjectRef
+	if ref == nil || e.ResponseStatus == nil || e.ResponseStatus.Code < 200 || e.ResponseStatus.Code >= 300 || dryRun {
+		return
+	}
+	if ref.Subresource != "" && ref.Subresource != "status" {
+		return
+	}
+	switch e.Verb {
+	case "create", "update", "patch", "get", "delete":
+	default:
+		return
+	}
+	stored, _ := objectFrom(e.ResponseObject)
+	if stored != nil && (stored.GetKind() == "Status" || stored.GetName() == "") {
+		stored = nil
+	}
+	namespace := ref.Namespace
+	name := ref.Name
+	if stored != nil {
+		namespace, name = stored.GetNamespace(), stored.GetName()
+	}
+	key := versionKey(ref.APIGroup, ref.Resource, namespace, name)
+	switch {
+	case stored != nil:
+		p.versions.put(key, e.ResponseObject, at)
+	case e.Verb == "delete":
+		p.versions.remove(key)
+	}
+	if ref.Resource == "namespaces" && ref.APIGroup == "" {
+		ns := stored
+		if ns == nil && e.Verb != "delete" && e.Verb != "get" {
+			ns, _ = objectFrom(e.RequestObject)
+		}
+		switch {
+		case e.Verb == "delete" && stored == nil:
+			delete(p.namespaces, name)
+		case ns != nil && ns.GetName() != "":
+			if _, ok := p.namespaces[ns.GetName()]; ok || len(p.namespaces) < maxNamespaceLabels {
+				p.namespaces[ns.GetName()] = ns.GetLabels()
+			}
+		}
+	}
+}

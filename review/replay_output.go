@@ -1,0 +1,495 @@
+package review
+
+// Running a replay and saying what it found: a line per request worth a
+// look (every one with -v), or -o json's array, written as the log is
+// read, and a summary that names what would now be refused.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+const (
+	// maxListedRefusals bounds the requests the summary names one by one:
+	// each has its line above, or its element in -o json.
+	maxListedRefusals = 200
+
+	// maxListedUnreadable bounds the unreadable lines the summary names.
+	maxListedUnreadable = 20
+
+	// progressEvery is how often, at most, progress is written to a
+	// terminal.
+	progressEvery = time.Second
+)
+
+// replaySummary is what the summary reports.
+type replaySummary struct {
+	events, unreadableCount int
+	unreadable              []string
+	admission               map[string]int // by describe's label
+	notReviewed, notSent    int
+	agree, disagree         int
+	notCompared             int
+	authorization           map[string]int // by verdict
+	authorizationNotSent    map[string]int // by reason
+	refusals                []string
+	refusalCount            int
+	changes                 map[string]int
+	oldFound, oldUnknown    int
+	oldDropped              int
+	earlierStage            int
+	failed                  bool
+}
+
+// replayAuditLogs is `webhook review -audit-log`.
+func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reader, stdout, stderr io.Writer) error {
+	p := newReplayer(r, o.auditCacheBytes)
+	p.sum.admission, p.sum.authorization, p.sum.authorizationNotSent, p.sum.changes = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	out := &replayOutput{w: stdout, json: o.output == "json", verbose: o.verbose}
+	progress := newProgress(stderr)
+	var werr error
+	write := func(res replayResult) {
+		if werr == nil {
+			werr = out.write(res)
+		}
+	}
+	c := newCompleter(func(at logLine, e *auditEvent) {
+		res := p.replay(ctx, at, e)
+		p.tally(res)
+		write(res)
+	})
+	out.begin()
+	readAuditLogs(o.auditLogs, stdin, func(at logLine, e *auditEvent, err error) {
+		progress.event()
+		if err != nil {
+			p.sum.unreadableCount++
+			if len(p.sum.unreadable) < maxListedUnreadable {
+				p.sum.unreadable = append(p.sum.unreadable, fmt.Sprintf("%s: %v", at, err))
+			}
+			write(replayResult{Source: at.String(), Error: err.Error()})
+			return
+		}
+		c.add(at, e)
+	}, progress.read)
+	c.flush()
+	progress.done()
+	if werr != nil {
+		return werr
+	}
+	summaryTo := stdout
+	if out.json {
+		summaryTo = stderr
+	}
+	if err := out.end(); err != nil {
+		return err
+	}
+	p.writeSummary(summaryTo, o)
+	switch {
+	case p.sum.unreadableCount > 0:
+		return &ExitError{Code: 2}
+	case p.sum.failed:
+		return &ExitError{Code: 1}
+	}
+	return nil
+}
+
+// tally counts one result in the summary.
+func (p *replayer) tally(res replayResult) {
+	s := &p.sum
+	s.events++
+	if res.Stage != "" {
+		s.earlierStage++
+	}
+	if a := res.Admission; a != nil {
+		if len(a.Webhooks) == 0 && p.hooks != nil {
+			s.notSent++
+		} else {
+			_, label := describe(*a)
+			s.admission[label]++
+		}
+	}
+	if az := res.Authorization; az != nil {
+		if az.NotSent != "" {
+			s.authorizationNotSent[az.NotSent]++
+		} else {
+			s.authorization[az.Verdict]++
+		}
+	}
+	for _, c := range res.Changes {
+		s.changes[c]++
+		if refusing(c) {
+			s.failed = true
+		}
+	}
+	if res.Admission != nil && res.Admission.Verdict == "error" {
+		s.failed = true
+	}
+	if res.Authorization != nil && res.Authorization.Verdict == "error" {
+		s.failed = true
+	}
+	if az := res.CreateAuthorization; az != nil {
+		s.authorization[az.Verdict]++
+		s.failed = s.failed || az.Verdict == "error"
+	}
+	if slices.Contains(res.Changes, changeRefused) || slices.Contains(res.Changes, changeAuthzRefused) || slices.Contains(res.Changes, changeErrors) {
+		s.refusalCount++
+		if len(s.refusals) < maxListedRefusals {
+			s.refusals = append(s.refusals, refusalLine(res))
+		}
+	}
+}
+
+// refusalLine names a request that would now be refused, and why.
+func refusalLine(res replayResult) string {
+	var why []string
+	if slices.Contains(res.Changes, changeRefused) && res.Admission.Validate != nil {
+		why = append(why, "admission: "+res.Admission.Validate.Message)
+	}
+	if slices.Contains(res.Changes, changeErrors) {
+		why = append(why, "admission: the webhook errors: "+res.Admission.Error)
+	}
+	if slices.Contains(res.Changes, changeAuthzRefused) {
+		for _, az := range []*authorizationResult{res.Authorization, res.CreateAuthorization} {
+			if az != nil && az.Verdict == "denied" {
+				why = append(why, "authorization: "+cmpOr(az.Reason, "denied"))
+			}
+		}
+	}
+	return fmt.Sprintf("%s %s: %s", res.Source, requestWords(res), strings.Join(why, "; "))
+}
+
+// requestWords says who did what: "alice create deployments shop/web".
+func requestWords(res replayResult) string {
+	what := res.Path
+	if res.Resource != "" {
+		what = res.Resource
+		if res.Subresource != "" {
+			what += "/" + res.Subresource
+		}
+		switch {
+		case res.Name != "":
+			what += " " + qualified(res.Namespace, res.Name)
+		case res.Namespace != "":
+			what += " in " + res.Namespace
+		}
+	}
+	user := cmpOr(res.User, "(no user)")
+	if res.ImpersonatedBy != "" {
+		user += " (impersonated by " + res.ImpersonatedBy + ")"
+	}
+	dry := ""
+	if res.DryRun {
+		dry = " (dry run)"
+	}
+	return fmt.Sprintf("%s %s %s%s", user, res.Verb, what, dry)
+}
+
+// replayOutput writes results as they come: text lines, or the elements
+// of one JSON array.
+type replayOutput struct {
+	w             io.Writer
+	json, verbose bool
+	written       int
+}
+
+func (o *replayOutput) begin() {
+	if o.json {
+		fmt.Fprint(o.w, "[")
+	}
+}
+
+func (o *replayOutput) end() error {
+	if !o.json {
+		return nil
+	}
+	if o.written > 0 {
+		_, err := fmt.Fprint(o.w, "\n]\n")
+		return err
+	}
+	_, err := fmt.Fprint(o.w, "]\n")
+	return err
+}
+
+func (o *replayOutput) write(res replayResult) error {
+	if o.json {
+		b, err := json.Marshal(res)
+		if err != nil {
+			return err
+		}
+		sep := ",\n"
+		if o.written == 0 {
+			sep = "\n"
+		}
+		o.written++
+		_, err = fmt.Fprintf(o.w, "%s%s", sep, b)
+		return err
+	}
+	if !o.verbose && !worthALine(res) {
+		return nil
+	}
+	o.written++
+	var b strings.Builder
+	if res.Error != "" {
+		fmt.Fprintf(&b, "%s: error: %s\n", res.Source, res.Error)
+		_, err := io.WriteString(o.w, b.String())
+		return err
+	}
+	fmt.Fprintf(&b, "%s: %s: %s\n", res.Source, requestWords(res), strings.Join(verdictWords(res), "; "))
+	for _, c := range res.Changes {
+		fmt.Fprintf(&b, "  %s\n", changeWords(c, res))
+	}
+	if res.Object != "" {
+		fmt.Fprintf(&b, "  note: object: %s\n", res.Object)
+	}
+	if res.OldObject != "" && res.Admission != nil {
+		old := res.OldObject
+		if !strings.HasPrefix(old, "unknown") {
+			old = "as stored at " + old
+		}
+		fmt.Fprintf(&b, "  note: oldObject: %s\n", old)
+	}
+	if a := res.Admission; a != nil {
+		for _, n := range a.Notes {
+			fmt.Fprintf(&b, "  note: %s\n", n)
+		}
+		if o.verbose && a.Mutate != nil {
+			var ops []struct{ Op, Path, From string }
+			_ = json.Unmarshal(a.Mutate.Patch, &ops)
+			for _, op := range ops {
+				from := ""
+				if op.From != "" {
+					from = " from " + op.From
+				}
+				fmt.Fprintf(&b, "  patch: %s %s%s (value not shown)\n", op.Op, op.Path, from)
+			}
+		}
+	}
+	if res.Stage != "" {
+		fmt.Fprintf(&b, "  note: the log has no ResponseComplete event of this request: replayed from its %s\n", res.Stage)
+	}
+	_, err := io.WriteString(o.w, b.String())
+	return err
+}
+
+// worthALine reports whether a result has something to say without -v: an
+// unreadable line, a write the webhook is sent or that could not be
+// reviewed, an opinion of /authorize, or a change.
+func worthALine(res replayResult) bool {
+	a, az := res.Admission, res.Authorization
+	return res.Error != "" || res.NotReviewed != "" || len(res.Changes) > 0 ||
+		(a != nil && (len(a.Webhooks) > 0 || a.Verdict != "admitted" || a.Mutate != nil || a.Validate != nil)) ||
+		(az != nil && (az.Verdict == "denied" || az.Verdict == "allowed" || az.Verdict == "error")) ||
+		(res.CreateAuthorization != nil && res.CreateAuthorization.Verdict != "no-opinion")
+}
+
+// verdictWords are what the policy decides now, beside what happened then.
+func verdictWords(res replayResult) []string {
+	var words []string
+	t := res.Then
+	if a := res.Admission; a != nil {
+		bare := *a
+		bare.Kind, bare.Namespace, bare.Name = "", "", ""
+		line, _ := describe(bare)
+		if len(a.Webhooks) == 0 && line == "admitted" {
+			line = "not sent to the webhook"
+		}
+		words = append(words, line+thenAdmissionWords(t))
+	}
+	if res.NotReviewed != "" {
+		words = append(words, "not reviewed: "+res.NotReviewed+thenAdmissionWords(t))
+	}
+	if az := res.Authorization; az != nil {
+		switch {
+		case az.NotSent != "":
+			if len(words) == 0 {
+				words = append(words, "authorization not sent: "+az.NotSent)
+			}
+		case az.Error != "":
+			words = append(words, "authorization error: "+az.Error)
+		default:
+			w := "authorization " + az.Verdict
+			if az.Reason != "" {
+				w += ": " + az.Reason
+			}
+			if t.Authorization != "" {
+				w += " (then " + t.Authorization + ")"
+			}
+			words = append(words, w)
+		}
+	}
+	if az := res.CreateAuthorization; az != nil {
+		w := "authorization of the create it made " + az.Verdict
+		if az.Reason != "" {
+			w += ": " + az.Reason
+		}
+		words = append(words, w)
+	}
+	return words
+}
+
+func thenAdmissionWords(t *thenResult) string {
+	switch t.Admission {
+	case "admitted":
+		s := fmt.Sprintf(" (then %d", t.Code)
+		if len(t.PatchedBy) > 0 {
+			s += ", patched by " + strings.Join(t.PatchedBy, ", ")
+		}
+		for k, v := range t.AuditAnnotations {
+			s += fmt.Sprintf(", audit annotation %s: %s", k, v)
+		}
+		return s + ")"
+	case "denied":
+		if t.Message != "" {
+			return fmt.Sprintf(" (then %d, denied by %s: %s)", t.Code, t.DeniedBy, t.Message)
+		}
+		return fmt.Sprintf(" (then %d, denied by %s)", t.Code, t.DeniedBy)
+	case "failed":
+		return fmt.Sprintf(" (then %d, the call to %s failed)", t.Code, t.DeniedBy)
+	case "refused":
+		return fmt.Sprintf(" (then %d, refused %s)", t.Code, t.Reason)
+	}
+	return " (then: no response in the log)"
+}
+
+// changeWords says a change on its own line.
+func changeWords(c string, res replayResult) string {
+	switch c {
+	case changeRefused:
+		return "WOULD NOW BE REFUSED: admitted then, denied now"
+	case changeErrors:
+		return "WOULD NOW BE REFUSED under failurePolicy Fail: admitted then, the webhook errors now"
+	case changeAuthzRefused:
+		return "WOULD NOW BE REFUSED: authorized then, /authorize denies it now"
+	case changeAdmitted:
+		return "would now be admitted: denied then by " + res.Then.DeniedBy
+	case changeMessage:
+		return "denied then and now, with another message"
+	case changePatched:
+		return "patched now, not then"
+	case changeUnpatched:
+		return "patched then, not now"
+	case changeAuthzAllowed:
+		return "would now be allowed by /authorize: refused then"
+	case changeNotIdempotentNow:
+		return "not idempotent: /mutate patches its own result again"
+	}
+	return c
+}
+
+// writeSummary writes the summary.
+func (p *replayer) writeSummary(w io.Writer, o options) {
+	s := &p.sum
+	fmt.Fprintf(w, "replayed %d requests from %s\n", s.events, strings.Join(o.auditLogs, ", "))
+	reviewed := 0
+	for _, n := range s.admission {
+		reviewed += n
+	}
+	fmt.Fprintf(w, "admission: %d reviewed%s; %d not reviewed; %d not sent to the webhook\n", reviewed, counted(s.admission,
+		"admitted", "patched", "warned", "denied", "not idempotent", "error"), s.notReviewed, s.notSent)
+	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d not compared (refused then before or beside the webhook, no response, or oldObject unknown)\n", s.agree, s.disagree, s.notCompared)
+	fmt.Fprintf(w, "  oldObject: %d found in the log, %d not in it, %d dropped from the cache\n", s.oldFound, s.oldUnknown, s.oldDropped)
+	sent := 0
+	for _, n := range s.authorization {
+		sent += n
+	}
+	notSent := 0
+	var reasons []string
+	for reason, n := range s.authorizationNotSent {
+		notSent += n
+		reasons = append(reasons, fmt.Sprintf("%d %s", n, reason))
+	}
+	sort.Strings(reasons)
+	fmt.Fprintf(w, "authorization: %d SubjectAccessReviews%s; %d not sent", sent, counted(s.authorization, "allowed", "no-opinion", "denied", "error"), notSent)
+	if len(reasons) > 0 {
+		fmt.Fprintf(w, " (%s)", strings.Join(reasons, "; "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "would now be refused, admitted then: %d\n", s.refusalCount)
+	for _, r := range s.refusals {
+		fmt.Fprintf(w, "  %s\n", r)
+	}
+	if s.refusalCount > len(s.refusals) {
+		fmt.Fprintf(w, "  and %d more: see their lines\n", s.refusalCount-len(s.refusals))
+	}
+	var others []string
+	for _, c := range []string{changeAdmitted, changeMessage, changePatched, changeUnpatched, changeAuthzAllowed, changeNotIdempotentNow} {
+		if s.changes[c] > 0 {
+			others = append(others, fmt.Sprintf("%d %s", s.changes[c], c))
+		}
+	}
+	if len(others) > 0 {
+		fmt.Fprintf(w, "other changes: %s\n", strings.Join(others, ", "))
+	}
+	fmt.Fprintf(w, "stored versions: %d kept (%.1f MiB of -audit-cache-bytes %d), %d dropped\n", p.versions.len(), float64(p.versions.bytes)/(1<<20), p.versions.maxBytes, p.versions.droppedCount)
+	if s.earlierStage > 0 {
+		fmt.Fprintf(w, "%d requests replayed from an earlier stage than ResponseComplete, the last the log has\n", s.earlierStage)
+	}
+	if s.unreadableCount > 0 {
+		fmt.Fprintf(w, "%s could not be read:\n", count(s.unreadableCount, "line"))
+		for _, u := range s.unreadable {
+			fmt.Fprintf(w, "  %s\n", u)
+		}
+	}
+}
+
+// counted is ": 3 admitted, 1 denied" for the labels with a count.
+func counted(counts map[string]int, labels ...string) string {
+	var parts []string
+	for _, l := range labels {
+		if counts[l] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[l], l))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
+}
+
+// progress writes how far replay has read to stderr, when stderr is a
+// terminal, at most every progressEvery.
+type progress struct {
+	w            io.Writer // nil when not a terminal
+	start, last  time.Time
+	events       int
+	bytes        int64
+	wroteAnyLine bool
+}
+
+func newProgress(stderr io.Writer) *progress {
+	p := &progress{start: time.Now()}
+	if f, ok := stderr.(*os.File); ok {
+		if info, err := f.Stat(); err == nil && info.Mode()&os.ModeCharDevice != 0 {
+			p.w = stderr
+		}
+	}
+	return p
+}
+
+func (p *progress) read(n int) { p.bytes += int64(n) + 1 }
+
+func (p *progress) event() {
+	p.events++
+	if p.w == nil || p.events%1024 != 0 {
+		return
+	}
+	if now := time.Now(); now.Sub(p.last) >= progressEvery {
+		p.last = now
+		p.wroteAnyLine = true
+		rate := float64(p.events) / now.Sub(p.start).Seconds()
+		fmt.Fprintf(p.w, "\rreplaying: %d lines, %.1f MiB read, %.0f lines/s ", p.events, float64(p.bytes)/(1<<20), rate)
+	}
+}
+
+func (p *progress) done() {
+	if p.w != nil && p.wroteAnyLine {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}

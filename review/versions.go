@@ -1,0 +1,112 @@
+package review
+
+// The stored versions replay remembers: for an UPDATE's or a DELETE's
+// oldObject, and the object a PATCH applied to, the last version of that
+// object the log showed as stored, in bounded memory.
+
+import (
+	"container/list"
+	"hash/maphash"
+)
+
+const (
+	// defaultVersionCacheBytes is how much of the stored versions replay
+	// keeps by default (-audit-cache-bytes): a few tens of thousands of
+	// objects of a few KB, which covers the objects a week's log writes
+	// more than once in most clusters, and half a peak RSS that stays
+	// under 200 MiB (bench/README.md).
+	defaultVersionCacheBytes = 64 << 20
+
+	// versionOverheadBytes is what one kept version costs beside its JSON
+	// and its key: its list element, its map entry and its record.
+	versionOverheadBytes = 160
+
+	// maxDroppedKeys bounds how many dropped objects replay remembers, to
+	// say of an UPDATE that finds no earlier version whether the cache
+	// dropped it (raise -audit-cache-bytes) or the log never had it: a
+	// 64-bit hash each, about 3 MiB at most.
+	maxDroppedKeys = 1 << 17
+)
+
+// storedVersion is an object as the apiserver stored it, and where the log
+// showed it.
+type storedVersion struct {
+	key string
+	raw []byte // JSON, as the event held it
+	at  logLine
+}
+
+// versionCache keeps the last stored version of each object, least
+// recently stored out first once its bytes pass maxBytes, and remembers
+// (up to maxDroppedKeys) which objects it let go.
+type versionCache struct {
+	maxBytes int64
+	bytes    int64
+	byKey    map[string]*list.Element // of *storedVersion
+	lru      *list.List               // front: most recently stored
+
+	seed    maphash.Seed
+	dropped map[uint64]struct{}
+	// droppedCount is every version let go, remembered or not.
+	droppedCount int
+}
+
+func newVersionCache(maxBytes int64) *versionCache {
+	return &versionCache{maxBytes: maxBytes, byKey: map[string]*list.Element{}, lru: list.New(), seed: maphash.MakeSeed(), dropped: map[uint64]struct{}{}}
+}
+
+func (c *versionCache) cost(v *storedVersion) int64 {
+	return int64(len(v.raw)+len(v.key)) + versionOverheadBytes
+}
+
+// put keeps raw as the stored version of key, replacing the one before,
+// and lets the oldest go while the cache holds more than maxBytes. A
+// version larger than the whole cache is not kept.
+func (c *versionCache) put(key string, raw []byte, at logLine) {
+	c.remove(key)
+	v := &storedVersion{key: key, raw: raw, at: at}
+	if c.cost(v) > c.maxBytes {
+		c.drop(key)
+		return
+	}
+	c.byKey[key] = c.lru.PushFront(v)
+	c.bytes += c.cost(v)
+	for c.bytes > c.maxBytes {
+		oldest := c.lru.Back()
+		old := oldest.Value.(*storedVersion)
+		c.lru.Remove(oldest)
+		delete(c.byKey, old.key)
+		c.bytes -= c.cost(old)
+		c.drop(old.key)
+	}
+	delete(c.dropped, maphash.String(c.seed, key))
+}
+
+func (c *versionCache) drop(key string) {
+	c.droppedCount++
+	if len(c.dropped) < maxDroppedKeys {
+		c.dropped[maphash.String(c.seed, key)] = struct{}{}
+	}
+}
+
+// get returns the stored version of key, or nil and whether the cache let
+// it go.
+func (c *versionCache) get(key string) (v *storedVersion, dropped bool) {
+	if e, ok := c.byKey[key]; ok {
+		return e.Value.(*storedVersion), false
+	}
+	_, dropped = c.dropped[maphash.String(c.seed, key)]
+	return nil, dropped
+}
+
+// remove forgets key's version: the object was deleted.
+func (c *versionCache) remove(key string) {
+	if e, ok := c.byKey[key]; ok {
+		c.lru.Remove(e)
+		delete(c.byKey, key)
+		c.bytes -= c.cost(e.Value.(*storedVersion))
+	}
+}
+
+// len is how many versions the cache holds.
+func (c *versionCache) len() int { return len(c.byKey) }
