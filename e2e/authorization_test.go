@@ -107,15 +107,7 @@ func TestAuthorization(t *testing.T) {
 		routedWebhook("capture-v1beta1", routeCaptureB1, "v1beta1", "NoOpinion", recConfig),
 	)
 
-	authz, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, "apiserver-authz"), []string{"--authorization-config", authzConfig})
-	if authz != nil {
-		t.Cleanup(func() {
-			authz.stop()
-			if t.Failed() {
-				authz.dumpLog(os.Stderr)
-			}
-		})
-	}
+	authz, err := startOwnAPIServer(t, "apiserver-authz", []string{"--authorization-config", authzConfig})
 	if err != nil {
 		t.Fatal(err)
 	}

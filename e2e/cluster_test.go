@@ -474,6 +474,25 @@ func startAPIServer(bin, etcdURL, dir string, extraArgs []string) (*apiServer, e
 	})
 }
 
+// startOwnAPIServer starts a kube-apiserver of a test's own, named name
+// (its directory under workDir, and its etcd prefix), with extraArgs, on
+// the suite's etcd. It is stopped when the test ends, its log shown if the
+// test failed. The error is startAPIServer's: the apiserver exited, or was
+// not ready in time; the apiServer is nil only when nothing started.
+func startOwnAPIServer(t *testing.T, name string, extraArgs []string) (*apiServer, error) {
+	t.Helper()
+	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, name), extraArgs)
+	if a != nil {
+		t.Cleanup(func() {
+			a.stop()
+			if t.Failed() {
+				a.dumpLog(os.Stderr)
+			}
+		})
+	}
+	return a, err
+}
+
 // startAPIServerOn is one attempt of startAPIServer, on a port pick picks.
 func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() (int, error)) (*apiServer, error) {
 	port, err := pick()

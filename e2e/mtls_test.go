@@ -45,15 +45,7 @@ plugins:
     kind: WebhookAdmissionConfiguration
     kubeConfigFile: %[1]s
 `, kubeconfig))
-	withCert, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, "apiserver-mtls"), []string{"--admission-control-config-file", admissionConfig})
-	if withCert != nil {
-		t.Cleanup(func() {
-			withCert.stop()
-			if t.Failed() {
-				withCert.dumpLog(os.Stderr)
-			}
-		})
-	}
+	withCert, err := startOwnAPIServer(t, "apiserver-mtls", []string{"--admission-control-config-file", admissionConfig})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,7 +162,7 @@ func TestAuditReplay(t *testing.T) {
 		replayAuthorizer("recorder", writeKubeconfig(t, dir, "recorder", recSrv.URL+"/authorize", w.caPEM, "", "")),
 		replayAuthorizer("policy", writeKubeconfig(t, dir, "policy", w.url("/authorize"), w.caPEM, "", "")))
 
-	ns := replayNamespace(t, api, "replay")
+	ns := createLabelledNamespaceIn(t, api, "replay", nil)
 	// RBAC lets every authenticated user do anything in ns (cluster-admin,
 	// bound there: "edit" is aggregated by the controller-manager, which
 	// does not run), so that what is refused is the webhook's doing.
@@ -519,34 +519,11 @@ func startReplayAPIServer(t *testing.T, dir string, authorizers ...map[string]an
 	authzFile, policyFile, logFile := filepath.Join(dir, "authorization-config.yaml"), filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
 	writeText(t, authzFile, string(authz))
 	writeText(t, policyFile, replayAuditPolicy)
-	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, "apiserver-replay"),
-		[]string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
-	if a != nil {
-		t.Cleanup(func() {
-			a.stop()
-			if t.Failed() {
-				a.dumpLog(os.Stderr)
-			}
-		})
-	}
+	a, err := startOwnAPIServer(t, "apiserver-replay", []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return a, logFile
-}
-
-// replayNamespace creates a namespace in a, with the default
-// ServiceAccount Pods need (no controller-manager makes it).
-func replayNamespace(t *testing.T, a *apiServer, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	if _, err := a.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.client.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	return name
 }
 
 // registerReplayWebhooks registers w's /mutate and /validate for the

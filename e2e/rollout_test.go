@@ -64,15 +64,7 @@ func startAuditedAPIServer(t *testing.T) (*apiServer, string) {
 	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := startAPIServer(kubeAPIServer, etcdURL, dir, []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile})
-	if a != nil {
-		t.Cleanup(func() {
-			a.stop()
-			if t.Failed() {
-				a.dumpLog(os.Stderr)
-			}
-		})
-	}
+	a, err := startOwnAPIServer(t, filepath.Base(dir), []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,16 +60,7 @@ func renderStatic(t *testing.T) (out, hostport string) {
 func startStaticAPIServer(t *testing.T, name, admissionConfig string) (*apiServer, error) {
 	t.Helper()
 	args := append([]string{"--admission-control-config-file", admissionConfig}, gateArgs(t, staticManifests)...)
-	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, name), args)
-	if a != nil {
-		t.Cleanup(func() {
-			a.stop()
-			if t.Failed() {
-				a.dumpLog(os.Stderr)
-			}
-		})
-	}
-	return a, err
+	return startOwnAPIServer(t, name, args)
 }
 
 // waitForLog waits until p has logged substr after mark, for at most

@@ -241,17 +241,10 @@ func TestStaticManifestsRefused(t *testing.T) {
 		want = `staticManifestsDir: Forbidden: staticManifestsDir requires the ManifestBasedAdmissionControlConfig feature gate to be enabled`
 	}
 	out, _ := renderStatic(t)
-	a, err := startAPIServer(kubeAPIServer, etcdURL, filepath.Join(workDir, "apiserver-static-refused"),
-		[]string{"--admission-control-config-file", filepath.Join(out, "admission-config.yaml")})
+	a, err := startOwnAPIServer(t, "apiserver-static-refused", []string{"--admission-control-config-file", filepath.Join(out, "admission-config.yaml")})
 	if a == nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		a.stop()
-		if t.Failed() {
-			a.dumpLog(os.Stderr)
-		}
-	})
 	if err == nil || !a.exited() {
 		t.Fatalf("kube-apiserver %s with the static admission-config.yaml: got %v, want it to exit at start-up", v.git, err)
 	}
