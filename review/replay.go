@@ -341,25 +341,7 @@ func (p *replayer) authorizeEvent(ctx context.Context, e *auditEvent, user authe
 func (p *replayer) sendSubjectAccessReview(ctx context.Context, spec authorizationv1.SubjectAccessReviewSpec) *authorizationResult {
 	out := &authorizationResult{Request: &spec}
 	body, _ := json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: metav1.TypeMeta{APIVersion: "authorization.k8s.io/v1", Kind: "SubjectAccessReview"}, Spec: spec})
-	answer, err := p.post(ctx, "/authorize", body)
-	if err != nil {
-		out.Verdict, out.Error = "error", "/authorize: "+err.Error()
-		return out
-	}
-	var sar authorizationv1.SubjectAccessReview
-	if err := json.Unmarshal(answer, &sar); err != nil {
-		out.Verdict, out.Error = "error", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", answer)
-		return out
-	}
-	switch {
-	case sar.Status.Denied:
-		out.Verdict = "denied"
-	case sar.Status.Allowed:
-		out.Verdict = "allowed"
-	default:
-		out.Verdict = "no-opinion"
-	}
-	out.Reason = sar.Status.Reason
+	out.Verdict, out.Reason, out.Error = p.askAuthorize(ctx, body)
 	return out
 }
 

@@ -562,26 +562,29 @@ func (r *reviewer) post(ctx context.Context, route string, body []byte) ([]byte,
 // authorize sends a SubjectAccessReview document to /authorize.
 func (r *reviewer) authorize(ctx context.Context, res result, obj *unstructured.Unstructured) result {
 	body, _ := json.Marshal(obj.Object)
+	res.Verdict, res.Reason, res.Error = r.askAuthorize(ctx, body)
+	return res
+}
+
+// askAuthorize sends body, a SubjectAccessReview, to /authorize and says
+// what it answered: its verdict ("allowed", "denied" or "no-opinion") and
+// reason, or "error" and why.
+func (r *reviewer) askAuthorize(ctx context.Context, body []byte) (verdict, reason, problem string) {
 	out, err := r.post(ctx, "/authorize", body)
 	if err != nil {
-		res.Verdict, res.Error = "error", "/authorize: "+err.Error()
-		return res
+		return "error", "", "/authorize: " + err.Error()
 	}
 	var sar authorizationv1.SubjectAccessReview
 	if err := json.Unmarshal(out, &sar); err != nil {
-		res.Verdict, res.Error = "error", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", out)
-		return res
+		return "error", "", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", out)
 	}
 	switch {
 	case sar.Status.Denied:
-		res.Verdict = "denied"
+		return "denied", sar.Status.Reason, ""
 	case sar.Status.Allowed:
-		res.Verdict = "allowed"
-	default:
-		res.Verdict = "no-opinion"
+		return "allowed", sar.Status.Reason, ""
 	}
-	res.Reason = sar.Status.Reason
-	return res
+	return "no-opinion", sar.Status.Reason, ""
 }
 
 func statusMessage(resp *admissionv1.AdmissionResponse) string {
