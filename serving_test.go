@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/certs"
 	"io"
 	"log/slog"
@@ -427,16 +428,16 @@ func TestProtocols(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
 	// The in-flight body pauses through the delay, which must be shorter
-	// than bodyStallTimeout, or the body would be cut as stalled.
-	const delay = bodyStallTimeout / 2
+	// than body.StallTimeout, or the body would be cut as stalled.
+	const delay = body.StallTimeout / 2
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 
 	// A review whose body is still arriving when shutdown starts.
-	body, bodyWriter := io.Pipe()
+	inFlightBody, bodyWriter := io.Pipe()
 	inFlight := make(chan *http.Response, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", body)
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", inFlightBody)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
