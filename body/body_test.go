@@ -389,7 +389,11 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 			errs[i] = err
 		})
 	}
-	waitUntil(func() bool { _, n := s.rd.reading.state(); return n == waiting })
+	// Until each is in line, or was refused.
+	waitUntil(func() bool {
+		_, inLine := s.rd.reading.state()
+		return uint64(inLine)+s.rd.Stats().Refused[NoTurn]+s.rd.Stats().Refused[LongQueue] == waiting
+	})
 	s.rd.reading.release(1)
 	wg.Wait()
 	for i, a := range answers {
