@@ -61,8 +61,9 @@ const OverloadStatus = http.StatusTooManyRequests
 // Why a body was refused with OverloadStatus: the metrics' reason label.
 // Each is a deadline that came, or would come, before the body was read.
 const (
-	// LongQueue: on arrival, the bodies waiting ahead of it would take it
-	// past its deadline, at the pace the line has lately moved.
+	// LongQueue: the bodies waiting ahead of it, and its own bytes, would
+	// take it past its deadline at the pace the line has lately moved: on
+	// arrival, or at a turn while it waited.
 	LongQueue = "long_queue"
 	// NoTurn: its deadline came while it waited in line.
 	NoTurn = "no_turn"
@@ -86,10 +87,8 @@ const (
 // Reader reads bodies within a byte budget: see Read. It counts what it
 // refuses and cuts, for the metrics (Stats).
 type Reader struct {
-	budget  *semaphore   // bytes of large bodies held, from their first byte until Release
-	reading *semaphore   // of one: large bodies are read one at a time, in order of arrival
-	queued  atomic.Int64 // bytes declared by the large bodies waiting to be read
-	pace    roomPace     // how long large bodies lately waited for room, per byte
+	budget *semaphore // bytes of large bodies held, from their first bytes until Release
+	line   line       // large bodies waiting to be read, one at a time
 
 	// buffers keeps large bodies' buffers once released, a pool for each
 	// of bufferSizes, for the next large body. A new buffer costs the
@@ -109,7 +108,7 @@ var refusalIndex = [...]string{LongQueue, NoTurn, NoRoom, SlowRead}
 // NewReader reads bodies within a budget of budgetBytes of large ones. It
 // must be at least MaxBytes, or the largest body could never be read.
 func NewReader(budgetBytes int64) *Reader {
-	return &Reader{budget: newSemaphore(budgetBytes), reading: newSemaphore(1), buffers: make([]sync.Pool, len(bufferSizes))}
+	return &Reader{budget: newSemaphore(budgetBytes), buffers: make([]sync.Pool, len(bufferSizes))}
 }
 
 // Body is a request body read whole. Its bytes, and the room they hold in
@@ -166,13 +165,16 @@ func (e *Error) Error() string { return e.Message }
 // client's, and reading goes on.
 //
 // Deadline. Nothing is read past ctx's deadline less OverloadMargin, so
-// that the answer can still arrive in time. A large body is refused on
-// arrival when the bodies waiting ahead of it would, at the pace the line
-// has lately moved, take it past that point (LongQueue); a body still
-// waiting then, in line or for room, or still being read, is refused then
-// (NoTurn, NoRoom, SlowRead). However many bodies wait, one that can be
-// read in time waits its turn. A refusal is answered OverloadStatus with a
-// message that says why; never 400 or 408, which would blame the client.
+// that the answer can still arrive in time. A large body is refused as
+// soon as the line can tell that it cannot be read by then: when the
+// bodies waiting ahead of it, and its own bytes, would at the pace the
+// line has lately moved (the time from turn to turn, per byte read) take
+// it past that point; on arrival, or at any turn after, as the pace
+// changes (LongQueue). A body still waiting at that point, in line or for
+// room, or still being read, is refused then (NoTurn, NoRoom, SlowRead).
+// However many bodies wait, one that can be read in time waits its turn.
+// A refusal is answered OverloadStatus with a message that says why;
+// never 400 or 408, which would blame the client.
 //
 // Who waits for whom. A body in line waits for the one being read. The
 // body being read waits for room held by bodies being answered, which wait
@@ -246,30 +248,30 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 	}
 	defer cancel()
 
-	ahead := rd.queued.Add(ceiling)
-	queueWait := rd.pace.wait(ahead)
-	if !in.deadline.IsZero() && time.Now().Add(queueWait).After(in.deadline) {
-		rd.queued.Add(-ceiling)
-		return Body{}, rd.refuse(w, LongQueue, declared, fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would take about %s to read, past its deadline", ahead-ceiling, queueWait.Round(time.Millisecond)))
+	// A body of unknown length is not judged by what it may be.
+	size := ceiling - int64(len(body))
+	if !known {
+		size = 0
 	}
-	err := rd.reading.acquire(waitCtx, 1)
-	rd.queued.Add(-ceiling)
-	if err != nil {
+	err := rd.line.join(waitCtx, size, in.deadline)
+	var long *errLongQueue
+	switch {
+	case errors.As(err, &long):
+		return Body{}, rd.refuse(w, LongQueue, declared, fmt.Sprintf("the %d bytes of large reviews waiting ahead of it, and its own, would take about %s to read, past its deadline", long.ahead, long.wait.Round(time.Millisecond)))
+	case err != nil:
 		return Body{}, rd.refuse(w, NoTurn, declared, "its deadline came while it waited for the large reviews ahead of it to be read")
 	}
-	defer rd.reading.release(1)
+	defer func() { rd.line.leave(int64(len(body))) }()
 
 	if body == nil {
 		// Its first bytes take no room, as a small body's: a body that
 		// declares much and sends nothing holds none.
 		body = make([]byte, 0, SmallBytes)
 	}
-	var waitedForRoom time.Duration
 	for {
 		if len(body) == cap(body) {
 			if int64(len(body)) == ceiling {
 				if known {
-					rd.pace.observe(waitedForRoom, ceiling)
 					return Body{bytes: body, reader: rd}, nil
 				}
 				// A body of unknown length must end here.
@@ -291,12 +293,10 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 			// by the difference. (Were both held, the body being read could
 			// wait for room that it holds itself.)
 			next := nextBufferSize(int64(cap(body)), ceiling)
-			asked := time.Now()
 			if err := rd.budget.acquire(waitCtx, next-heldBytes(body)); err != nil {
 				rd.release(body)
 				return Body{}, rd.refuse(w, NoRoom, declared, "its deadline came while it waited for room among the large reviews being answered")
 			}
-			waitedForRoom += time.Since(asked)
 			grown := append(rd.buffer(next), body...)
 			rd.recycle(body)
 			body = grown
@@ -307,7 +307,6 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 		body = body[:len(body)+n]
 		switch {
 		case errors.Is(err, io.EOF) && (!known || int64(len(body)) == ceiling):
-			rd.pace.observe(waitedForRoom, int64(len(body)))
 			return Body{bytes: body, reader: rd}, nil
 		case errors.Is(err, errPastDeadline):
 			rd.release(body)
@@ -380,39 +379,11 @@ type Stats struct {
 // Stats returns what rd holds now and has refused and cut so far.
 func (rd *Reader) Stats() Stats {
 	held, waitingForRoom := rd.budget.state()
-	_, waitingInLine := rd.reading.state()
+	_, waitingInLine := rd.line.state()
 	s := Stats{BudgetBytes: rd.budget.capacity, HeldBytes: held, Waiting: waitingForRoom + waitingInLine,
 		Refused: map[string]uint64{}, Cut: map[string]uint64{Stalled: rd.stalled.Load(), TooSlow: rd.tooSlow.Load()}}
 	for i, reason := range refusalIndex {
 		s.Refused[reason] = rd.refused[i].Load()
 	}
 	return s
-}
-
-// roomPace is how long the large body being read has lately waited for
-// room in the budget, per byte of it: while the budget is full, the rate
-// at which the bodies being answered give their room back, and so the
-// rate at which the line moves. It is an average over the last few bodies
-// read whole (each weighs 1/8): bodies cut or refused, whose clients set
-// their pace, do not count, and neither does the time reading takes,
-// which makes an estimate from it short rather than long. A slow read
-// ahead makes a body wait longer than estimated, never be refused sooner.
-type roomPace struct {
-	mu      sync.Mutex
-	perByte float64 // seconds
-}
-
-// observe adds a body of size bytes that waited for room for waited.
-func (p *roomPace) observe(waited time.Duration, size int64) {
-	p.mu.Lock()
-	p.perByte += (waited.Seconds()/float64(size) - p.perByte) / 8
-	p.mu.Unlock()
-}
-
-// wait is how long bodies of ahead bytes in all would take to be read at
-// the line's pace.
-func (p *roomPace) wait(ahead int64) time.Duration {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return time.Duration(p.perByte * float64(ahead) * float64(time.Second))
 }

@@ -164,6 +164,21 @@ func checkCounted(t *testing.T, rd *Reader, want map[string]uint64) {
 	}
 }
 
+// holdLine makes a body being read, which holds the line until the
+// returned func is called.
+func holdLine(t *testing.T, rd *Reader) (leave func()) {
+	t.Helper()
+	if err := rd.line.join(context.Background(), 0, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	return func() { rd.line.leave(0) }
+}
+
+func inLine(rd *Reader) int {
+	_, n := rd.line.state()
+	return n
+}
+
 func held(rd *Reader) int64 {
 	used, _ := rd.budget.state()
 	return used
@@ -368,9 +383,7 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 func TestWaitsHoweverManyWait(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
-	if err := s.rd.reading.acquire(context.Background(), 1); err != nil { // a body being read
-		t.Fatal(err)
-	}
+	leave := holdLine(t, s.rd)
 	const waiting = 200
 	body := bytes.Repeat([]byte{'w'}, 20<<10)
 	answers := make([]answer, waiting)
@@ -391,10 +404,9 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 	}
 	// Until each is in line, or was refused.
 	waitUntil(func() bool {
-		_, inLine := s.rd.reading.state()
-		return uint64(inLine)+s.rd.Stats().Refused[NoTurn]+s.rd.Stats().Refused[LongQueue] == waiting
+		return uint64(inLine(s.rd))+s.rd.Stats().Refused[NoTurn]+s.rd.Stats().Refused[LongQueue] == waiting
 	})
-	s.rd.reading.release(1)
+	leave()
 	wg.Wait()
 	for i, a := range answers {
 		if errs[i] != nil || a.code != http.StatusOK {
@@ -412,47 +424,58 @@ func TestLongQueue(t *testing.T) {
 	t.Parallel()
 	body := bytes.Repeat([]byte{'q'}, 100<<10)
 	for _, tc := range []struct {
-		timeout  string
-		refused  bool
-		counted  map[string]uint64
-		behind   int64   // bytes waiting ahead
-		pace     float64 // seconds a byte
-		wantCode int
+		timeout string
+		ahead   int64   // bytes waiting ahead
+		pace    float64 // seconds a byte
+		refused bool
 	}{
-		// 2 MB ahead at a microsecond a byte: about 2.1 s, past 1 s less
+		// 2 MiB ahead at a microsecond a byte: about 2.2 s, past 1 s less
 		// the margin.
-		{"1s", true, map[string]uint64{LongQueue: 1}, 2 << 20, 1e-6, OverloadStatus},
+		{"1s", 2 << 20, 1e-6, true},
 		// The same line, with 10 s to wait.
-		{"10s", false, nil, 2 << 20, 1e-6, http.StatusOK},
-		// A line of any length that has not been seen to wait for room
-		// (no pace yet) refuses nothing on arrival.
-		{"1s", false, nil, 1 << 40, 0, http.StatusOK},
+		{"10s", 2 << 20, 1e-6, false},
+		// A line of any length that has not been seen to move (no pace
+		// yet) refuses nothing on arrival.
+		{"1s", 1 << 40, 0, false},
 	} {
-		t.Run(fmt.Sprintf("%s, %d bytes ahead at %g s a byte", tc.timeout, tc.behind, tc.pace), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s, %d bytes ahead at %g s a byte", tc.timeout, tc.ahead, tc.pace), func(t *testing.T) {
 			s := newTestServer(t, MaxBytes)
-			s.rd.pace.perByte = tc.pace
-			s.rd.queued.Add(tc.behind)
-			// The line does not move until the test lets it: a body that
-			// was not refused on arrival waits in it.
-			if err := s.rd.reading.acquire(context.Background(), 1); err != nil {
-				t.Fatal(err)
-			}
+			setPace(&s.rd.line, tc.pace)
+			// The line does not move until the test lets it: a body being
+			// read, and one of tc.ahead bytes waiting, which leaves at
+			// once when its turn comes.
+			leave := holdLine(t, s.rd)
+			aheadDone := make(chan error, 1)
+			go func() {
+				err := s.rd.line.join(context.Background(), tc.ahead, time.Time{})
+				if err == nil {
+					s.rd.line.leave(0)
+				}
+				aheadDone <- err
+			}()
+			waitUntil(func() bool { return inLine(s.rd) == 1 })
 			conn := s.send(t, tc.timeout, len(body))
 			if _, err := conn.Write(body); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.refused {
-				waitUntil(func() bool { _, n := s.rd.reading.state(); return n == 1 })
-				s.rd.queued.Add(-tc.behind)
-				s.rd.reading.release(1)
+				waitUntil(func() bool { return inLine(s.rd) == 2 })
+				leave()
 			}
 			a := readAnswer(t, conn)
 			if tc.refused {
 				checkRefused(t, a, "waiting ahead of it")
-			} else if a.code != tc.wantCode {
-				t.Errorf("got HTTP %d %q, want %d", a.code, a.body, tc.wantCode)
+				checkCounted(t, s.rd, map[string]uint64{LongQueue: 1})
+				leave()
+			} else {
+				if a.code != http.StatusOK {
+					t.Errorf("got HTTP %d %q, want 200", a.code, a.body)
+				}
+				checkCounted(t, s.rd, nil)
 			}
-			checkCounted(t, s.rd, tc.counted)
+			if err := <-aheadDone; err != nil {
+				t.Errorf("the body ahead: %v", err)
+			}
 		})
 	}
 }
@@ -462,9 +485,7 @@ func TestLongQueue(t *testing.T) {
 func TestNoTurnByItsDeadline(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
-	if err := s.rd.reading.acquire(context.Background(), 1); err != nil {
-		t.Fatal(err)
-	}
+	defer holdLine(t, s.rd)()
 	start := time.Now()
 	a := s.post(t, "1s", bytes.Repeat([]byte{'t'}, 100<<10))
 	checkRefused(t, a, "waited for the large reviews ahead of it")
@@ -472,6 +493,29 @@ func TestNoTurnByItsDeadline(t *testing.T) {
 		t.Errorf("refused after %s, before its deadline less OverloadMargin", took)
 	}
 	checkCounted(t, s.rd, map[string]uint64{NoTurn: 1})
+}
+
+// TestTooLateInLine: a large body that the line, its pace turning out
+// slower while the body waits, can no longer read before its deadline
+// less the margin is refused at the next turn, not at its deadline, and
+// without a byte of it read.
+func TestTooLateInLine(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, MaxBytes)
+	leave := holdLine(t, s.rd)
+	conn := s.send(t, "10s", 100<<10)
+	if _, err := conn.Write(bytes.Repeat([]byte{'l'}, 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(func() bool { return inLine(s.rd) == 1 })
+	// Now the line turns out slow: 100 KiB takes 100 s to read.
+	setPace(&s.rd.line, 1e-3)
+	leave()
+	checkRefused(t, readAnswer(t, conn), "would take about")
+	checkCounted(t, s.rd, map[string]uint64{LongQueue: 1})
+	if p := s.rd.budget.peak; p != 0 {
+		t.Errorf("the body refused in line held %d bytes of the budget, want none: it is not read", p)
+	}
 }
 
 // TestSlowReadIsNotTheClientsFault: a body whose deadline, less
@@ -602,23 +646,51 @@ func TestBufferIsKept(t *testing.T) {
 	}
 }
 
-// TestRoomPace: the line's pace is the room bodies lately waited for, per
-// byte, and what it makes a line of bytes wait.
-func TestRoomPace(t *testing.T) {
-	var p roomPace
+// TestLinePace: the line's pace is the time from one turn to the next
+// that was waiting, per byte read, over its last turns, and what it makes
+// a line of bytes wait; a slow turn or two do not make it, and neither
+// does the line standing empty.
+func TestLinePace(t *testing.T) {
+	var p linePace
 	if got := p.wait(1 << 30); got != 0 {
-		t.Errorf("before any body: a line of 1 GiB waits %s, want 0: nothing says it will wait", got)
+		t.Errorf("before any turn: a line of 1 GiB waits %s, want 0: nothing says it will wait", got)
 	}
-	for range 100 {
-		p.observe(time.Second, 1<<20) // a MiB a second
+	now := time.Now()
+	turns := func(n int, each time.Duration, waited bool) {
+		for range n {
+			p.turnBegan(now, waited)
+			p.turnEnded(1 << 20)
+			now = now.Add(each)
+		}
 	}
+	turns(14, time.Second, true) // a MiB a second
+	turns(1, time.Minute, true)
+	turns(1, time.Hour, true)
+	turns(1, time.Second, true) // records the hour
 	if got := p.wait(2 << 20); got < 1990*time.Millisecond || got > 2010*time.Millisecond {
-		t.Errorf("after bodies that waited a second a MiB: 2 MiB wait %s, want 2s", got)
+		t.Errorf("after turns of a MiB a second, and two slow ones: 2 MiB wait %s, want 2s", got)
 	}
-	for range 100 {
-		p.observe(0, 1<<20)
+	turns(16, time.Hour, false) // the line stood empty between them
+	if got := p.wait(2 << 20); got < 1990*time.Millisecond || got > 2010*time.Millisecond {
+		t.Errorf("after turns that found the line empty: 2 MiB wait %s, want still 2s", got)
 	}
-	if got := p.wait(2 << 20); got > time.Millisecond {
-		t.Errorf("after bodies that found room at once: 2 MiB wait %s, want about 0", got)
+	turns(17, 0, true)
+	if got := p.wait(2 << 20); got != 0 {
+		t.Errorf("after turns that followed each other at once: 2 MiB wait %s, want 0", got)
 	}
+}
+
+// setPace makes the line's pace, as lately measured, perByte seconds a
+// byte.
+func setPace(l *line, perByte float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p := &l.pace
+	now := time.Now()
+	for range len(p.turns) + 1 {
+		p.turnBegan(now, true)
+		p.turnEnded(1 << 20)
+		now = now.Add(time.Duration(perByte * float64(time.Second) * (1 << 20)))
+	}
+	p.turnBegan(now, false) // and the line stood empty since
 }
