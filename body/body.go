@@ -261,7 +261,8 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 	case err != nil:
 		return Body{}, rd.refuse(w, NoTurn, declared, "its deadline came while it waited for the large reviews ahead of it to be read")
 	}
-	defer func() { rd.line.leave(int64(len(body))) }()
+	whole := false // read to its end: its turn tells the line's pace
+	defer func() { rd.line.leave(int64(len(body)), whole) }()
 
 	if body == nil {
 		// Its first bytes take no room, as a small body's: a body that
@@ -272,12 +273,14 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 		if len(body) == cap(body) {
 			if int64(len(body)) == ceiling {
 				if known {
+					whole = true
 					return Body{bytes: body, reader: rd}, nil
 				}
 				// A body of unknown length must end here.
 				var probe [1]byte
 				n, err := in.Read(probe[:])
 				if n == 0 && errors.Is(err, io.EOF) {
+					whole = true
 					return Body{bytes: body, reader: rd}, nil
 				}
 				rd.release(body)
@@ -307,6 +310,7 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 		body = body[:len(body)+n]
 		switch {
 		case errors.Is(err, io.EOF) && (!known || int64(len(body)) == ceiling):
+			whole = true
 			return Body{bytes: body, reader: rd}, nil
 		case errors.Is(err, errPastDeadline):
 			rd.release(body)

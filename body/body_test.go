@@ -171,7 +171,7 @@ func holdLine(t *testing.T, rd *Reader) (leave func()) {
 	if err := rd.line.join(context.Background(), 0, time.Time{}); err != nil {
 		t.Fatal(err)
 	}
-	return func() { rd.line.leave(0) }
+	return func() { rd.line.leave(0, false) }
 }
 
 func inLine(rd *Reader) int {
@@ -449,7 +449,7 @@ func TestLongQueue(t *testing.T) {
 			go func() {
 				err := s.rd.line.join(context.Background(), tc.ahead, time.Time{})
 				if err == nil {
-					s.rd.line.leave(0)
+					s.rd.line.leave(0, false)
 				}
 				aheadDone <- err
 			}()
@@ -648,8 +648,10 @@ func TestBufferIsKept(t *testing.T) {
 
 // TestLinePace: the line's pace is the time from one turn to the next
 // that was waiting, per byte read, over its last turns, and what it makes
-// a line of bytes wait; a slow turn or two do not make it, and neither
-// does the line standing empty.
+// a line of bytes wait; a slow turn or two do not make it, nor does the
+// line standing empty, nor bodies cut or refused (a client that stalls
+// would make every body look slow, and be refused, free to come back, at
+// once).
 func TestLinePace(t *testing.T) {
 	var p linePace
 	if got := p.wait(1 << 30); got != 0 {
@@ -659,7 +661,7 @@ func TestLinePace(t *testing.T) {
 	turns := func(n int, each time.Duration, waited bool) {
 		for range n {
 			p.turnBegan(now, waited)
-			p.turnEnded(1 << 20)
+			p.turnEnded(1<<20, true)
 			now = now.Add(each)
 		}
 	}
@@ -673,6 +675,16 @@ func TestLinePace(t *testing.T) {
 	turns(16, time.Hour, false) // the line stood empty between them
 	if got := p.wait(2 << 20); got < 1990*time.Millisecond || got > 2010*time.Millisecond {
 		t.Errorf("after turns that found the line empty: 2 MiB wait %s, want still 2s", got)
+	}
+	p.turnBegan(now, false)
+	p.turnEnded(10, false)
+	for range 16 { // bodies cut after an hour of a few bytes each
+		now = now.Add(time.Hour)
+		p.turnBegan(now, true)
+		p.turnEnded(10, false)
+	}
+	if got := p.wait(2 << 20); got < 1990*time.Millisecond || got > 2010*time.Millisecond {
+		t.Errorf("after turns of bodies not read whole: 2 MiB wait %s, want still 2s", got)
 	}
 	turns(17, 0, true)
 	if got := p.wait(2 << 20); got != 0 {
@@ -689,7 +701,7 @@ func setPace(l *line, perByte float64) {
 	now := time.Now()
 	for range len(p.turns) + 1 {
 		p.turnBegan(now, true)
-		p.turnEnded(1 << 20)
+		p.turnEnded(1<<20, true)
 		now = now.Add(time.Duration(perByte * float64(time.Second) * (1 << 20)))
 	}
 	p.turnBegan(now, false) // and the line stood empty since

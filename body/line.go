@@ -90,13 +90,13 @@ func (l *line) join(ctx context.Context, size int64, readBy time.Time) error {
 	return nil
 }
 
-// leave ends the turn of the body being read, which read bytesRead: the
-// next one that can still be read in time begins its turn, and those that
-// cannot are refused.
-func (l *line) leave(bytesRead int64) {
+// leave ends the turn of the body being read, which read bytesRead and
+// was read whole, or not (cut, or refused): the next one that can still be
+// read in time begins its turn, and those that cannot are refused.
+func (l *line) leave(bytesRead int64, whole bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.pace.turnEnded(bytesRead)
+	l.pace.turnEnded(bytesRead, whole)
 	now := time.Now()
 	var ahead int64
 	var next *waiter
@@ -146,12 +146,15 @@ func (l *line) state() (busy bool, waiting int) {
 }
 
 // linePace is the pace at which the line has lately moved: the time from
-// one body's turn to the next's, per byte read in it, whenever the next
-// body was waiting. It counts what a turn takes (waiting for room,
-// reading) and what passing it on takes (on a busy core, the next body's
-// goroutine waits to run). It is the mean over the last len(turns) but for
-// the two slowest a byte: a client that sends slowly makes a slow turn,
-// not a slow line. Until there are four, it is 0, and nothing is refused
+// one body's turn to the next's, per byte read in it, whenever the body
+// was read whole and the next was waiting. It counts what a turn takes
+// (waiting for room, reading) and what passing it on takes (on a busy
+// core, the next body's goroutine waits to run). It is the mean over the
+// last len(turns) but for the two slowest a byte: a client that sends
+// slowly makes a slow turn, not a slow line. A body cut or refused tells
+// nothing of the pace: a client that stalls would make every body look
+// slow by the byte, and every body refused at once, free to come back at
+// once. Until there are four turns, the pace is 0, and nothing is refused
 // on its account. Its caller holds line.mu.
 type linePace struct {
 	began     time.Time // the last turn's
@@ -177,8 +180,13 @@ func (p *linePace) turnBegan(now time.Time, waited bool) {
 	p.began, p.bytesRead = now, 0
 }
 
-// turnEnded records what the last turn read.
-func (p *linePace) turnEnded(bytesRead int64) { p.bytesRead = bytesRead }
+// turnEnded records what the last turn read, if it read its body whole.
+func (p *linePace) turnEnded(bytesRead int64, whole bool) {
+	p.bytesRead = 0
+	if whole {
+		p.bytesRead = bytesRead
+	}
+}
 
 // wait is how long bodies of size bytes in all would take to be read at
 // the line's pace.
