@@ -43,6 +43,13 @@ const (
 	// for its answer to arrive in time: decoding the largest review and
 	// answering it takes tens of milliseconds, more on a busy core.
 	OverloadMargin = 250 * time.Millisecond
+
+	// drainTime is how long the rest of a refused body may take to arrive
+	// and be dropped, so that its connection serves the client's next
+	// review rather than make it dial and shake hands again. The apiserver
+	// sends a body whole, at once: the largest takes milliseconds to
+	// arrive. A body that does not come in that time closes its connection.
+	drainTime = 100 * time.Millisecond
 )
 
 // OverloadStatus answers a body that cannot be read before its deadline,
@@ -187,7 +194,9 @@ func (e *Error) Error() string { return e.Message }
 // to its end leaves it to net/http, which clears it as it starts its own
 // read for the next request (connReader.startBackgroundRead in
 // net/http/server.go), so no deadline of Read's can cut ctx while the
-// request is answered. A body not read to its end, refused or cut, sets
+// request is answered. A refused body is read to its end and dropped if
+// it arrives within drainTime, keeping its connection for the client's
+// next review. Any other body not read to its end, cut or refused, sets
 // "Connection: close" on w and the read deadline to now: nothing more is
 // read from that connection, and net/http closes it once the answer is
 // written, after its lingering wait for the client to read it
@@ -224,7 +233,7 @@ func (rd *Reader) Read(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	case !known && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)):
 		return Body{bytes: small}, nil
 	case errors.Is(err, errPastDeadline):
-		return Body{}, rd.refuse(w, SlowRead, r.ContentLength, slowRead(n))
+		return Body{}, rd.refuse(w, &in, SlowRead, r.ContentLength, slowRead(n))
 	case err != nil:
 		return Body{}, rd.stop(w, rd.readFailure(err))
 	case known:
@@ -257,9 +266,9 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 	var long *errLongQueue
 	switch {
 	case errors.As(err, &long):
-		return Body{}, rd.refuse(w, LongQueue, declared, fmt.Sprintf("the %d bytes of large reviews waiting ahead of it, and its own, would take about %s to read, past its deadline", long.ahead, long.wait.Round(time.Millisecond)))
+		return Body{}, rd.refuse(w, in, LongQueue, declared, fmt.Sprintf("the %d bytes of large reviews waiting ahead of it, and its own, would take about %s to read, past its deadline", long.ahead, long.wait.Round(time.Millisecond)))
 	case err != nil:
-		return Body{}, rd.refuse(w, NoTurn, declared, "its deadline came while it waited for the large reviews ahead of it to be read")
+		return Body{}, rd.refuse(w, in, NoTurn, declared, "its deadline came while it waited for the large reviews ahead of it to be read")
 	}
 	whole := false // read to its end: its turn tells the line's pace
 	defer func() { rd.line.leave(int64(len(body)), whole) }()
@@ -288,7 +297,7 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 				case err == nil:
 					err = &http.MaxBytesError{Limit: MaxBytes}
 				case errors.Is(err, errPastDeadline):
-					return Body{}, rd.refuse(w, SlowRead, declared, slowRead(len(body)))
+					return Body{}, rd.refuse(w, in, SlowRead, declared, slowRead(len(body)))
 				}
 				return Body{}, rd.stop(w, rd.readFailure(err))
 			}
@@ -298,7 +307,7 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 			next := nextBufferSize(int64(cap(body)), ceiling)
 			if err := rd.budget.acquire(waitCtx, next-heldBytes(body)); err != nil {
 				rd.release(body)
-				return Body{}, rd.refuse(w, NoRoom, declared, "its deadline came while it waited for room among the large reviews being answered")
+				return Body{}, rd.refuse(w, in, NoRoom, declared, "its deadline came while it waited for room among the large reviews being answered")
 			}
 			grown := append(rd.buffer(next), body...)
 			rd.recycle(body)
@@ -314,7 +323,7 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 			return Body{bytes: body, reader: rd}, nil
 		case errors.Is(err, errPastDeadline):
 			rd.release(body)
-			return Body{}, rd.refuse(w, SlowRead, declared, slowRead(len(body)))
+			return Body{}, rd.refuse(w, in, SlowRead, declared, slowRead(len(body)))
 		case err != nil:
 			rd.release(body)
 			return Body{}, rd.stop(w, rd.readFailure(err))
@@ -346,8 +355,10 @@ func tooLarge() *Error {
 
 // refuse counts a body refused for reason, and answers it: declared is
 // its length (-1: unknown), and why completes "this review was not read
-// because".
-func (rd *Reader) refuse(w http.ResponseWriter, reason string, declared int64, why string) *Error {
+// because". The rest of the body is read and dropped if it arrives within
+// drainTime, and its connection kept for the client's next review; else
+// nothing more is read (stop).
+func (rd *Reader) refuse(w http.ResponseWriter, in *pacedReader, reason string, declared int64, why string) *Error {
 	rd.refused[slices.Index(refusalIndex[:], reason)].Add(1)
 	review := "this review"
 	if declared >= 0 {
@@ -356,7 +367,11 @@ func (rd *Reader) refuse(w http.ResponseWriter, reason string, declared int64, w
 	if reason != SlowRead {
 		why += fmt.Sprintf(" (large reviews are read one at a time, and at most %d bytes of them are held at once: -max-inflight-bytes)", rd.budget.capacity)
 	}
-	return rd.stop(w, &Error{OverloadStatus, fmt.Sprintf("the webhook is busy: %s was not read because %s; retry the request", review, why)})
+	e := &Error{OverloadStatus, fmt.Sprintf("the webhook is busy: %s was not read because %s; retry the request", review, why)}
+	if in.drain(drainTime) {
+		return e
+	}
+	return rd.stop(w, e)
 }
 
 func slowRead(received int) string {

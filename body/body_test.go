@@ -143,11 +143,11 @@ func checkCut(t *testing.T, a answer, why string) {
 }
 
 // checkRefused checks the answer to a body refused for overload: 429
-// saying why, and the connection closed.
-func checkRefused(t *testing.T, a answer, why string) {
+// saying why, and the connection closed, or not.
+func checkRefused(t *testing.T, a answer, why string, closed bool) {
 	t.Helper()
-	if a.code != OverloadStatus || !strings.Contains(a.body, "the webhook is busy") || !strings.Contains(a.body, why) || !a.close {
-		t.Errorf("got HTTP %d %q (Connection: close %v), want %d saying the webhook is busy and %q, and the connection closed", a.code, a.body, a.close, OverloadStatus, why)
+	if a.code != OverloadStatus || !strings.Contains(a.body, "the webhook is busy") || !strings.Contains(a.body, why) || a.close != closed {
+		t.Errorf("got HTTP %d %q (Connection: close %v), want %d saying the webhook is busy and %q, Connection: close %v", a.code, a.body, a.close, OverloadStatus, why, closed)
 	}
 }
 
@@ -360,7 +360,9 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 	}
 	start := time.Now()
 	a := s.post(t, "1s", body)
-	checkRefused(t, a, "room")
+	// Its deadline, less the margin, has come: there is no time to read the
+	// rest.
+	checkRefused(t, a, "room", true)
 	if !strings.Contains(a.body, "-max-inflight-bytes") {
 		t.Errorf("got %q, want it to name the flag that sets the budget", a.body)
 	}
@@ -464,9 +466,15 @@ func TestLongQueue(t *testing.T) {
 			}
 			a := readAnswer(t, conn)
 			if tc.refused {
-				checkRefused(t, a, "waiting ahead of it")
+				// Sent whole, its rest is dropped and its connection kept,
+				// for the client's next review.
+				checkRefused(t, a, "waiting ahead of it", false)
 				checkCounted(t, s.rd, map[string]uint64{LongQueue: 1})
 				leave()
+				fmt.Fprintf(conn, "POST /?timeout=10s HTTP/1.1\r\nHost: body\r\nContent-Length: 5000\r\n\r\n%s", bytes.Repeat([]byte{'n'}, 5000))
+				if next := readAnswer(t, conn); next.code != http.StatusOK {
+					t.Errorf("the next review on its connection: got HTTP %d %q, want 200", next.code, next.body)
+				}
 			} else {
 				if a.code != http.StatusOK {
 					t.Errorf("got HTTP %d %q, want 200", a.code, a.body)
@@ -488,7 +496,7 @@ func TestNoTurnByItsDeadline(t *testing.T) {
 	defer holdLine(t, s.rd)()
 	start := time.Now()
 	a := s.post(t, "1s", bytes.Repeat([]byte{'t'}, 100<<10))
-	checkRefused(t, a, "waited for the large reviews ahead of it")
+	checkRefused(t, a, "waited for the large reviews ahead of it", true)
 	if took := time.Since(start); took < time.Second-OverloadMargin {
 		t.Errorf("refused after %s, before its deadline less OverloadMargin", took)
 	}
@@ -511,7 +519,7 @@ func TestTooLateInLine(t *testing.T) {
 	// Now the line turns out slow: 100 KiB takes 100 s to read.
 	setPace(&s.rd.line, 1e-3)
 	leave()
-	checkRefused(t, readAnswer(t, conn), "would take about")
+	checkRefused(t, readAnswer(t, conn), "would take about", false)
 	checkCounted(t, s.rd, map[string]uint64{LongQueue: 1})
 	if p := s.rd.budget.peak; p != 0 {
 		t.Errorf("the body refused in line held %d bytes of the budget, want none: it is not read", p)
@@ -534,7 +542,7 @@ func TestSlowReadIsNotTheClientsFault(t *testing.T) {
 			if _, err := conn.Write(bytes.Repeat([]byte{'h'}, size/2)); err != nil {
 				t.Fatal(err)
 			}
-			checkRefused(t, readAnswer(t, conn), "its deadline came when")
+			checkRefused(t, readAnswer(t, conn), "its deadline came when", true)
 			checkCounted(t, s.rd, map[string]uint64{SlowRead: 1})
 			if used := held(s.rd); used != 0 {
 				t.Errorf("%d bytes still held after the refusal", used)

@@ -125,6 +125,24 @@ func (c *pacedReader) readBy(p []byte, due time.Time) (int, error) {
 	return n, err
 }
 
+// drain reads the rest of the body and drops it, for at most limit, and
+// reports whether it reached its end.
+func (c *pacedReader) drain(limit time.Duration) bool {
+	if by := time.Now().Add(limit); c.deadline.IsZero() || by.Before(c.deadline) {
+		c.deadline = by
+	}
+	var scratch [4 << 10]byte
+	for {
+		_, err := c.Read(scratch[:])
+		switch {
+		case errors.Is(err, io.EOF):
+			return true
+		case err != nil:
+			return false
+		}
+	}
+}
+
 // readFull fills p, or fails.
 func (c *pacedReader) readFull(p []byte) (int, error) {
 	n := 0
