@@ -83,7 +83,9 @@ const (
 )
 
 // RefusalReasons are the reasons a body is refused with OverloadStatus.
-var RefusalReasons = []string{LongQueue, NoTurn, NoRoom, SlowRead}
+var RefusalReasons = refusalReasons[:]
+
+var refusalReasons = [...]string{LongQueue, NoTurn, NoRoom, SlowRead}
 
 // Why a body was cut for its pace, answered 408: the metrics' reason label.
 const (
@@ -106,11 +108,9 @@ type Reader struct {
 	// the runtime's soft memory limit bounds it with the rest of the heap.
 	buffers []sync.Pool
 
-	refused          [len(refusalIndex)]atomic.Uint64 // by reason, in RefusalReasons' order
+	refused          [len(refusalReasons)]atomic.Uint64 // by reason, in their order
 	stalled, tooSlow atomic.Uint64
 }
-
-var refusalIndex = [...]string{LongQueue, NoTurn, NoRoom, SlowRead}
 
 // NewReader reads bodies within a budget of budgetBytes of large ones. It
 // must be at least MaxBytes, or the largest body could never be read.
@@ -166,10 +166,10 @@ func (e *Error) Error() string { return e.Message }
 // given back at once. Only time the server spends waiting in a read for
 // the client counts: never its time in line or waiting for room. And a
 // deadline that lapses is the client's only if, when the server checks
-// on time, the client sends less than checkWindow's worth of MinRate (or
-// the rest of the body) within checkWindow: a lapse while the server was
-// short of CPU, or with the bytes already in the socket, is not the
-// client's, and reading goes on.
+// on time, the client sends less than 20 ms of MinRate (or the rest of
+// the body) within 20 ms (checkWindow): a lapse while the server was short
+// of CPU, or with the bytes already in the socket, is not the client's,
+// and reading goes on.
 //
 // Deadline. Nothing is read past ctx's deadline less OverloadMargin, so
 // that the answer can still arrive in time. A large body is refused as
@@ -359,7 +359,7 @@ func tooLarge() *Error {
 // drainTime, and its connection kept for the client's next review; else
 // nothing more is read (stop).
 func (rd *Reader) refuse(w http.ResponseWriter, in *pacedReader, reason string, declared int64, why string) *Error {
-	rd.refused[slices.Index(refusalIndex[:], reason)].Add(1)
+	rd.refused[slices.Index(refusalReasons[:], reason)].Add(1)
 	review := "this review"
 	if declared >= 0 {
 		review = fmt.Sprintf("this %d-byte review", declared)
@@ -401,7 +401,7 @@ func (rd *Reader) Stats() Stats {
 	_, waitingInLine := rd.line.state()
 	s := Stats{BudgetBytes: rd.budget.capacity, HeldBytes: held, Waiting: waitingForRoom + waitingInLine,
 		Refused: map[string]uint64{}, Cut: map[string]uint64{Stalled: rd.stalled.Load(), TooSlow: rd.tooSlow.Load()}}
-	for i, reason := range refusalIndex {
+	for i, reason := range refusalReasons {
 		s.Refused[reason] = rd.refused[i].Load()
 	}
 	return s
