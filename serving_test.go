@@ -427,9 +427,7 @@ func TestProtocols(t *testing.T) {
 // is in flight.
 func TestGracefulShutdown(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
-	// The in-flight body pauses through the delay, which must be shorter
-	// than body.StallTimeout, or the body would be cut as stalled.
-	const delay = body.StallTimeout / 2
+	const delay = 500 * time.Millisecond
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 
@@ -447,9 +445,27 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		inFlight <- resp
 	}()
-	if _, err := bodyWriter.Write(review[:100]); err != nil {
-		t.Fatal(err)
-	}
+	// Until the listener has closed, the body is whitespace, which JSON
+	// allows before the review, sent well above the pace the server
+	// holds a body to (body.MinRate): paused instead, for however long a
+	// loaded machine takes to close the listener, it would be cut as
+	// stalled.
+	listenerClosed := make(chan struct{})
+	fillerDone := make(chan struct{})
+	go func() {
+		defer close(fillerDone)
+		chunk := bytes.Repeat([]byte{' '}, 64<<10)
+		for sent := 0; sent+len(chunk) < body.MaxBytes-len(review); sent += len(chunk) {
+			select {
+			case <-listenerClosed:
+				return
+			case <-time.After(20 * time.Millisecond): // 3.2 MiB/s, for 2 s at most
+			}
+			if _, err := bodyWriter.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
 
 	stopped := make(chan error, 1)
 	shutdownAt := time.Now()
@@ -477,7 +493,9 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// Finish the body only after the listener has closed.
 	waitForLog(t, logs, "closing the listener")
-	if _, err := bodyWriter.Write(review[100:]); err != nil {
+	close(listenerClosed)
+	<-fillerDone
+	if _, err := bodyWriter.Write(review); err != nil {
 		t.Fatal(err)
 	}
 	bodyWriter.Close()
