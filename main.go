@@ -126,10 +126,11 @@ const (
 	//                     part of a large one of unknown length
 	//                     waiting in line                        4 MiB
 	//   the runtime's own                                       ~3 MiB
-	// about 33.5 MiB, of which the body being read holds 7 MiB in the
-	// budget too: 32 MiB, the base; the budget adds what reviews being
-	// answered hold. Buffers kept for the next large body (body.Reader's)
-	// are not in it: like garbage, the GC frees them near the limit, within two
+	// about 33.5 MiB. The body being read holds its 7 MiB in the budget
+	// as well, which the limit adds, so 32 MiB, the base, covers the rest
+	// with room; the budget adds what reviews being answered hold.
+	// Buffers kept for the next large body (body.Reader's) are not in it:
+	// like garbage, the GC frees them near the limit, within two
 	// collections. The kernel counts the binary's own pages too (10 MiB
 	// resident): a flood peaks at the limit plus those, 50-52 MiB
 	// (bench/README.md), under 64 MiB.
