@@ -162,7 +162,7 @@ func TestAuthorizeBadInput(t *testing.T) {
 	}{
 		{"GET", http.MethodGet, "application/json", nil, 405, metav1.StatusReasonMethodNotAllowed, "authorization.k8s.io/v1beta1 is sent with POST"},
 		{"text/plain", http.MethodPost, "text/plain", bytes.NewReader(review), 415, metav1.StatusReasonUnsupportedMediaType, "text/plain"},
-		{"too large", http.MethodPost, "application/json", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, "SubjectAccessReview"},
+		{"too large", http.MethodPost, "application/json", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(maxBodyBytes)},
 		{"empty body", http.MethodPost, "application/json", nil, 400, metav1.StatusReasonBadRequest, "empty: expected a SubjectAccessReview"},
 		{"malformed JSON", http.MethodPost, "application/json", strings.NewReader(`{"apiVersion": "authorization.k8s.io/v1", "kind": `), 400, metav1.StatusReasonBadRequest, "does not decode"},
 		{"no kind", http.MethodPost, "application/json", strings.NewReader(`{"spec":{"user":"jane"}}`), 400, metav1.StatusReasonBadRequest, "no apiVersion or kind"},

@@ -38,6 +38,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json" // encoding/json's API, as the apiserver decodes
 
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/convert"
 )
 
@@ -45,14 +46,14 @@ import (
 // may set; the apiserver never waits longer.
 const maxWebhookTimeout = 30 * time.Second
 
-// routes serves the review routes, each with the policy's function. guard
-// wraps each (requireClient, with -client-ca-file).
-func routes(reviews *reviewServer, p policy, action validationAction, guard func(http.Handler) http.Handler) *http.ServeMux {
+// routes serves the review routes, each with the policy's function, each
+// behind checkClient (requireClient with -client-ca-file; else nothing).
+func routes(reviews *reviewServer, p policy, action validationAction, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", guard(reviews.admission("/mutate", mutate(p), validationAction{})))
-	mux.Handle("/validate", guard(reviews.admission("/validate", validate(p), action)))
+	mux.Handle("/mutate", checkClient(reviews.admission("/mutate", mutate(p), validationAction{})))
+	mux.Handle("/validate", checkClient(reviews.admission("/validate", validate(p), action)))
 	// The authorization webhook's, for an AuthorizationConfiguration's Webhook.
-	mux.Handle("/authorize", guard(reviews.authorization("/authorize", authorize(p))))
+	mux.Handle("/authorize", checkClient(reviews.authorization("/authorize", authorize(p))))
 	return mux
 }
 
@@ -61,7 +62,7 @@ func routes(reviews *reviewServer, p policy, action validationAction, guard func
 type reviewServer struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
-	bodies  *bodyReader
+	bodies  *body.Reader
 }
 
 // admission serves an admission route: an AdmissionReview decided by admit
@@ -73,39 +74,42 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 		s.metrics.inFlightAdd(path, 1)
 		defer s.metrics.inFlightAdd(path, -1)
 
-		timeout, err := checkRequest(w, r, wantAdmissionReview)
+		timeout, err := checkRequest(w, r, anAdmissionReview)
 		if err != nil {
-			s.refuse(w, path, start, err)
+			s.sendError(w, path, start, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		body, err := s.bodies.readBody(ctx, w, r, wantAdmissionReview)
+		requestBody, err := s.bodies.Read(ctx, w, r)
 		if err != nil {
-			s.refuse(w, path, start, err)
+			s.sendError(w, path, start, err)
 			return
 		}
-		defer s.bodies.release(body)
+		defer requestBody.Release()
 
-		gvk, req, err := decodeAdmissionReview(body)
+		gvk, req, err := decodeAdmissionReview(requestBody.Bytes())
 		if err != nil {
-			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			s.sendError(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
 			return
 		}
 		attrs := admissionAttrs(req)
 
-		resp, panicked := callSafely(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
-		if panicked != nil || resp == nil {
-			s.logPolicyFailure(ctx, path, attrs, panicked)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
+		resp, err := callPolicy(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
+		if err != nil || resp == nil {
+			s.logPolicyFailure(ctx, path, attrs, err)
+			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
 			return
 		}
 
-		answer, verdict := completeAdmission(resp, req.UID, action)
+		answer, verdict := answerFor(resp, req.UID)
+		if verdict == "denied" && !action.denies() {
+			answer, verdict = action.warnOrAudit(resp, req.UID)
+		}
 		out, err := encodeAdmissionReview(gvk, answer)
 		if err != nil {
 			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
 			return
 		}
 		if answer.Result != nil && answer.Result.Code != 0 {
@@ -115,7 +119,7 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 			// How many, not what: a warning may quote the object.
 			attrs = append(attrs, slog.Int("warnings", len(answer.Warnings)))
 		}
-		s.reply(w, r, path, start, out, verdict, attrs)
+		s.sendReview(w, r, path, start, out, verdict, attrs)
 	})
 }
 
@@ -123,14 +127,15 @@ func (s *reviewServer) admission(path string, admit admitFunc, action validation
 // controller-runtime checks it: the method, the content type, and the
 // apiserver's ?timeout= (a Go duration such as "10s"), which it returns,
 // at most maxWebhookTimeout; or a *statusError to answer with (for a
-// wrong method, after setting the Allow header it needs).
-func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Duration, error) {
+// wrong method, after setting the Allow header it needs). expected names
+// the review in its messages.
+func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return 0, &statusError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, want)}
+		return 0, &statusError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, expected)}
 	}
 	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
-		return 0, &statusError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), want)}
+		return 0, &statusError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), expected)}
 	}
 	q, ok := timeoutParameter(r.URL.RawQuery)
 	if !ok {
@@ -149,7 +154,7 @@ func checkRequest(w http.ResponseWriter, r *http.Request, want string) (time.Dur
 func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
 	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantAdmissionReview)
+		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, anAdmissionReview)
 	}
 	var req *admissionv1.AdmissionRequest
 	switch review := obj.(type) {
@@ -160,7 +165,7 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 			req = convert.RequestFromV1beta1(review.Request)
 		}
 	default: // an unversioned meta kind (decoderOf)
-		return schema.GroupVersionKind{}, nil, notA(*gvk, wantAdmissionReview)
+		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, anAdmissionReview)
 	}
 	if req == nil {
 		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
@@ -172,23 +177,17 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 // apiserver sends.
 var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
-// completeAdmission turns resp, the admit function's answer, into the one
-// to send for the request whose uid is uid, and names its verdict
-// (verdictOf). The answer is a copy of resp with the uid set: a policy may
-// return one answer to every request, so resp is never written to. Under
-// -validation-action warn or audit, a denial becomes a fresh answer that
-// allows (rollout.go's soften).
-func completeAdmission(resp *admissionv1.AdmissionResponse, uid types.UID, action validationAction) (*admissionv1.AdmissionResponse, string) {
-	verdict := verdictOf(resp)
-	if verdict == "denied" && action != (validationAction{}) { // warn or audit; the zero value is deny
-		return action.soften(resp, uid)
-	}
+// answerFor is resp, the policy's answer, as sent for the request whose
+// uid is uid, and its verdict (verdictOf): a copy with the uid set, as a
+// policy may return one answer to every request, and its warnings as the
+// apiserver will pass them on.
+func answerFor(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
 	answer := *resp
 	answer.UID = uid
 	if len(resp.Warnings) > 0 {
-		answer.Warnings = legibleWarnings(resp.Warnings) // as the apiserver passes them on
+		answer.Warnings = legibleWarnings(resp.Warnings)
 	}
-	return &answer, verdict
+	return &answer, verdictOf(resp)
 }
 
 // encodeAdmissionReview encodes an AdmissionReview of resp in the request's
@@ -201,8 +200,8 @@ func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.Admiss
 	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
 }
 
-// reply sends a review with 200, and logs and counts it.
-func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
+// sendReview answers with a review and 200, and logs and counts it.
+func (s *reviewServer) sendReview(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(review); err != nil {
@@ -217,17 +216,24 @@ func (s *reviewServer) reply(w http.ResponseWriter, r *http.Request, path string
 	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
 }
 
-// refuse answers a request that has no review to answer with err's
-// Status, a *statusError's, and counts it. It does not log: any client
-// that reaches the port can send a bad request, and one log line each
-// would let it flood the log; the metrics count them by code.
-func (s *reviewServer) refuse(w http.ResponseWriter, path string, start time.Time, err error) {
+// sendError answers a request that has no review to answer, err, a
+// *statusError or a *body.Error, with its code and a metav1.Status, and
+// counts it. It does not log: any client that reaches the port can send a
+// bad request, and one line each would let it flood the log; the metrics
+// count them by code, and the body's refusals are summed up in the log
+// (logRefusals).
+func (s *reviewServer) sendError(w http.ResponseWriter, path string, start time.Time, err error) {
+	code, message := http.StatusInternalServerError, err.Error()
 	var se *statusError
-	if !errors.As(err, &se) {
-		se = &statusError{http.StatusInternalServerError, err.Error()}
+	var be *body.Error
+	switch {
+	case errors.As(err, &se):
+		code = se.code
+	case errors.As(err, &be):
+		code = be.Code
 	}
-	writeStatus(w, se.code, se.message)
-	s.metrics.request(path, se.code, "", time.Since(start))
+	writeStatus(w, code, message)
+	s.metrics.request(path, code, "", time.Since(start))
 }
 
 // statusError is the answer to a request with no review to decide, or
@@ -258,29 +264,57 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	return attrs
 }
 
-// callSafely calls decide and turns a panic into log attributes instead of
-// a dropped connection. The panic's value is logged only when the runtime
-// made it: one the policy made may hold a Secret's contents.
-func callSafely[T any](decide func() T) (result T, panicked []any) {
+// callPolicy calls decide, the policy, and returns its answer; or, if it
+// panicked, a *policyPanic, so that a panic is answered instead of
+// dropping the connection.
+func callPolicy[T any](decide func() T) (answer T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			panicked = []any{"stack", string(debug.Stack())}
-			if rerr, ok := p.(goruntime.Error); ok {
-				panicked = append(panicked, "value", rerr.Error())
-			} else {
-				panicked = append(panicked, "type", fmt.Sprintf("%T", p))
-			}
+			err = newPolicyPanic(p)
 		}
 	}()
 	return decide(), nil
+}
+
+// policyPanic is a panic of the policy's, as it is logged: its stack, and
+// its value only when the runtime made it (a runtime.Error); of a value the
+// policy made, which may hold a Secret's contents, only its type.
+type policyPanic struct {
+	stack, runtimeError, valueType string
+}
+
+func newPolicyPanic(p any) *policyPanic {
+	pp := &policyPanic{stack: string(debug.Stack())}
+	if rerr, ok := p.(goruntime.Error); ok {
+		pp.runtimeError = rerr.Error()
+	} else {
+		pp.valueType = fmt.Sprintf("%T", p)
+	}
+	return pp
+}
+
+func (p *policyPanic) Error() string {
+	if p.runtimeError != "" {
+		return "the policy panicked: " + p.runtimeError
+	}
+	return "the policy panicked with a value of type " + p.valueType
+}
+
+// LogValue logs the panic as a group of its stack, and its runtime
+// error's message or its value's type.
+func (p *policyPanic) LogValue() slog.Value {
+	if p.runtimeError != "" {
+		return slog.GroupValue(slog.String("stack", p.stack), slog.String("value", p.runtimeError))
+	}
+	return slog.GroupValue(slog.String("stack", p.stack), slog.String("type", p.valueType))
 }
 
 // verdictOf names what an answer does: "patched", "allowed", "denied", or
 // "errored" when the webhook could not judge the request: errored's 400
 // (an object that does not decode) or 5xx. Any other refusal, errored's
 // 409 or 422 included, is the policy's decision: "denied".
-// completeAdmission may make a denial "warned", "audited" or
-// "warned_and_audited".
+// A -validation-action of warn or audit makes a denial "warned",
+// "audited" or "warned_and_audited" (warnOrAudit).
 func verdictOf(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
@@ -294,15 +328,15 @@ func verdictOf(resp *admissionv1.AdmissionResponse) string {
 	}
 }
 
-// logPolicyFailure logs the policy's failure to decide, a panic (counted)
-// or no answer at all.
-func (s *reviewServer) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, panicked []any) {
-	if panicked == nil {
+// logPolicyFailure logs the policy's failure to decide: err, its panic
+// (counted), or nil for no answer at all.
+func (s *reviewServer) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
+	if err == nil {
 		s.logger.LogAttrs(ctx, slog.LevelError, "the policy returned no answer", attrs...)
 		return
 	}
-	s.metrics.panicked(path)
-	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Group("panic", panicked...))...)
+	s.metrics.countPanic(path)
+	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Any("panic", err))...)
 }
 
 // legibleWarnings returns warnings as the apiserver will pass them on. It
@@ -380,32 +414,37 @@ func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 }
 
 const (
-	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
-	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+	// anAdmissionReview and aSubjectAccessReview name what each route
+	// expects, in the messages of what it refuses.
+	anAdmissionReview    = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+	aSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
 
 	// maxErrorDetail bounds how much of a decoder's error reaches a
 	// message, so a huge or hostile body cannot make a huge answer.
 	maxErrorDetail = 256
 )
 
-// describeDecodeError says why a body is not the review wanted without
+// describeDecodeError says why body is not the review expected without
 // quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
-func describeDecodeError(gvk *schema.GroupVersionKind, err error, want string) error {
+func describeDecodeError(body []byte, gvk *schema.GroupVersionKind, err error, expected string) error {
 	switch {
+	case len(body) == 0:
+		return fmt.Errorf("request body is empty: expected %s", expected)
 	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: expected %s", want)
+		return fmt.Errorf("request body has no apiVersion or kind: expected %s", expected)
 	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return notA(*gvk, want)
+		return wrongKind(*gvk, expected)
 	}
 	detail := err.Error()
 	if len(detail) > maxErrorDetail {
 		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
 	}
-	return fmt.Errorf("request body does not decode (expected %s): %s", want, detail)
+	return fmt.Errorf("request body does not decode (expected %s): %s", expected, detail)
 }
 
-func notA(gvk schema.GroupVersionKind, want string) error {
-	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, want)
+// wrongKind says that a body of kind gvk is not the review expected.
+func wrongKind(gvk schema.GroupVersionKind, expected string) error {
+	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, expected)
 }
 
 // writeStatus answers a request that has no review to answer with a
@@ -469,32 +508,32 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 		s.metrics.inFlightAdd(path, 1)
 		defer s.metrics.inFlightAdd(path, -1)
 
-		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
+		timeout, err := checkRequest(w, r, aSubjectAccessReview)
 		if err != nil {
-			s.refuse(w, path, start, err)
+			s.sendError(w, path, start, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		body, err := s.bodies.readBody(ctx, w, r, wantSubjectAccessReview)
+		requestBody, err := s.bodies.Read(ctx, w, r)
 		if err != nil {
-			s.refuse(w, path, start, err)
+			s.sendError(w, path, start, err)
 			return
 		}
-		defer s.bodies.release(body)
+		defer requestBody.Release()
 
-		gvk, spec, err := decodeSubjectAccessReview(body)
+		gvk, spec, err := decodeSubjectAccessReview(requestBody.Bytes())
 		if err != nil {
-			s.refuse(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			s.sendError(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
 			return
 		}
 		attrs := authorizationAttrs(spec)
 
-		status, panicked := callSafely(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
-		if panicked != nil {
+		status, err := callPolicy(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
+		if err != nil {
 			// A 500 is retried, then the authorizer's failurePolicy decides.
-			s.logPolicyFailure(ctx, path, attrs, panicked)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
+			s.logPolicyFailure(ctx, path, attrs, err)
+			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
 			return
 		}
 		if status.Allowed && status.Denied {
@@ -507,10 +546,10 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 		out, err := encodeSubjectAccessReview(gvk, status)
 		if err != nil {
 			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.refuse(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
 			return
 		}
-		s.reply(w, r, path, start, out, authorizationVerdict(status), attrs)
+		s.sendReview(w, r, path, start, out, authorizationVerdict(status), attrs)
 	})
 }
 
@@ -519,7 +558,7 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
 	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
 	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(gvk, err, wantSubjectAccessReview)
+		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, aSubjectAccessReview)
 	}
 	var spec *authorizationv1.SubjectAccessReviewSpec
 	switch review := obj.(type) {
@@ -528,7 +567,7 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 	case *authorizationv1beta1.SubjectAccessReview:
 		spec = convert.SpecFromV1beta1(&review.Spec)
 	default: // an unversioned meta kind (decoderOf)
-		return schema.GroupVersionKind{}, nil, notA(*gvk, wantSubjectAccessReview)
+		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, aSubjectAccessReview)
 	}
 	// The apiserver sets exactly one; an authorize function may rely on it.
 	switch {

@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/certs"
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
@@ -45,12 +46,12 @@ const (
 	// it dialed for a review that another connection served, unused, in its
 	// pool; closing it races with the review it then sends on it, which
 	// fails with a broken pipe. A client that holds a place sending
-	// nothing, or half a header, gives it back at the cap after freshGrace
+	// nothing, or half a header, gives it back at the cap after headerGrace
 	// (limits.Listener), which is what bounds the connections' memory.
 	readHeaderTimeout = idleTimeout
 
 	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a
-	// body is held to a stricter clock still (body.go).
+	// body is held to a stricter clock still (package body).
 	readTimeout  = maxWebhookTimeout
 	writeTimeout = maxWebhookTimeout
 
@@ -64,7 +65,7 @@ const (
 
 	// maxConnections is the most connections the review port holds open
 	// (limits.Listener). Each costs buffers, a goroutine's stack and up to
-	// smallBodyBytes of body: bench/README.md ("Hostile clients") measures
+	// body.SmallBytes of body: bench/README.md ("Hostile clients") measures
 	// 256, on top of the byte budget's worst case, under the Deployment's
 	// 64 MiB limit. The apiservers need far fewer: each keeps at most 25
 	// idle connections to a webhook host (CONTRACT.md).
@@ -74,13 +75,13 @@ const (
 	// open: Prometheus scrapes over one, and a person's curl needs another.
 	maxMetricsConnections = 16
 
-	// freshGrace and idleGrace are how long a connection is spared when the
-	// port is full: a new one without its first request header, which the
-	// apiserver and the kubelet send within milliseconds even when the
+	// headerGrace and idleGrace are how long a connection is spared when
+	// the port is full: a new one without its first request header, which
+	// the apiserver and the kubelet send within milliseconds even when the
 	// webhook is busy; and an idle one since its last answer, which under
 	// load the apiserver reuses within milliseconds.
-	freshGrace = 250 * time.Millisecond
-	idleGrace  = 500 * time.Millisecond
+	headerGrace = 250 * time.Millisecond
+	idleGrace   = 500 * time.Millisecond
 
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
@@ -93,18 +94,18 @@ const (
 	// the apiserver's, opens another connection when one's streams are
 	// taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
-	// HTTP/1.1 one: one small body, smallBodyBytes.
+	// HTTP/1.1 one: one small body, body.SmallBytes.
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = smallBodyBytes
+	http2StreamBufferBytes    = body.SmallBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// smallBodyBytes) held at once, as read and until answered. Decoding a
+	// body.SmallBytes) held at once, as read and until answered. Decoding a
 	// review takes about three times its size, and the heap grows to twice
 	// what is live before a collection, so this, with maxConnections, keeps
 	// the shipped Deployment under its 64Mi limit under any load
-	// (bench/README.md measures it), while maxBodyBytes always fits.
+	// (bench/README.md measures it), while body.MaxBytes always fits.
 	defaultMaxInflightBytes = 8 << 20
 
 	// memoryLimitBase is, with -max-inflight-bytes, the Go runtime's soft
@@ -117,14 +118,19 @@ const (
 	// flags:
 	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
 	//                     a goroutine's stack; bench/README.md)  16 MiB
-	//   large bodies      the one being read, maxBodyBytes, and the
-	//                     buffer it outgrew, half that, as it
+	//   large bodies      the one being read, body.MaxBytes, and
+	//                     the buffer it outgrew, half that, as it
 	//                     is copied                           10.5 MiB
-	//   bodies waiting    maxWaitingBodies × smallBodyBytes      2 MiB
+	//   small bodies      one of body.SmallBytes per connection
+	//                     at most: a small body, or the first
+	//                     part of a large one of unknown length
+	//                     waiting in line                        4 MiB
 	//   the runtime's own                                       ~3 MiB
-	// about 32 MiB, the base; the budget adds what reviews being answered
-	// hold. Buffers kept for the next large body (bodyReader.buffers) are
-	// not in it: like garbage, the GC frees them near the limit, within two
+	// about 33.5 MiB. The body being read holds its 7 MiB in the budget
+	// as well, which the limit adds, so 32 MiB, the base, covers the rest
+	// with room; the budget adds what reviews being answered hold.
+	// Buffers kept for the next large body (body.Reader's) are not in it:
+	// like garbage, the GC frees them near the limit, within two
 	// collections. The kernel counts the binary's own pages too (10 MiB
 	// resident): a flood peaks at the limit plus those, 50-52 MiB
 	// (bench/README.md), under 64 MiB.
@@ -226,8 +232,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if cfg.shutdownDelay < 0 {
 		return config{}, fmt.Errorf("-shutdown-delay %s: want zero or more", cfg.shutdownDelay)
 	}
-	if cfg.maxInflightBytes < maxBodyBytes {
-		return config{}, fmt.Errorf("-max-inflight-bytes %d: want at least %d, the largest review, or such a review could never be served", cfg.maxInflightBytes, maxBodyBytes)
+	if cfg.maxInflightBytes < body.MaxBytes {
+		return config{}, fmt.Errorf("-max-inflight-bytes %d: want at least %d, the largest review, or such a review could never be served", cfg.maxInflightBytes, body.MaxBytes)
 	}
 	for _, n := range strings.Split(*allowedNames, ",") {
 		if n = strings.TrimSpace(n); n != "" {
@@ -298,10 +304,9 @@ func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
 	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		bodies := newBodyReader(defaultMaxInflightBytes)
-		reviews := &reviewServer{logger: slog.New(slog.DiscardHandler), bodies: bodies}
-		open := func(h http.Handler) http.Handler { return h }
-		return routes(reviews, p, action, open)
+		reviews := &reviewServer{logger: slog.New(slog.DiscardHandler), bodies: body.NewReader(defaultMaxInflightBytes)}
+		anyClient := func(h http.Handler) http.Handler { return h }
+		return routes(reviews, p, action, anyClient)
 	})
 }
 
@@ -311,6 +316,7 @@ type server struct {
 	logger      *slog.Logger
 	reviews     *http.Server
 	listener    *limits.Listener
+	bodies      *body.Reader // the review routes', whose refusals the log sums up
 	metrics     *http.Server // nil without -metrics-listen
 	metricsLn   net.Listener // its listener
 	reloadables []interface{ reloadIfChanged() }
@@ -328,8 +334,8 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	listener := limits.NewListener(rawLn, maxConnections, freshGrace, idleGrace)
-	bodies := newBodyReader(cfg.maxInflightBytes)
+	listener := limits.NewListener(rawLn, maxConnections, headerGrace, idleGrace)
+	bodies := body.NewReader(cfg.maxInflightBytes)
 	m := newMetrics(listener, bodies)
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
@@ -346,18 +352,20 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		listener.Close()
 		return nil, err
 	}
-	s := &server{cfg: cfg, logger: logger, listener: listener, serving: &atomic.Bool{},
+	s := &server{cfg: cfg, logger: logger, listener: listener, bodies: bodies, serving: &atomic.Bool{},
 		reloadables: []interface{ reloadIfChanged() }{keyPair}}
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
 	reviews := &reviewServer{logger: logger, metrics: m, bodies: bodies}
-	guard := func(h http.Handler) http.Handler { return h }
+	checkClient := func(h http.Handler) http.Handler { return h }
 	if clientCAs != nil {
-		guard = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
+		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
+	mux := routes(reviews, cfg.policy, cfg.validationAction, checkClient)
+	mux.HandleFunc("GET /ping", s.ping)
 	s.reviews = &http.Server{
-		Handler:           s.handler(routes(reviews, cfg.policy, cfg.validationAction, guard)),
+		Handler:           s.closeWhenDraining(mux),
 		ReadHeaderTimeout: readHeaderTimeout,
 		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
@@ -385,7 +393,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			s.listener.Close()
 			return nil, fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
-		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, freshGrace, idleGrace)
+		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, headerGrace, idleGrace)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
 		s.metricsLn = metricsLn
@@ -401,27 +409,28 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	return s, nil
 }
 
-// handler is the review port's: the review routes, and /ping, which
-// reports ready and stays open without a client certificate, as kubelet
-// probes have none. Once shutdown begins, every answer closes its
-// connection, so that clients move to other replicas while everything
-// that arrives is still answered. (Closing idle connections instead races
-// with a review being written into one; for HTTP/2 net/http turns the
-// header into a graceful GOAWAY.)
-func (s *server) handler(reviews *http.ServeMux) http.Handler {
-	reviews.HandleFunc("GET /ping", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.serving.Load() {
-			writeStatus(w, http.StatusServiceUnavailable, "shutting down")
-			return
-		}
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		_, _ = w.Write([]byte("pong"))
-	})
+// ping answers probes: ready while serving, 503 once shutdown begins. It
+// is served without a client certificate, as kubelet probes have none.
+func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
+	if !s.serving.Load() {
+		writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("pong"))
+}
+
+// closeWhenDraining serves h, and once shutdown begins closes each
+// connection after its answer, so that clients move to other replicas
+// while everything that arrives is still answered. (Closing idle
+// connections instead races with a review being written into one; for
+// HTTP/2 net/http turns the header into a graceful GOAWAY.)
+func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.serving.Load() {
 			w.Header().Set("Connection", "close")
 		}
-		reviews.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 
@@ -451,6 +460,8 @@ func (s *server) serve(ctx context.Context) error {
 	for _, r := range cfg.replacedDefaults {
 		s.logger.Info("a policy flag replaced its defaults", "flag", "-"+r.flag, "defaults", r.defaults)
 	}
+
+	defer logRefusals(s.logger, s.bodies.Stats, refusalSummaryInterval)()
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := reload.Poll(certPollInterval, func() { s.logger.Info("SIGHUP: re-reading certificates") }, func() {

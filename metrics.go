@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"time"
 
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/limits"
 	"github.com/example/webhook/promtext"
 )
@@ -31,7 +34,7 @@ type metrics struct {
 	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
 	connections *limits.Listener // the review port's: connections open, and closed before a request
-	bodies      *bodyReader      // the byte budget, and bodies refused and cut
+	bodies      *body.Reader     // the byte budget, and bodies refused and cut
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
@@ -39,7 +42,7 @@ type metrics struct {
 
 // newMetrics counts the review routes' requests, and reads the rest from
 // the review port's listener and the body reader as it is scraped.
-func newMetrics(connections *limits.Listener, bodies *bodyReader) *metrics {
+func newMetrics(connections *limits.Listener, bodies *body.Reader) *metrics {
 	return &metrics{
 		requests:       promtext.NewCounterVec("webhook", "code"),
 		reviews:        promtext.NewCounterVec("webhook", "verdict"),
@@ -75,7 +78,8 @@ func (m *metrics) inFlightAdd(route string, delta int64) {
 	}
 }
 
-func (m *metrics) panicked(route string) {
+// countPanic counts a panic of the policy's on route.
+func (m *metrics) countPanic(route string) {
 	if m != nil {
 		m.panics.Add(1, route)
 	}
@@ -129,20 +133,25 @@ func (m *metrics) write(w io.Writer) {
 	family(w, "webhook_panics_total", "counter", "Admit and authorize functions that panicked, by route; each was answered with HTTP 500.")
 	m.panics.Write(w, "webhook_panics_total")
 
-	if b := m.bodies; b != nil {
-		used, waitingRoom := b.budget.State()
-		_, waitingTurn := b.turn.State()
+	if m.bodies != nil {
+		b := m.bodies.Stats()
 		family(w, "webhook_inflight_budget_bytes", "gauge", "The most bytes of large review bodies held at once (-max-inflight-bytes).")
-		sample(w, "webhook_inflight_budget_bytes", "", float64(b.budget.Capacity()))
+		sample(w, "webhook_inflight_budget_bytes", "", float64(b.BudgetBytes))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
-		sample(w, "webhook_inflight_bytes", "", float64(used))
-		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for their turn to be read, or for room in the budget.")
-		sample(w, "webhook_inflight_waiting_requests", "", float64(waitingRoom+waitingTurn))
-		family(w, "webhook_inflight_rejected_total", "counter", "Large reviews answered without a review because they found no turn or no room before their deadline, or too many waited.")
-		sample(w, "webhook_inflight_rejected_total", "", float64(b.overloaded.Load()))
+		sample(w, "webhook_inflight_bytes", "", float64(b.HeldBytes))
+		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting in line to be read, or for room in the budget.")
+		sample(w, "webhook_inflight_waiting_requests", "", float64(b.Waiting))
+		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: the line ahead would outlast it (long_queue), it came in line (no_turn), waiting for room in the budget (no_room), or while the body was read (slow_read).")
+		var refused uint64
+		for _, reason := range body.RefusalReasons {
+			sample(w, "webhook_overload_refusals_total", `reason="`+reason+`"`, float64(b.Refused[reason]))
+			refused += b.Refused[reason]
+		}
+		family(w, "webhook_inflight_rejected_total", "counter", "Reviews answered 429 because they could not be read before their deadline: webhook_overload_refusals_total summed over its reasons.")
+		sample(w, "webhook_inflight_rejected_total", "", float64(refused))
 		family(w, "webhook_request_bodies_cut_total", "counter", "Request bodies cut because they stopped arriving (stalled) or arrived too slowly (too_slow).")
-		sample(w, "webhook_request_bodies_cut_total", `reason="stalled"`, float64(b.stalled.Load()))
-		sample(w, "webhook_request_bodies_cut_total", `reason="too_slow"`, float64(b.tooSlow.Load()))
+		sample(w, "webhook_request_bodies_cut_total", `reason="stalled"`, float64(b.Cut[body.Stalled]))
+		sample(w, "webhook_request_bodies_cut_total", `reason="too_slow"`, float64(b.Cut[body.TooSlow]))
 	}
 	if l := m.connections; l != nil {
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
@@ -164,4 +173,62 @@ func (m *metrics) write(w io.Writer) {
 	m.reloadErrors.Write(w, "webhook_certificate_reload_errors_total")
 
 	promtext.WriteProcess(w)
+}
+
+// refusalSummaryInterval is how often the log sums up the review bodies
+// refused or cut since its last line: soon enough to see an overload as
+// it happens, seldom enough that no client can flood the log.
+const refusalSummaryInterval = 10 * time.Second
+
+// logRefusals logs, for each interval in which review bodies were refused
+// (429) or cut (408), one line of how many, by reason, until the returned
+// func is called. A line for each would let any client that reaches the
+// port flood the log; the metrics count them too.
+// stats is the body reader's (body.Reader.Stats).
+func logRefusals(logger *slog.Logger, stats func() body.Stats, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		last := stats()
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			now := stats()
+			if line := refusalsSince(last, now); len(line) > 0 {
+				logger.LogAttrs(context.Background(), slog.LevelWarn, "review bodies refused or cut", append(line, slog.Duration("in", interval))...)
+			}
+			last = now
+		}
+	}()
+	return func() { close(done); <-stopped }
+}
+
+// refusalsSince is what was refused and cut between two Stats, as log
+// attributes by reason; none when nothing was.
+func refusalsSince(before, after body.Stats) []slog.Attr {
+	var refused, cut []any
+	for _, reason := range body.RefusalReasons {
+		if n := after.Refused[reason] - before.Refused[reason]; n > 0 {
+			refused = append(refused, slog.Uint64(reason, n))
+		}
+	}
+	for _, reason := range []string{body.Stalled, body.TooSlow} {
+		if n := after.Cut[reason] - before.Cut[reason]; n > 0 {
+			cut = append(cut, slog.Uint64(reason, n))
+		}
+	}
+	var line []slog.Attr
+	if refused != nil {
+		line = append(line, slog.Group("refused_429", refused...))
+	}
+	if cut != nil {
+		line = append(line, slog.Group("cut_408", cut...))
+	}
+	return line
 }

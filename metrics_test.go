@@ -52,7 +52,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listener := limits.NewListener(ln, 1, freshGrace, idleGrace)
+	listener := limits.NewListener(ln, 1, headerGrace, idleGrace)
 	srv := &http.Server{Handler: http.NotFoundHandler(), ConnState: listener.ConnState}
 	go srv.Serve(listener)
 	defer srv.Close()
@@ -112,6 +112,10 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_inflight_bytes`:                                                  0,
 		`webhook_inflight_waiting_requests`:                                       0,
 		`webhook_inflight_rejected_total`:                                         0,
+		`webhook_overload_refusals_total{reason="long_queue"}`:                    0,
+		`webhook_overload_refusals_total{reason="no_turn"}`:                       0,
+		`webhook_overload_refusals_total{reason="no_room"}`:                       0,
+		`webhook_overload_refusals_total{reason="slow_read"}`:                     0,
 		`webhook_certificate_expiration_timestamp_seconds{certificate="serving"}`: 1893456000,
 		`webhook_certificate_reload_errors_total{certificate="serving"}`:          1,
 		`webhook_connections_open`:                                                1,

@@ -30,10 +30,10 @@ import (
 // the zero value denies it; warn and audit allow it instead, and tell the
 // user (warn), the apiserver's audit log (audit), or both. The policy never
 // knows which. It is /validate's alone: a mutating route refuses because
-// it cannot make the object right, and softening that would store the
+// it cannot make the object right, and letting that through would store the
 // object unfixed (MutatingAdmissionPolicy has no validationActions either).
 //
-// Only what verdictOf calls "denied", the policy's decision, is softened.
+// Only what verdictOf calls "denied", the policy's decision, is let through.
 // An answer errored with 400 (an object that does not decode) or a 5xx is
 // no decision about the object: it stays a refusal, counted as "errored",
 // under every action, so that what warn and audit count is exactly what
@@ -97,13 +97,18 @@ const (
 	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
 )
 
-// soften turns resp, a denial of the request uid, into the answer a says,
-// and returns its verdict: "warned", "audited" or "warned_and_audited". It
-// is a fresh answer: allowed, without the denial's status or any patch
-// (which a validating webhook may not return), carrying the policy's
-// warnings and audit annotations, copied before anything is added to them,
-// and the denial's message as a warning, an audit annotation, or both.
-func (a validationAction) soften(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
+// denies reports whether a is deny, the default: a denial is sent as the
+// policy made it.
+func (a validationAction) denies() bool { return !a.warn && !a.audit }
+
+// warnOrAudit turns resp, a denial of the request uid, into the answer a
+// says instead, and returns its verdict: "warned", "audited" or
+// "warned_and_audited". It is a new answer, not a copy of resp: allowed,
+// without the denial's status or any patch (which a validating webhook may
+// not return), carrying the policy's warnings and audit annotations,
+// copied before anything is added to them, and the denial's message as a
+// warning, an audit annotation, or both.
+func (a validationAction) warnOrAudit(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
 	message := "the policy gave no reason"
 	if resp.Result != nil && resp.Result.Message != "" {
 		message = resp.Result.Message

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/certs"
 	"io"
 	"log/slog"
@@ -426,17 +427,15 @@ func TestProtocols(t *testing.T) {
 // is in flight.
 func TestGracefulShutdown(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
-	// The in-flight body pauses through the delay, which must be shorter
-	// than bodyStallTimeout, or the body would be cut as stalled.
-	const delay = bodyStallTimeout / 2
+	const delay = 500 * time.Millisecond
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 
 	// A review whose body is still arriving when shutdown starts.
-	body, bodyWriter := io.Pipe()
+	inFlightBody, bodyWriter := io.Pipe()
 	inFlight := make(chan *http.Response, 1)
 	go func() {
-		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", body)
+		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", inFlightBody)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
@@ -446,9 +445,27 @@ func TestGracefulShutdown(t *testing.T) {
 		}
 		inFlight <- resp
 	}()
-	if _, err := bodyWriter.Write(review[:100]); err != nil {
-		t.Fatal(err)
-	}
+	// Until the listener has closed, the body is whitespace, which JSON
+	// allows before the review, sent well above the pace the server
+	// holds a body to (body.MinRate): paused instead, for however long a
+	// loaded machine takes to close the listener, it would be cut as
+	// stalled.
+	listenerClosed := make(chan struct{})
+	fillerDone := make(chan struct{})
+	go func() {
+		defer close(fillerDone)
+		chunk := bytes.Repeat([]byte{' '}, 64<<10)
+		for sent := 0; sent+len(chunk) < body.MaxBytes-len(review); sent += len(chunk) {
+			select {
+			case <-listenerClosed:
+				return
+			case <-time.After(20 * time.Millisecond): // 3.2 MiB/s, for 2 s at most
+			}
+			if _, err := bodyWriter.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
 
 	stopped := make(chan error, 1)
 	shutdownAt := time.Now()
@@ -476,7 +493,9 @@ func TestGracefulShutdown(t *testing.T) {
 
 	// Finish the body only after the listener has closed.
 	waitForLog(t, logs, "closing the listener")
-	if _, err := bodyWriter.Write(review[100:]); err != nil {
+	close(listenerClosed)
+	<-fillerDone
+	if _, err := bodyWriter.Write(review); err != nil {
 		t.Fatal(err)
 	}
 	bodyWriter.Close()

@@ -6,6 +6,7 @@
 //
 //	cd bench && go run .               # the full run, written to bench/results/
 //	cd bench && go run . -slow-clients # hostile clients beside a steady one
+//	cd bench && go run . -overload     # on one core, offered twice its peak
 //	cd bench && go run . -smoke        # a minute: that it works, not how fast
 package main
 
@@ -88,6 +89,9 @@ func run() error {
 	if len(os.Args) > 1 && os.Args[1] == "hostile-clients" {
 		return hostileClients(os.Args[2:])
 	}
+	if len(os.Args) > 1 && os.Args[1] == "overload-client" {
+		return overloadLoad(os.Args[2:])
+	}
 	smoke := flag.Bool("smoke", false, "a few seconds in all: check that everything works")
 	out := flag.String("out", "results", "`directory` for results.md and latency.png")
 	rounds := flag.Int("rounds", 5, "rounds per scenario; each runs both servers, alternating which goes first")
@@ -98,6 +102,8 @@ func run() error {
 	oneAddress := flag.Bool("one-address", false, "with -slow-clients, the steady client and the prober connect from the hostile clients' address, as behind a proxy that gives every client one; written to results/slow-clients-one-address.md")
 	steadyDelay := flag.Duration("steady-delay", 0, "with -slow-clients, each of the steady client's writes arrives this `long` after it is made, as from an apiserver far away or busy; written to results/slow-clients-far.md")
 	http2Flood := flag.Bool("http2", false, "with -slow-clients, run the webhook with -http2 against a flood of HTTP/2 streams; written to results/slow-clients-http2.md")
+	overload := flag.Bool("overload", false, "run only the overload rows (about 4 minutes): the webhook on one core, its peak, then twice the peak offered, and 256 connections of 100 KB reviews; written to results/overload.md")
+	overloadFor := flag.Duration("overload-for", 15*time.Second, "how long each phase of an overload row runs")
 	busyNeighbour := flag.Int("busy-neighbour", 0, "with -slow-clients, processes spinning this many `cores` beside the webhook through each load, as a node's other Pods do; written to results/slow-clients-busy-N.md")
 	flag.Parse()
 	if *smoke {
@@ -105,7 +111,7 @@ func run() error {
 		*out = filepath.Join(os.TempDir(), "webhook-bench-smoke")
 	}
 	wrk, err := exec.LookPath("wrk")
-	if err != nil && !*slowClients {
+	if err != nil && !*slowClients && !*overload {
 		return errors.New("wrk is not installed: apt-get install wrk (make bench does)")
 	}
 	root, err := filepath.Abs("..")
@@ -155,6 +161,31 @@ func run() error {
 		return err
 	}
 	certArgs := []string{"-tls-cert-file", filepath.Join(certs, "tls.crt"), "-tls-private-key-file", filepath.Join(certs, "tls.key")}
+	if *overload {
+		var results []overloadResult
+		// The 1 MB review offered twice the peak with the apiserver's
+		// shortest timeout but one: at twice the peak, the reviews in
+		// flight stay under the connection cap. Then the issue's own load:
+		// 256 connections of the 100 KB review, one after another, with
+		// the shortest timeout.
+		for _, o := range []overloadOptions{
+			{body: "update-1m", timeout: 2 * time.Second},
+			{body: "pod-100k", timeout: time.Second, closed: 256},
+		} {
+			if *only != "" && !strings.Contains(o.body, *only) {
+				continue
+			}
+			o.caFile, o.file, o.d, o.rounds, o.conns, o.peakConc = filepath.Join(certs, "ca.crt"), filepath.Join(bodies, o.body+".json"), *overloadFor, 3, 256, 32
+			r, err := runOverload(webhookBin, certArgs, o)
+			if err != nil {
+				return fmt.Errorf("overload, %s: %w", o.body, err)
+			}
+			results = append(results, r)
+		}
+		report := renderOverload(results)
+		fmt.Print(report)
+		return os.WriteFile(filepath.Join(*out, "overload.md"), []byte(report), 0o644)
+	}
 	if *slowClients || *smoke {
 		d := *slowFor
 		if *smoke {
@@ -220,6 +251,13 @@ func run() error {
 			}
 			scenarios = append(scenarios, scenario{body: body, connections: c})
 		}
+		// As many as the connection cap lets in (256), and three quarters
+		// of it: every review waits its turn and is answered, none refused.
+		if body == "pod-100k" && !*smoke {
+			for _, c := range []int{192, 256} {
+				scenarios = append(scenarios, scenario{body: body, connections: c})
+			}
+		}
 		// Right after the small bodies: memory the Go runtime keeps after
 		// the large ones would otherwise show as this run's peak RSS.
 		if body == "deployment-2k" {
@@ -228,9 +266,11 @@ func run() error {
 	}
 	// The memory budget under sustained pressure: many large reviews at
 	// once for 20 s, with the webhook's default -max-inflight-bytes and no
-	// GOMEMLIMIT. Peak RSS is the figure to read.
+	// GOMEMLIMIT. Peak RSS is the figure to read. The last two are as many
+	// as the connection cap lets in (256), and three quarters of it: every
+	// review waits its turn and is answered, none refused.
 	if !*smoke {
-		for _, c := range []int{64, 128} {
+		for _, c := range []int{64, 128, 192, 256} {
 			scenarios = append(scenarios, scenario{body: "update-1m", connections: c, duration: 20 * time.Second, rounds: 1})
 		}
 	}
@@ -366,9 +406,39 @@ func startupTime(bin, certs string, client *http.Client, n int) (time.Duration, 
 
 var resultLine = regexp.MustCompile(`RESULT requests=(\d+) duration_us=(\d+) p50_us=(\d+) p99_us=(\d+) errors=(\d+) non2xx=(\d+)`)
 
+// waitIdle waits until s holds at most one connection, the probe's, or
+// for 15 s: the last run's connections, closed by wrk, may still hold
+// their places (reviews wrk gave up on are still being answered, and the
+// server has yet to see the others close), which the next run's 256 would
+// find taken at the webhook's connection cap.
+func waitIdle(s *server) {
+	_, port, _ := net.SplitHostPort(s.addr)
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf(":%04X ", p)
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		b, err := os.ReadFile("/proc/net/tcp")
+		if err != nil {
+			return
+		}
+		open := 0
+		for line := range strings.Lines(string(b)) {
+			// sl local_address rem_address st: the server's side of a
+			// connection, established (01) or closed by the client only
+			// (08, CLOSE_WAIT): the server still holds its place.
+			if f := strings.Fields(line); len(f) > 3 && strings.HasSuffix(f[1]+" ", local) && (f[3] == "01" || f[3] == "08") {
+				open++
+			}
+		}
+		if open <= 1 {
+			return
+		}
+	}
+}
+
 // load runs wrk against s and reads the server's CPU time and peak RSS
 // around it from /proc.
 func load(wrk string, s *server, sc scenario, body string, d time.Duration) (result, error) {
+	waitIdle(s)
 	// Writing 5 to clear_refs resets the peak RSS the kernel keeps, so each
 	// run's peak is its own.
 	_ = os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", s.pid()), []byte("5"), 0)

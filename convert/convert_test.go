@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -10,87 +9,142 @@ import (
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// TestVersionConversion checks that every field survives the copy between
-// v1beta1 and v1, so a field added to both versions cannot be forgotten.
-func TestVersionConversion(t *testing.T) {
-	dryRun := true
-	pt := admissionv1.PatchTypeJSONPatch
-	beta := &admissionv1beta1.AdmissionRequest{
-		UID: "u", Kind: metav1.GroupVersionKind{Kind: "K"}, Resource: metav1.GroupVersionResource{Resource: "r"},
-		SubResource: "s", RequestKind: &metav1.GroupVersionKind{Kind: "RK"}, RequestResource: &metav1.GroupVersionResource{Resource: "rr"},
-		RequestSubResource: "rs", Name: "n", Namespace: "ns", Operation: admissionv1beta1.Update, DryRun: &dryRun,
-	}
-	beta.UserInfo.Username = "user"
-	beta.Object.Raw = []byte(`{"o":1}`)
-	beta.OldObject.Raw = []byte(`{"o":0}`)
-	beta.Options.Raw = []byte(`{"p":1}`)
-	compareJSON(t, "request", beta, RequestFromV1beta1(beta))
+// The tests fill every field of what is converted, however deep, by
+// reflection (fill), and compare the JSON before and after: a field added
+// to k8s.io/api in both versions is filled as soon as the module is
+// updated, and fails the test until the conversion copies it. Nothing is
+// set by hand, so nothing can be forgotten here either.
 
-	v1 := &admissionv1.AdmissionResponse{
-		UID: "u", Allowed: true, Result: &metav1.Status{Message: "m"}, Patch: []byte(`[]`), PatchType: &pt,
-		AuditAnnotations: map[string]string{"a": "b"}, Warnings: []string{"w"},
-	}
-	compareJSON(t, "response", v1, ResponseToV1beta1(v1))
+func TestRequestFromV1beta1(t *testing.T) {
+	var in admissionv1beta1.AdmissionRequest
+	fill(reflect.ValueOf(&in).Elem(), "request")
+	compareJSON(t, "request", &in, RequestFromV1beta1(&in), nil)
 }
 
-func compareJSON(t *testing.T, what string, a, b any) {
+func TestResponseToV1beta1(t *testing.T) {
+	var in admissionv1.AdmissionResponse
+	fill(reflect.ValueOf(&in).Elem(), "response")
+	compareJSON(t, "response", &in, ResponseToV1beta1(&in), nil)
+}
+
+func TestSpecFromV1beta1(t *testing.T) {
+	var in authorizationv1beta1.SubjectAccessReviewSpec
+	fill(reflect.ValueOf(&in).Elem(), "spec")
+	// v1beta1 spells spec.groups "group"; otherwise the JSON is the same.
+	compareJSON(t, "spec", &in, SpecFromV1beta1(&in), map[string]string{"group": "groups"})
+}
+
+func TestStatusToV1beta1(t *testing.T) {
+	var in authorizationv1.SubjectAccessReviewStatus
+	fill(reflect.ValueOf(&in).Elem(), "status")
+	compareJSON(t, "status", in, StatusToV1beta1(in), nil)
+}
+
+// compareJSON checks that out encodes as in does, once in's top-level keys
+// are renamed by renamed. Every field of in is set (fill), so a field the
+// conversion dropped shows as a missing key, and one it mixed up as a
+// value of another field's path.
+func compareJSON(t *testing.T, what string, in, out any, renamed map[string]string) {
 	t.Helper()
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	var ma, mb map[string]any
-	_ = json.Unmarshal(ja, &ma)
-	_ = json.Unmarshal(jb, &mb)
-	// Every field was set, so a dropped one shows as a missing key.
-	if len(ma) != len(mb) || !bytes.Equal(ja, jb) {
-		t.Errorf("%s changed in conversion:\n got %s\nwant %s", what, jb, ja)
-	}
-}
-
-// TestSubjectAccessReviewConversion checks that every field of a v1beta1
-// spec survives the copy to v1, so a field added to both versions cannot be
-// forgotten: the test fails until the new field is set here, and then
-// until it is copied.
-func TestSubjectAccessReviewConversion(t *testing.T) {
-	beta := &authorizationv1beta1.SubjectAccessReviewSpec{
-		ResourceAttributes: &authorizationv1beta1.ResourceAttributes{
-			Namespace: "ns", Verb: "list", Group: "apps", Version: "v1", Resource: "deployments", Subresource: "scale", Name: "web",
-			FieldSelector: &authorizationv1.FieldSelectorAttributes{RawSelector: "a=b", Requirements: []metav1.FieldSelectorRequirement{{Key: "a", Operator: metav1.FieldSelectorOpIn, Values: []string{"b"}}}},
-			LabelSelector: &authorizationv1.LabelSelectorAttributes{RawSelector: "c=d", Requirements: []metav1.LabelSelectorRequirement{{Key: "c", Operator: metav1.LabelSelectorOpIn, Values: []string{"d"}}}},
-		},
-		NonResourceAttributes: &authorizationv1beta1.NonResourceAttributes{Path: "/version", Verb: "get"},
-		User:                  "jane",
-		Groups:                []string{"group1", "group2"},
-		Extra:                 map[string]authorizationv1beta1.ExtraValue{"scopes": {"a", "b"}},
-		UID:                   "uid-1",
-	}
-	for _, v := range []any{*beta, *beta.ResourceAttributes, *beta.NonResourceAttributes} {
-		rv := reflect.ValueOf(v)
-		for i := range rv.NumField() {
-			if rv.Field(i).IsZero() {
-				t.Errorf("%s.%s is not set: set it here, and copy it in SpecFromV1beta1", rv.Type().Name(), rv.Type().Field(i).Name)
-			}
+	var want, got map[string]any
+	decode := func(v any, into *map[string]any) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := json.Unmarshal(b, into); err != nil {
+			t.Fatalf("%s: %v", what, err)
 		}
 	}
-	got, err := json.Marshal(SpecFromV1beta1(beta))
-	if err != nil {
-		t.Fatal(err)
+	decode(in, &want)
+	decode(out, &got)
+	for from, to := range renamed {
+		want[to] = want[from]
+		delete(want, from)
 	}
-	// v1beta1 spells spec.groups "group"; otherwise the JSON is the same.
-	want, err := json.Marshal(beta)
-	if err != nil {
-		t.Fatal(err)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("%s changed in conversion:\n got %v\nwant %v", what, got, want)
 	}
-	want = bytes.Replace(want, []byte(`"group":["group1"`), []byte(`"groups":["group1"`), 1)
-	var gotMap, wantMap map[string]any
-	_ = json.Unmarshal(got, &gotMap)
-	_ = json.Unmarshal(want, &wantMap)
-	if !reflect.DeepEqual(gotMap, wantMap) {
-		t.Errorf("the spec changed in conversion:\n got %s\nwant %s", got, want)
-	}
+}
 
-	status := authorizationv1.SubjectAccessReviewStatus{Allowed: true, Denied: true, Reason: "r", EvaluationError: "e"}
-	compareJSON(t, "status", status, StatusToV1beta1(status))
+// fill sets every exported field of v, recursively, to a value that is
+// not zero and that names its path (strings), so that two fields never
+// hold the same value: a pointer to a filled value, one element of a
+// slice, one entry of a map. A RawExtension gets a JSON object naming its
+// path, as it must hold JSON to encode.
+func fill(v reflect.Value, path string) {
+	if v.Type() == reflect.TypeFor[runtime.RawExtension]() {
+		v.Set(reflect.ValueOf(runtime.RawExtension{Raw: []byte(`{"path":"` + path + `"}`)}))
+		return
+	}
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString(path)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		v.SetInt(int64(len(path)))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		v.SetUint(uint64(len(path)))
+	case reflect.Float32, reflect.Float64:
+		v.SetFloat(float64(len(path)))
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(v.Elem(), path)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		fill(v.Index(0), path+"[0]")
+	case reflect.Map:
+		key := reflect.New(v.Type().Key()).Elem()
+		fill(key, path+".key")
+		value := reflect.New(v.Type().Elem()).Elem()
+		fill(value, path+".value")
+		v.Set(reflect.MakeMap(v.Type()))
+		v.SetMapIndex(key, value)
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() {
+				fill(v.Field(i), path+"."+f.Name)
+			}
+		}
+	case reflect.Interface:
+		// runtime.RawExtension.Object, which is not encoded: left nil.
+	default:
+		panic("fill: no value for " + v.Type().String() + " at " + path)
+	}
+}
+
+// TestFillSetsEverything: fill leaves no field zero, the premise of the
+// tests above.
+func TestFillSetsEverything(t *testing.T) {
+	for _, v := range []any{&admissionv1beta1.AdmissionRequest{}, &admissionv1.AdmissionResponse{}, &authorizationv1beta1.SubjectAccessReviewSpec{}, &authorizationv1.SubjectAccessReviewStatus{}} {
+		rv := reflect.ValueOf(v).Elem()
+		fill(rv, "x")
+		checkSet(t, rv, rv.Type().Name())
+	}
+}
+
+func checkSet(t *testing.T, v reflect.Value, path string) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() && f.Type.Kind() != reflect.Interface {
+				checkSet(t, v.Field(i), path+"."+f.Name)
+			}
+		}
+	case reflect.Pointer:
+		if v.IsNil() {
+			t.Errorf("%s is nil", path)
+			return
+		}
+		checkSet(t, v.Elem(), path)
+	default:
+		if v.IsZero() {
+			t.Errorf("%s is not set", path)
+		}
+	}
 }

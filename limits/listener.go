@@ -1,10 +1,7 @@
-// Package limits holds the generic machinery the webhook's server uses to
-// bound what clients can make it hold: a listener that caps the
-// connections open (Listener), a first-come-first-served weighted
-// semaphore (Semaphore), and a body reader held to a stall timeout and a
-// floor rate (MinRateReader). It knows nothing of webhooks: the root package
-// says how many connections, how long the graces, how many bytes and how
-// slow a body, and why.
+// Package limits holds the listener that caps the connections the
+// webhook's server holds open (Listener), whatever its clients do. It
+// knows nothing of webhooks: the root package says how many connections,
+// how long the graces, and why.
 package limits
 
 import (
@@ -51,7 +48,7 @@ import (
 //     own: never a lighter address's, such as the apiserver's new
 //     connection, whose handshake a flood's may have slowed. First one
 //     without a complete request header that has made the server wait
-//     freshGrace for it: the apiserver and the kubelet send theirs within
+//     headerGrace for it: the apiserver and the kubelet send theirs within
 //     milliseconds of connecting, so this is a client that dribbles them,
 //     or sends nothing, to hold a place. Then one idle for longer than
 //     idleGrace, the one idle the longest first, as nginx closes kept-alive
@@ -60,8 +57,8 @@ import (
 //     those idle the longest are those it has stopped using, or a client's
 //     that sent one request and holds on.
 //
-// The fresh grace counts only the time the server spent waiting in Read for
-// the client, as MinRateReader does for bodies: a connection whose handshake
+// The header grace counts only the time the server spent waiting in Read for
+// the client, as package body does for bodies: a connection whose handshake
 // waits for the server's CPU, taken by a flood's handshakes or a node's
 // other work, has not made anyone wait. Behind a proxy that gives every
 // client one address, rules 1 and 2 are moot and rule 3 decides alone.
@@ -75,25 +72,25 @@ import (
 // reports a connection active while it serves a stream, and idle after).
 type Listener struct {
 	net.Listener
-	max                   int
-	freshGrace, idleGrace time.Duration
-	epoch                 time.Time // connections' clocks count from it
+	max                    int
+	headerGrace, idleGrace time.Duration
+	epoch                  time.Time // connections' clocks count from it
 
 	// Connections closed before they sent a complete request, by reason.
 	closedAtCapacity, refused, headerTimeouts atomic.Uint64
 
-	mu       sync.Mutex
-	open     int                     // connections open
-	bySource map[netip.Addr]*holding // what each client address holds
-	fresh    list.List               // of *limitedConn: no complete request header yet, oldest first
-	idle     list.List               // of *limitedConn: between requests, longest idle first
-	freed    chan struct{}           // a place was given back, or a connection can be closed
-	done     chan struct{}           // closed with the listener
-	once     sync.Once
+	mu             sync.Mutex
+	open           int                     // connections open
+	bySource       map[netip.Addr]*holding // what each client address holds
+	awaitingHeader list.List               // of *limitedConn: no complete request header yet, oldest first
+	idle           list.List               // of *limitedConn: between requests, longest idle first
+	freed          chan struct{}           // a place was given back, or a connection can be closed
+	done           chan struct{}           // closed with the listener
+	once           sync.Once
 }
 
 // holding is what one client address holds: its connections open, and of
-// them those not serving a request (in Listener.fresh or Listener.idle).
+// them those not serving a request (in Listener.awaitingHeader or Listener.idle).
 type holding struct {
 	open, unused int
 }
@@ -103,27 +100,27 @@ type limitedConn struct {
 	net.Conn
 	limiter *Listener
 	// in and elem are where it waits while it may be closed at the cap
-	// (limiter.fresh or limiter.idle); nil while it serves a request.
+	// (limiter.awaitingHeader or limiter.idle); nil while it serves a request.
 	in        *list.List
 	elem      *list.Element
 	source    netip.Addr // the client's address
 	idleSince time.Time  // when it last went idle
 	released  bool       // its place is given back; under limiter.mu
 
-	// The fresh grace's clock, kept by Read until the first request
-	// header is complete (heard): how long the server has waited in Read
+	// The header grace's clock, kept by Read until the first request
+	// header is complete: how long the server has waited in Read
 	// for this client, and when the Read waiting now began (since the
 	// limiter's epoch; 0 when none is). Read by Accept's goroutine.
-	heard        atomic.Bool
-	waited       atomic.Int64 // time.Duration
-	readingSince atomic.Int64 // time.Duration since epoch
+	headerComplete atomic.Bool
+	waited         atomic.Int64 // time.Duration
+	readingSince   atomic.Int64 // time.Duration since epoch
 }
 
 // NewListener returns ln holding at most max connections, sparing at the
-// cap one that has made the server wait less than freshGrace for its first
+// cap one that has made the server wait less than headerGrace for its first
 // request header, and one idle for less than idleGrace.
-func NewListener(ln net.Listener, max int, freshGrace, idleGrace time.Duration) *Listener {
-	return &Listener{Listener: ln, max: max, freshGrace: freshGrace, idleGrace: idleGrace, epoch: time.Now(),
+func NewListener(ln net.Listener, max int, headerGrace, idleGrace time.Duration) *Listener {
+	return &Listener{Listener: ln, max: max, headerGrace: headerGrace, idleGrace: idleGrace, epoch: time.Now(),
 		bySource: map[netip.Addr]*holding{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
 }
 
@@ -178,7 +175,7 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 			victim.releaseLocked()
 			break
 		}
-		unused := l.fresh.Len() + l.idle.Len()
+		unused := l.awaitingHeader.Len() + l.idle.Len()
 		l.mu.Unlock()
 		// A newcomer that came when every connection was serving waits
 		// its turn, even once one of them is between requests.
@@ -200,7 +197,7 @@ func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
 		l.bySource[source] = h
 	}
 	h.open++
-	lc.listLocked(&l.fresh)
+	lc.listLocked(&l.awaitingHeader)
 	l.mu.Unlock()
 	if victim != nil {
 		// The raw connection, without TLS's close_notify, which could
@@ -231,7 +228,7 @@ func (l *Listener) victimLocked(source netip.Addr) (victim *limitedConn, refuse 
 	}
 	// Rule 1: a fair share.
 	if most >= mine+2 {
-		for _, q := range []*list.List{&l.idle, &l.fresh} {
+		for _, q := range []*list.List{&l.idle, &l.awaitingHeader} {
 			for e := q.Front(); e != nil; e = e.Next() {
 				if c := e.Value.(*limitedConn); c.source == heaviest {
 					return c, false, 0
@@ -248,9 +245,9 @@ func (l *Listener) victimLocked(source netip.Addr) (victim *limitedConn, refuse 
 	now := time.Since(l.epoch)
 	wait = l.idleGrace
 	var best *limitedConn
-	for e := l.fresh.Front(); e != nil; e = e.Next() {
+	for e := l.awaitingHeader.Front(); e != nil; e = e.Next() {
 		c := e.Value.(*limitedConn)
-		if left := l.freshGrace - c.waitedBy(now); left > 0 {
+		if left := l.headerGrace - c.waitedBy(now); left > 0 {
 			wait = min(wait, left)
 			continue
 		}
@@ -289,7 +286,7 @@ func sourceOf(c net.Conn) netip.Addr {
 func (l *Listener) waitForRoom() error {
 	for {
 		l.mu.Lock()
-		room := l.open < l.max || l.fresh.Len()+l.idle.Len() > 0
+		room := l.open < l.max || l.awaitingHeader.Len()+l.idle.Len() > 0
 		l.mu.Unlock()
 		if room {
 			return nil
@@ -354,7 +351,7 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	}
 	switch state {
 	case http.StateActive:
-		c.heard.Store(true)
+		c.headerComplete.Store(true)
 		c.unlistLocked()
 	case http.StateIdle:
 		c.unlistLocked()
@@ -407,12 +404,12 @@ func (c *limitedConn) waitedBy(now time.Duration) time.Duration {
 }
 
 // Read reads from the connection, timing each read until the first request
-// header is complete (the fresh grace), and counts a connection closed
+// header is complete (the header grace), and counts a connection closed
 // because that header did not come in time: net/http's ReadHeaderTimeout,
 // which also bounds the TLS handshake, is a deadline on this connection
-// while it is fresh.
+// while it awaits that header.
 func (c *limitedConn) Read(p []byte) (int, error) {
-	if c.heard.Load() {
+	if c.headerComplete.Load() {
 		return c.Conn.Read(p)
 	}
 	start := time.Since(c.limiter.epoch)
@@ -422,9 +419,9 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 	c.readingSince.Store(0)
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.limiter.mu.Lock()
-		fresh := c.in == &c.limiter.fresh
+		awaitingHeader := c.in == &c.limiter.awaitingHeader
 		c.limiter.mu.Unlock()
-		if fresh {
+		if awaitingHeader {
 			c.limiter.headerTimeouts.Add(1)
 		}
 	}

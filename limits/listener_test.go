@@ -21,8 +21,8 @@ import (
 
 // The graces the tests run with: the webhook's own (its connections.go).
 const (
-	freshGrace = 250 * time.Millisecond
-	idleGrace  = time.Second
+	headerGrace = 250 * time.Millisecond
+	idleGrace   = time.Second
 )
 
 // limitedServer serves plain HTTP through a Listener of max connections:
@@ -41,7 +41,7 @@ func newLimitedServer(t *testing.T, max int) *limitedServer {
 		t.Fatal(err)
 	}
 	s := &limitedServer{addr: ln.Addr().String(), release: make(chan struct{}), entered: make(chan struct{}, max)}
-	s.limiter = NewListener(ln, max, freshGrace, idleGrace)
+	s.limiter = NewListener(ln, max, headerGrace, idleGrace)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
@@ -129,7 +129,7 @@ func TestManyHalfOpenConnections(t *testing.T) {
 	if got := s.count("refused"); got != 1 {
 		t.Errorf("newcomers refused: got %d, want 1", got)
 	}
-	time.Sleep(freshGrace)
+	time.Sleep(headerGrace)
 	if err := get(s.dial(t), "/"); err != nil {
 		t.Fatalf("a newcomer past the grace: %v, want it served", err)
 	}
@@ -231,7 +231,7 @@ func TestIdleConnectionsMakeRoom(t *testing.T) {
 	}
 }
 
-// TestCapacityOrder: at the cap, a connection silent past freshGrace goes
+// TestCapacityOrder: at the cap, a connection silent past headerGrace goes
 // before one idle past idleGrace; one used a moment ago is never closed.
 func TestCapacityOrder(t *testing.T) {
 	s := newLimitedServer(t, 3)
@@ -324,7 +324,7 @@ func TestVictimOfTheHeaviestAddress(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	s.waitOpen(t, max)
-	time.Sleep(freshGrace)
+	time.Sleep(headerGrace)
 	if err := get(s.dial(t), "/"); err != nil {
 		t.Fatalf("a newcomer past the grace: %v, want it served", err)
 	}
@@ -371,7 +371,7 @@ func newTLSLimitedServer(t *testing.T, max int, slowFrom string, slowBy time.Dur
 	}
 	s := &tlsLimitedServer{limitedServer: &limitedServer{addr: ln.Addr().String(), release: make(chan struct{}), entered: make(chan struct{}, max)},
 		config: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}}
-	s.limiter = NewListener(ln, max, freshGrace, idleGrace)
+	s.limiter = NewListener(ln, max, headerGrace, idleGrace)
 	s.serverConfig = &tls.Config{GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 		s.handshakes.Add(1)
 		if host, _, _ := net.SplitHostPort(hello.Conn.RemoteAddr().String()); host == slowFrom {
@@ -423,7 +423,7 @@ func TestFloodRefusedBeforeHandshake(t *testing.T) {
 		flood = append(flood, c)
 	}
 	s.waitOpen(t, max)
-	time.Sleep(freshGrace + 100*time.Millisecond) // every flood connection is past its grace
+	time.Sleep(headerGrace + 100*time.Millisecond) // every flood connection is past its grace
 	before := s.handshakes.Load()
 
 	const newcomers = 5
@@ -463,7 +463,7 @@ func TestFloodRefusedBeforeHandshake(t *testing.T) {
 // its place.
 func TestSlowHandshakeKept(t *testing.T) {
 	const max = 3
-	s := newTLSLimitedServer(t, max, "127.0.0.1", 4*freshGrace)
+	s := newTLSLimitedServer(t, max, "127.0.0.1", 4*headerGrace)
 	// The slow one first, so that it is the oldest.
 	slowDone := make(chan error, 1)
 	go func() {
@@ -475,9 +475,9 @@ func TestSlowHandshakeKept(t *testing.T) {
 		slowDone <- err
 	}()
 	s.waitOpen(t, 1)
-	// Past freshGrace on the clock; then the port fills with connections
+	// Past headerGrace on the clock; then the port fills with connections
 	// that are not past it in time the server waited for them.
-	time.Sleep(freshGrace + 50*time.Millisecond)
+	time.Sleep(headerGrace + 50*time.Millisecond)
 	for range max - 1 {
 		c := s.dialFrom(t, "127.0.0.1") // TCP only: the server waits for its ClientHello
 		defer c.Close()
@@ -504,7 +504,7 @@ func TestNeverALighterAddress(t *testing.T) {
 	s := newLimitedServer(t, max)
 	lone := s.dialFrom(t, "127.0.0.2")
 	io.WriteString(lone, "POST /validate HTTP/1.1\r\nHost: web")
-	time.Sleep(freshGrace + 50*time.Millisecond) // lone is past its grace
+	time.Sleep(headerGrace + 50*time.Millisecond) // lone is past its grace
 	for _, from := range []string{"127.0.0.1", "127.0.0.1", "127.0.0.3", "127.0.0.3"} {
 		s.dialFrom(t, from)
 	}
@@ -529,7 +529,7 @@ func TestHTTP2ServingNeverCut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	limiter := NewListener(ln, max, freshGrace, idleGrace)
+	limiter := NewListener(ln, max, headerGrace, idleGrace)
 	release, entered := make(chan struct{}), make(chan struct{}, 1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/block", func(w http.ResponseWriter, r *http.Request) {
@@ -567,7 +567,7 @@ func TestHTTP2ServingNeverCut(t *testing.T) {
 	for limiter.Open() != max {
 		time.Sleep(time.Millisecond)
 	}
-	time.Sleep(freshGrace + 100*time.Millisecond) // both have made the server wait past the grace
+	time.Sleep(headerGrace + 100*time.Millisecond) // both have made the server wait past the grace
 	newcomer, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)

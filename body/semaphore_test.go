@@ -1,4 +1,4 @@
-package limits
+package body
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 
 // acquireAsync runs acquire in the background; its result arrives on the
 // channel.
-func acquireAsync(b *Semaphore, ctx context.Context, n int64) <-chan error {
+func acquireAsync(b *semaphore, ctx context.Context, n int64) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- b.Acquire(ctx, n) }()
+	go func() { done <- b.acquire(ctx, n) }()
 	return done
 }
 
-func waitWaiting(t *testing.T, b *Semaphore, want int) {
+func waitWaiting(t *testing.T, b *semaphore, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, waiting := b.State(); waiting == want {
+		if _, waiting := b.state(); waiting == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, waiting := b.State()
+			_, waiting := b.state()
 			t.Fatalf("got %d requests waiting, want %d", waiting, want)
 		}
 		time.Sleep(time.Millisecond)
@@ -43,8 +43,8 @@ func notYet(t *testing.T, done <-chan error, what string) {
 
 func TestSemaphoreWaitsInOrder(t *testing.T) {
 	ctx := context.Background()
-	b := NewSemaphore(10)
-	if err := b.Acquire(ctx, 6); err != nil {
+	b := newSemaphore(10)
+	if err := b.acquire(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
 	// 6 in use: a request for 8 waits, and one for 2 that would fit waits
@@ -56,45 +56,45 @@ func TestSemaphoreWaitsInOrder(t *testing.T) {
 	notYet(t, large, "the large acquire")
 	notYet(t, small, "the small acquire behind it")
 
-	b.Release(6)
+	b.release(6)
 	if err := <-large; err != nil {
 		t.Fatalf("large: %v", err)
 	}
 	if err := <-small; err != nil {
 		t.Fatalf("small: %v", err)
 	}
-	if used, waiting := b.State(); used != 10 || waiting != 0 {
+	if used, waiting := b.state(); used != 10 || waiting != 0 {
 		t.Errorf("got %d used, %d waiting; want 10 and 0", used, waiting)
 	}
-	b.Release(8)
-	b.Release(2)
-	if used, _ := b.State(); used != 0 {
+	b.release(8)
+	b.release(2)
+	if used, _ := b.state(); used != 0 {
 		t.Errorf("got %d used after every release, want 0", used)
 	}
 }
 
 func TestSemaphoreDeadline(t *testing.T) {
-	b := NewSemaphore(10)
-	if err := b.Acquire(context.Background(), 10); err != nil {
+	b := newSemaphore(10)
+	if err := b.acquire(context.Background(), 10); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	if err := b.Acquire(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
+	if err := b.acquire(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want the deadline", err)
 	}
 	if took := time.Since(start); took < 30*time.Millisecond {
 		t.Errorf("gave up after %s, before the deadline", took)
 	}
-	if _, waiting := b.State(); waiting != 0 {
+	if _, waiting := b.state(); waiting != 0 {
 		t.Errorf("got %d waiting after the deadline, want 0", waiting)
 	}
 
 	// A waiter at the front that gives up lets in the ones behind it that
 	// fit.
-	b.Release(10)
-	if err := b.Acquire(context.Background(), 5); err != nil {
+	b.release(10)
+	if err := b.acquire(context.Background(), 5); err != nil {
 		t.Fatal(err)
 	}
 	gaveUp, giveUp := context.WithCancel(context.Background())
@@ -116,7 +116,7 @@ func TestSemaphoreDeadline(t *testing.T) {
 // and checks the bytes held never exceed the capacity (run with -race).
 func TestSemaphoreNeverOverspends(t *testing.T) {
 	const capacity = 100
-	b := NewSemaphore(capacity)
+	b := newSemaphore(capacity)
 	var held, peak atomic.Int64
 	var wg sync.WaitGroup
 	for g := range 16 {
@@ -129,7 +129,7 @@ func TestSemaphoreNeverOverspends(t *testing.T) {
 				if i%3 == 0 {
 					ctx = context.Background()
 				}
-				if err := b.Acquire(ctx, n); err != nil {
+				if err := b.acquire(ctx, n); err != nil {
 					cancel()
 					continue
 				}
@@ -137,7 +137,7 @@ func TestSemaphoreNeverOverspends(t *testing.T) {
 				for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
 				}
 				held.Add(-n)
-				b.Release(n)
+				b.release(n)
 				cancel()
 			}
 		}()
@@ -146,7 +146,7 @@ func TestSemaphoreNeverOverspends(t *testing.T) {
 	if p := peak.Load(); p > capacity || p == 0 {
 		t.Errorf("peak bytes held %d, want between 1 and %d", p, capacity)
 	}
-	if used, waiting := b.State(); used != 0 || waiting != 0 {
+	if used, waiting := b.state(); used != 0 || waiting != 0 {
 		t.Errorf("got %d used, %d waiting at the end, want 0 and 0", used, waiting)
 	}
 }

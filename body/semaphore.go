@@ -1,4 +1,4 @@
-package limits
+package body
 
 import (
 	"container/list"
@@ -6,17 +6,18 @@ import (
 	"sync"
 )
 
-// Semaphore is a weighted semaphore that lets waiters in first come, first
+// semaphore is a weighted semaphore that lets waiters in first come, first
 // served: one that does not fit waits, and those behind it wait too, so
-// that a large request is not starved by a stream of small ones. The root
-// package uses one as its byte budget and one of capacity 1 as the turn of
-// large bodies. It is golang.org/x/sync/semaphore's Weighted, which the
-// root module may not depend on, cut down to what the webhook uses.
-type Semaphore struct {
+// that a large body is not starved by a stream of small ones. A Reader
+// uses one as its byte budget, and one of capacity 1 to read large bodies
+// one at a time. It is golang.org/x/sync/semaphore's Weighted, which the
+// root module may not depend on, cut down to what Read uses.
+type semaphore struct {
 	capacity int64
 
 	mu      sync.Mutex
 	used    int64
+	peak    int64     // the most units used at once: what tests hold the budget to
 	waiters list.List // of *semaphoreWaiter, oldest first
 }
 
@@ -25,21 +26,18 @@ type semaphoreWaiter struct {
 	ready chan struct{} // closed when the units are granted
 }
 
-// NewSemaphore returns a semaphore of capacity units.
-func NewSemaphore(capacity int64) *Semaphore {
-	return &Semaphore{capacity: capacity}
+func newSemaphore(capacity int64) *semaphore {
+	return &semaphore{capacity: capacity}
 }
 
-// Capacity returns the semaphore's capacity.
-func (b *Semaphore) Capacity() int64 { return b.capacity }
-
-// Acquire takes n units, waiting while they do not fit, until ctx ends. n
+// acquire takes n units, waiting while they do not fit, until ctx ends. n
 // must not exceed the capacity: such a request would wait forever, so the
 // caller refuses it first.
-func (b *Semaphore) Acquire(ctx context.Context, n int64) error {
+func (b *semaphore) acquire(ctx context.Context, n int64) error {
 	b.mu.Lock()
 	if b.used+n <= b.capacity && b.waiters.Len() == 0 {
 		b.used += n
+		b.peak = max(b.peak, b.used)
 		b.mu.Unlock()
 		return nil
 	}
@@ -71,8 +69,8 @@ func (b *Semaphore) Acquire(ctx context.Context, n int64) error {
 	}
 }
 
-// Release gives back n units taken by Acquire.
-func (b *Semaphore) Release(n int64) {
+// release gives back n units taken by acquire.
+func (b *semaphore) release(n int64) {
 	b.mu.Lock()
 	b.used -= n
 	b.grantLocked()
@@ -80,7 +78,7 @@ func (b *Semaphore) Release(n int64) {
 }
 
 // grantLocked lets in the waiters at the front that now fit, in order.
-func (b *Semaphore) grantLocked() {
+func (b *semaphore) grantLocked() {
 	for {
 		front := b.waiters.Front()
 		if front == nil {
@@ -91,13 +89,14 @@ func (b *Semaphore) grantLocked() {
 			return
 		}
 		b.used += w.n
+		b.peak = max(b.peak, b.used)
 		b.waiters.Remove(front)
 		close(w.ready)
 	}
 }
 
-// State returns the units in use and the number of requests waiting.
-func (b *Semaphore) State() (used int64, waiting int) {
+// state returns the units in use and the number of requests waiting.
+func (b *semaphore) state() (used int64, waiting int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.used, b.waiters.Len()
