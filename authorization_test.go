@@ -19,6 +19,8 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/webhook/body"
 )
 
 // The tests' own authorize functions, one per answer.
@@ -146,7 +148,7 @@ func TestAuthorizeSeesV1(t *testing.T) {
 
 func TestAuthorizeBadInput(t *testing.T) {
 	review := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
-	huge := bytes.Repeat([]byte(" "), maxBodyBytes+1)
+	huge := bytes.Repeat([]byte(" "), body.MaxBytes+1)
 	admission := plumbingReviews(t)["v1-deployment-create"]
 	sar := func(spec string) io.Reader {
 		return strings.NewReader(`{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":` + spec + `}`)
@@ -162,7 +164,7 @@ func TestAuthorizeBadInput(t *testing.T) {
 	}{
 		{"GET", http.MethodGet, "application/json", nil, 405, metav1.StatusReasonMethodNotAllowed, "authorization.k8s.io/v1beta1 is sent with POST"},
 		{"text/plain", http.MethodPost, "text/plain", bytes.NewReader(review), 415, metav1.StatusReasonUnsupportedMediaType, "text/plain"},
-		{"too large", http.MethodPost, "application/json", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(maxBodyBytes)},
+		{"too large", http.MethodPost, "application/json", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(body.MaxBytes)},
 		{"empty body", http.MethodPost, "application/json", nil, 400, metav1.StatusReasonBadRequest, "empty: expected a SubjectAccessReview"},
 		{"malformed JSON", http.MethodPost, "application/json", strings.NewReader(`{"apiVersion": "authorization.k8s.io/v1", "kind": `), 400, metav1.StatusReasonBadRequest, "does not decode"},
 		{"no kind", http.MethodPost, "application/json", strings.NewReader(`{"spec":{"user":"jane"}}`), 400, metav1.StatusReasonBadRequest, "no apiVersion or kind"},

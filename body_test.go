@@ -21,12 +21,6 @@ import (
 	"github.com/example/webhook/body"
 )
 
-// The body package's limit and reader, by the names the tests of the
-// routes use.
-const maxBodyBytes = body.MaxBytes
-
-func newBodyReader(budgetBytes int64) *body.Reader { return body.NewReader(budgetBytes) }
-
 // TestBodyRefusalIsAStatus: a body the webhook does not read whole is
 // answered, as every request without a review is, with a metav1.Status
 // of its code and the reason the apiserver's clients switch on, closing

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/jsonpatch"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -274,7 +275,7 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
 func newTestReviews(logger *slog.Logger) *reviewServer {
-	bodies := newBodyReader(defaultMaxInflightBytes)
+	bodies := body.NewReader(defaultMaxInflightBytes)
 	return &reviewServer{logger: logger, metrics: newMetrics(nil, bodies), bodies: bodies}
 }
 

@@ -25,6 +25,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/example/webhook/body"
 )
 
 // discardLogger drops what handlers log in tests that do not read it.
@@ -112,7 +114,7 @@ func TestBadInput(t *testing.T) {
 	all := plumbingReviews(t)
 	deployment := all["v1-deployment-create"]
 	secret := all["v1-secret-create"]
-	huge := bytes.Repeat([]byte(" "), maxBodyBytes+1)
+	huge := bytes.Repeat([]byte(" "), body.MaxBytes+1)
 	tests := []struct {
 		name        string
 		method      string
@@ -128,8 +130,8 @@ func TestBadInput(t *testing.T) {
 		{"text/plain", http.MethodPost, "text/plain", "/mutate", bytes.NewReader(deployment), 415, metav1.StatusReasonUnsupportedMediaType, "text/plain"},
 		{"no Content-Type", http.MethodPost, "", "/mutate", bytes.NewReader(deployment), 415, metav1.StatusReasonUnsupportedMediaType, "application/json"},
 		{"YAML", http.MethodPost, "application/yaml", "/mutate", bytes.NewReader(deployment), 415, metav1.StatusReasonUnsupportedMediaType, "application/yaml"},
-		{"too large, declared", http.MethodPost, "application/json", "/mutate", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(maxBodyBytes)},
-		{"too large, chunked", http.MethodPost, "application/json", "/mutate", io.MultiReader(bytes.NewReader(huge)) /* unknown length, as chunked */, 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(maxBodyBytes)},
+		{"too large, declared", http.MethodPost, "application/json", "/mutate", bytes.NewReader(huge), 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(body.MaxBytes)},
+		{"too large, chunked", http.MethodPost, "application/json", "/mutate", io.MultiReader(bytes.NewReader(huge)) /* unknown length, as chunked */, 413, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprint(body.MaxBytes)},
 		{"empty body", http.MethodPost, "application/json", "/mutate", nil, 400, metav1.StatusReasonBadRequest, "empty"},
 		{"malformed JSON", http.MethodPost, "application/json", "/mutate", strings.NewReader(`{"apiVersion": "admission.k8s.io/v1", "kind": `), 400, metav1.StatusReasonBadRequest, "does not decode"},
 		{"JSON array", http.MethodPost, "application/json", "/mutate", strings.NewReader(`[]`), 400, metav1.StatusReasonBadRequest, "AdmissionReview"},

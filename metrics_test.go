@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/example/webhook/body"
 	"github.com/example/webhook/limits"
 	"github.com/example/webhook/promtext"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -56,7 +57,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	srv := &http.Server{Handler: http.NotFoundHandler(), ConnState: listener.ConnState}
 	go srv.Serve(listener)
 	defer srv.Close()
-	bodies := newBodyReader(maxBodyBytes)
+	bodies := body.NewReader(body.MaxBytes)
 	m := newMetrics(listener, bodies)
 	reviews := &reviewServer{logger: discardLogger, metrics: m, bodies: bodies}
 	all := plumbingReviews(t)
@@ -108,7 +109,7 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_requests_in_flight{webhook="/mutate"}`:                           0,
 		`webhook_latency_seconds_count{webhook="/mutate"}`:                        2,
 		`webhook_latency_seconds_bucket{webhook="/mutate",le="+Inf"}`:             2,
-		`webhook_inflight_budget_bytes`:                                           maxBodyBytes,
+		`webhook_inflight_budget_bytes`:                                           body.MaxBytes,
 		`webhook_inflight_bytes`:                                                  0,
 		`webhook_inflight_waiting_requests`:                                       0,
 		`webhook_inflight_rejected_total`:                                         0,
