@@ -171,7 +171,8 @@ func TestMemoryUnderBurst(t *testing.T) {
 }
 
 // largeBodyBytes is the size of review above which the webhook reads a
-// body within its byte budget (smallBodyBytes in the webhook's body.go).
+// body within its byte budget (body.SmallBytes, in the webhook's body
+// package).
 const largeBodyBytes = 16 << 10
 
 // largeReviews skips the test unless route's admitted request, padded
@@ -235,7 +236,7 @@ func scrapeUntil(t *testing.T, url string, stop <-chan struct{}) scrapeSummary {
 		"webhook_inflight_budget_bytes":                    dto.MetricType_GAUGE,
 		"webhook_inflight_bytes":                           dto.MetricType_GAUGE,
 		"webhook_inflight_waiting_requests":                dto.MetricType_GAUGE,
-		"webhook_inflight_rejected_total":                  dto.MetricType_COUNTER,
+		"webhook_overload_refusals_total":                  dto.MetricType_COUNTER,
 		"webhook_certificate_expiration_timestamp_seconds": dto.MetricType_GAUGE,
 	}
 	for {
@@ -279,7 +280,12 @@ func scrapeUntil(t *testing.T, url string, stop <-chan struct{}) scrapeSummary {
 		s.maxWaiting = max(s.maxWaiting, gauge("webhook_inflight_waiting_requests"))
 		s.maxInUse = max(s.maxInUse, gauge("webhook_inflight_bytes"))
 		s.budget = gauge("webhook_inflight_budget_bytes")
-		s.rejected = gauge("webhook_inflight_rejected_total")
+		s.rejected = 0
+		if f := families["webhook_overload_refusals_total"]; f != nil {
+			for _, m := range f.GetMetric() {
+				s.rejected += int64(m.GetCounter().GetValue())
+			}
+		}
 	}
 }
 

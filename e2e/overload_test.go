@@ -19,15 +19,15 @@ import (
 )
 
 // TestOverloadAnswer proves the answer the webhook gives a review that
-// cannot be read before its deadline (overloadStatus in handler.go): the
-// apiserver does not send the review again, the write is refused under
-// failurePolicy Fail with the webhook's own message, and the next write
-// after the overload is admitted.
+// cannot be read before its deadline (body.OverloadStatus, the webhook's
+// body package): the apiserver does not send the review again, the write
+// is refused under failurePolicy Fail with the webhook's own message, and
+// the next write after the overload is admitted.
 //
-// Large reviews (over 16 KiB) are read one at a time (body.go). The turn is
-// held by a client that sends the largest review at 1.6 MiB/s, above the
-// slowest rate the webhook accepts, so it is not cut: a real client on a
-// slow link looks the same.
+// Large reviews (over 16 KiB) are read one at a time (body.Reader.Read).
+// The turn is held by a client that sends the largest review at 1.6 MiB/s,
+// above the slowest rate the webhook accepts, so it is not cut
+// (holdTheTurn): a real client on a slow link looks the same.
 func TestOverloadAnswer(t *testing.T) {
 	const (
 		hookTimeout = 2        // seconds: the apiserver's deadline for each call
@@ -71,8 +71,8 @@ func TestOverloadAnswer(t *testing.T) {
 	if got := after[key] - before[key]; got != 1 {
 		t.Errorf("got %v answers %s for one create, want 1: without Retry-After the apiserver must not send the review again", got, key)
 	}
-	if got := after["webhook_inflight_rejected_total"] - before["webhook_inflight_rejected_total"]; got != 1 {
-		t.Errorf("got %v rejections by the budget, want 1", got)
+	if got := sumOf(after, "webhook_overload_refusals_total") - sumOf(before, "webhook_overload_refusals_total"); got != 1 {
+		t.Errorf("got %v refusals for overload, want 1", got)
 	}
 
 	// Once the slow client goes, the turn is free and writes go on.
@@ -112,6 +112,18 @@ func holdTheTurn(t *testing.T, w *webhookServer) (leave func()) {
 		}
 	}()
 	return func() { conn.Close() }
+}
+
+// sumOf sums the samples of the counter name over its labels, as scrape
+// keys them.
+func sumOf(samples map[string]float64, name string) float64 {
+	sum := 0.0
+	for key, v := range samples {
+		if key == name || strings.HasPrefix(key, name+"{") {
+			sum += v
+		}
+	}
+	return sum
 }
 
 // scrape reads the webhook's metrics as Prometheus parses them, each
@@ -219,7 +231,7 @@ func TestBurstServed(t *testing.T) {
 		}
 	}
 	after := scrape(t, metricsURL)
-	refused := after["webhook_inflight_rejected_total"] - before["webhook_inflight_rejected_total"]
+	refused := sumOf(after, "webhook_overload_refusals_total") - sumOf(before, "webhook_overload_refusals_total")
 	t.Logf("%d requests of about %d KiB at once, behind a slow client: %d failed, in %s; at most %d reviews waited at once; %v refused for overload", burst, padding>>10, failed, took.Round(time.Millisecond), s.maxWaiting, refused)
 	if failed > 5 {
 		t.Errorf("%d of %d requests failed in all", failed, burst)
