@@ -365,9 +365,9 @@ func TestStaticMalformedManifest(t *testing.T) {
 	case errV != nil && errM != nil:
 		t.Fatalf("render.sh static wrote neither configuration: %v; %v", errV, errM)
 	case errV != nil:
-		validatingYAML = []byte(strings.Replace(strings.Replace(string(mutatingYAML), "kind: MutatingWebhookConfiguration", "kind: ValidatingWebhookConfiguration", 1), "reinvocationPolicy: Never", "", 1))
+		validatingYAML = otherKind(t, mutatingYAML, "ValidatingWebhookConfiguration")
 	case errM != nil:
-		mutatingYAML = []byte(strings.Replace(string(validatingYAML), "kind: ValidatingWebhookConfiguration", "kind: MutatingWebhookConfiguration", 1))
+		mutatingYAML = otherKind(t, validatingYAML, "MutatingWebhookConfiguration")
 	}
 	admissionConfig, err := os.ReadFile(filepath.Join(out, "admission-config.yaml"))
 	if err != nil {
@@ -422,6 +422,29 @@ func TestStaticMalformedManifest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherKind returns the rendered configuration manifest as one of kind
+// instead, its webhooks the same but for the field only a mutating webhook
+// has, reinvocationPolicy, whatever its value.
+func otherKind(t *testing.T, manifest []byte, kind string) []byte {
+	t.Helper()
+	var config map[string]any
+	if err := yaml.Unmarshal(manifest, &config); err != nil {
+		t.Fatalf("the rendered configuration does not parse: %v", err)
+	}
+	config["kind"] = kind
+	hooks, _ := config["webhooks"].([]any)
+	for _, h := range hooks {
+		if hook, ok := h.(map[string]any); ok {
+			delete(hook, "reinvocationPolicy")
+		}
+	}
+	out, err := yaml.Marshal(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // exitError returns the error kube-apiserver logged as it exited: klog's
