@@ -425,19 +425,19 @@ func wantFailedCall(t *testing.T, what string, err error, addr string) {
 	}
 }
 
-// wantLogged checks that one line of w's log has every part.
+// wantLogged checks that a line of w's log comes to have every part.
 func wantLogged(t *testing.T, w *webhookServer, parts ...string) {
 	t.Helper()
-	for _, line := range strings.Split(w.log.String(), "\n") {
-		found := true
+	if !w.loggedLine(func(line string) bool {
 		for _, p := range parts {
-			found = found && strings.Contains(line, p)
+			if !strings.Contains(line, p) {
+				return false
+			}
 		}
-		if found {
-			return
-		}
+		return true
+	}) {
+		t.Errorf("no line of the webhook's log has all of %q within %s:\n%s", parts, logTimeout, w.log.String())
 	}
-	t.Errorf("no line of the webhook's log has all of %q:\n%s", parts, w.log.String())
 }
 
 // waitUntil polls cond for a few seconds.

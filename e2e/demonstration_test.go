@@ -167,7 +167,7 @@ func TestDemonstrationOperations(t *testing.T) {
 		}, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(w.log.String(), "subresource=scale") {
+		if !w.loggedLine(func(line string) bool { return strings.Contains(line, "subresource=scale") }) {
 			t.Error("the webhook was not sent the scale request")
 		}
 	})
@@ -175,7 +175,7 @@ func TestDemonstrationOperations(t *testing.T) {
 		if err := deployments.Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(w.log.String(), "operation=DELETE") {
+		if !w.loggedLine(func(line string) bool { return strings.Contains(line, "operation=DELETE") }) {
 			t.Error("the webhook was not sent the DELETE")
 		}
 	})
@@ -211,7 +211,7 @@ func TestDemonstrationOperations(t *testing.T) {
 		if _, err := deployments.Get(ctx, "dry", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("after a dry-run create, Get gave %v, want NotFound", err)
 		}
-		if !strings.Contains(w.log.String(), "dry_run=true") {
+		if !w.loggedLine(func(line string) bool { return strings.Contains(line, "dry_run=true") }) {
 			t.Error("the webhook log does not mark the dry-run review")
 		}
 	})

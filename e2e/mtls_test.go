@@ -69,7 +69,7 @@ plugins:
 		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "nocert.webhook.example.com"`) {
 			t.Errorf("got %v, want the call refused and failurePolicy Fail to reject", err)
 		}
-		if !strings.Contains(allowed.log.String(), "without a client certificate") {
+		if !allowed.loggedLine(func(line string) bool { return strings.Contains(line, "without a client certificate") }) {
 			t.Error("the webhook did not log the refusal")
 		}
 	})

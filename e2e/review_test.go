@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -136,11 +135,9 @@ func compareReview(t *testing.T, w *webhookServer, configs string, requests []*p
 		}
 		offline := reviewOffline(t, r, configs)
 		err := r.send(ctx, false)
-		// The webhook logs a review just after it answers it.
-		sent := false
-		for deadline := time.Now().Add(time.Second); !sent && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			sent = w.sawOperation(r.name(), r.Operation)
-		}
+		// A review comes to the log a moment after its answer: one that
+		// was not sent is looked for as long as one that was (loggedLine).
+		sent := w.loggedLine(func(line string) bool { return loggedOperation(line, r.name(), r.Operation) })
 		t.Logf("the %s: review %s %v %v; the apiserver: %v; the webhook was sent it: %v", r, offline.Verdict, offline.Mutate, offline.Notes, err, sent)
 		switch offline.Verdict {
 		case "denied":

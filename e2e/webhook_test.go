@@ -529,15 +529,33 @@ func (w *webhookServer) saw(name string, _ error) bool {
 	return false
 }
 
-// sawOperation reports whether the webhook logged a review of operation
-// of an object named name.
-func (w *webhookServer) sawOperation(name string, operation admissionregistrationv1.OperationType) bool {
-	for line := range strings.Lines(w.log.String()) {
-		if loggedName(line, name) && (strings.Contains(line, " operation="+string(operation)+" ") || strings.Contains(line, `"operation":"`+string(operation)+`"`)) {
-			return true
+// loggedLine waits until a line of the webhook's log satisfies has, for
+// at most logTimeout, and reports whether one did. The webhook logs a
+// review just after it answers it, and its log comes through a pipe: the
+// line may reach the test a moment after the apiserver's answer does, the
+// longer on a busy machine.
+func (w *webhookServer) loggedLine(has func(line string) bool) bool {
+	for deadline := time.Now().Add(logTimeout); ; time.Sleep(20 * time.Millisecond) {
+		for line := range strings.Lines(w.log.String()) {
+			if has(line) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
-	return false
+}
+
+// logTimeout bounds how long a review's log line may take to reach the
+// test once the review is answered: milliseconds, but the machine may be
+// running another suite beside this one.
+const logTimeout = 5 * time.Second
+
+// loggedOperation reports whether a line of the webhook's log is of a
+// review of operation of an object named name.
+func loggedOperation(line, name string, operation admissionregistrationv1.OperationType) bool {
+	return loggedName(line, name) && (strings.Contains(line, " operation="+string(operation)+" ") || strings.Contains(line, `"operation":"`+string(operation)+`"`))
 }
 
 // loggedName reports whether a line of the webhook's log is of a review of
@@ -616,11 +634,7 @@ func reviewedOnEach(t *testing.T, w *webhookServer, s *testScope, base string) {
 	t.Helper()
 	name := s.name(base)
 	for _, route := range deployedRoutes(t) {
-		found := false
-		for line := range strings.Lines(w.log.String()) {
-			found = found || (loggedName(line, name) && strings.Contains(line, "path="+route+" "))
-		}
-		if !found {
+		if !w.loggedLine(func(line string) bool { return loggedName(line, name) && strings.Contains(line, "path="+route+" ") }) {
 			t.Errorf("the webhook answered no review of %s on path=%s", name, route)
 		}
 	}
