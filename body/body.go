@@ -169,7 +169,8 @@ func (e *Error) Error() string { return e.Message }
 // on time, the client sends less than 20 ms of MinRate (or the rest of
 // the body) within 20 ms (checkWindow): a lapse while the server was short
 // of CPU, or with the bytes already in the socket, is not the client's,
-// and reading goes on.
+// and reading goes on. A server too starved to check on time checks again,
+// for at most StallTimeout more: then a client that sent nothing is cut.
 //
 // Deadline. Nothing is read past ctx's deadline less OverloadMargin, so
 // that the answer can still arrive in time. A large body is refused as

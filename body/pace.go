@@ -76,14 +76,18 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 // check decides whose a lapsed pace deadline was: the client's, and its
 // body is cut for reason, only if, with the server ready, it sends less
 // than checkBytes (or the rest of its body, or enough to fill p) within
-// checkWindow. A deadline the server noticed late, being short of CPU,
-// is no evidence: it checks again. A client that keeps its pace is never
-// cut here, whatever the server's clock says; a client that does not is
-// cut checkWindow after its time ran out.
+// checkWindow. A deadline the server noticed late, being short of CPU, is
+// no evidence (the client, on the same machine, may be as short): it
+// checks again, for at most StallTimeout more, so that a server starved
+// for good still cuts a client that sends nothing. A client that keeps
+// its pace is never cut here, whatever the server's clock says; a client
+// that does not is cut checkWindow after its time ran out, or StallTimeout
+// after on a starved server.
 func (c *pacedReader) check(p []byte, reason string) (int, error) {
 	need := int(min(checkBytes, c.ceiling-c.received, int64(len(p))))
 	got := 0
 	due := time.Now().Add(checkWindow)
+	lateUntil := time.Now().Add(StallTimeout)
 	for {
 		n, err := c.readBy(p[got:], due)
 		got += n
@@ -97,7 +101,7 @@ func (c *pacedReader) check(p []byte, reason string) (int, error) {
 			continue
 		case !errors.Is(err, os.ErrDeadlineExceeded):
 			return got, err // io.EOF included: the body is whole
-		case time.Since(due) > checkWindow:
+		case time.Since(due) > checkWindow && time.Now().Before(lateUntil):
 			due = time.Now().Add(checkWindow) // noticed late, being short of CPU
 		default:
 			return got, &cutError{reason}

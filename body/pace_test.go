@@ -68,13 +68,18 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 		{"noticed late", []func(*scriptedConn, []byte) (int, error){lapsed, noticedLate, sends(32 << 10)}, MaxBytes, 32 << 10, ""},
 		{"the rest of the body, under checkBytes", []func(*scriptedConn, []byte) (int, error){lapsed, sends(10)}, 10, 10, ""},
 		{"nothing", []func(*scriptedConn, []byte) (int, error){lapsed, nothingBy}, MaxBytes, 0, Stalled},
+		// A server starved for good still cuts, StallTimeout later, a
+		// client that sends nothing: hostile bodies are cut under load too.
+		{"nothing, noticed late every time", []func(*scriptedConn, []byte) (int, error){lapsed, noticedLate}, MaxBytes, 0, Stalled},
 		// A byte in the check is not the pace: a client cannot trickle
 		// through the checks.
 		{"a byte", []func(*scriptedConn, []byte) (int, error){lapsed, sends(1), nothingBy}, MaxBytes, 1, Stalled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
-			in := newPacedReader(conn, http.NewResponseController(conn), time.Time{})
+			// A deadline, so that a check that never ends fails the test
+			// rather than hang it.
+			in := newPacedReader(conn, http.NewResponseController(conn), time.Now().Add(10*StallTimeout))
 			in.ceiling = tc.left
 			n, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
