@@ -460,7 +460,8 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	}
 	req.operation = admissionregistrationv1.OperationType(op)
 	if p.hooks != nil && !slices.ContainsFunc(p.hooks, func(h webhook) bool { return h.rulesMatch(req) }) {
-		return // no webhook of -config is sent such requests, whatever the object
+		p.sum.notSent++ // no webhook of -config is sent such requests, whatever the object
+		return
 	}
 	req.options = operationOptions(op, uri.Query())
 	if op == admissionv1.Delete && len(e.RequestObject) > 0 {

@@ -297,7 +297,7 @@ func verdictWords(res replayResult) []string {
 		bare := *a
 		bare.Kind, bare.Namespace, bare.Name = "", "", ""
 		line, _ := describe(bare)
-		if len(a.Webhooks) == 0 && line == "admitted" {
+		if line == "admitted" && slices.ContainsFunc(a.Notes, func(n string) bool { return strings.HasPrefix(n, "no webhook of -config matches it") }) {
 			line = "not sent to the webhook"
 		}
 		words = append(words, line+thenAdmissionWords(t))

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -844,4 +845,44 @@ func TestProgressOnlyOnATerminal(t *testing.T) {
 	if newProgress(dev).w == nil {
 		t.Errorf("%s, a character device: got no progress, want it written", os.DevNull)
 	}
+}
+
+// TestReplayTextSaysNotSentOnlyByConfig: without -config every write goes
+// to /mutate and /validate, as for manifests, so no line of the text
+// output says "not sent to the webhook"; with a -config that matches no
+// ConfigMap, the summary counts the writes as not sent.
+func TestReplayTextSaysNotSentOnlyByConfig(t *testing.T) {
+	log := filepath.Join("testdata", "audit", "e2e.log")
+	out, _, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-v")
+	if strings.Contains(out, ": not sent to the webhook") {
+		t.Errorf("without -config, a line says a write was not sent to the webhook:\n%s", grepLines(out, ": not sent to the webhook"))
+	}
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, []byte(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: pods-only}
+webhooks:
+- name: pods.example.com
+  clientConfig: {url: "https://127.0.0.1/validate"}
+  rules: [{apiGroups: [""], apiVersions: ["v1"], operations: ["*"], resources: ["pods"]}]
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	summary, _, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-config", config)
+	if m := regexp.MustCompile(`admission: \d+ reviewed[^;]*; \d+ not reviewed; (\d+) not sent to the webhook`).FindStringSubmatch(summary); m == nil || m[1] == "0" {
+		t.Errorf("with a -config of Pods only, the summary does not count the ConfigMaps' writes as not sent to the webhook:\n%s", summary)
+	}
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
