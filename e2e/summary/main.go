@@ -1,7 +1,8 @@
 // Command summary reads `go test -json` and prints what a reader of `make
 // e2e` needs: a line for each test as it ends, the reason of each skip
 // (what the policy lacks, or the apiserver's version), and the whole
-// output of each failure; then a count, and the skips again. It exits 1
+// output of each failure; then a count, the skips again, and the failures
+// by name (a test whose subtest failed counted once, as the subtest). It exits 1
 // when a test or a package failed, or when nothing ran.
 //
 //	go test -json ./... | go run ./summary
@@ -13,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -33,7 +35,7 @@ func main() {
 // exit status.
 func summarize(r io.Reader, w io.Writer) int {
 	output := map[string][]string{} // by package and test, what it printed
-	var skipped []string
+	var skipped, failedTests []string
 	counts := map[string]int{}
 	failed, seen := false, false
 	sc := bufio.NewScanner(r)
@@ -67,6 +69,7 @@ func summarize(r io.Reader, w io.Writer) int {
 			switch e.Action {
 			case "fail":
 				failed = true
+				failedTests = append(failedTests, e.Test)
 				for _, l := range lines {
 					fmt.Fprint(w, l)
 				}
@@ -83,9 +86,19 @@ func summarize(r io.Reader, w io.Writer) int {
 		fmt.Fprintf(w, "summary: reading go test -json: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(w, "\n%d passed, %d skipped, %d failed\n", counts["pass"], counts["skip"], counts["fail"])
+	// A test fails when a subtest of it does: the subtests say where.
+	var failures []string
+	for _, name := range failedTests {
+		if !slices.ContainsFunc(failedTests, func(other string) bool { return strings.HasPrefix(other, name+"/") }) {
+			failures = append(failures, name)
+		}
+	}
+	fmt.Fprintf(w, "\n%d passed, %d skipped, %d failed\n", counts["pass"], counts["skip"], len(failures))
 	for _, s := range skipped {
 		fmt.Fprintf(w, "  skipped %s\n", s)
+	}
+	for _, name := range failures {
+		fmt.Fprintf(w, "  failed %s (its output is above)\n", name)
 	}
 	if !seen {
 		fmt.Fprintln(w, "summary: no test ran")

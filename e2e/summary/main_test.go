@@ -23,14 +23,15 @@ func TestSummarize(t *testing.T) {
 {"Action":"output","Package":"p","Test":"TestB","Output":"    b_test.go:9: deniedRequest returns request{}: the policy denies nothing\n"}
 {"Action":"output","Package":"p","Test":"TestB","Output":"--- SKIP: TestB (0.00s)\n"}
 {"Action":"skip","Package":"p","Test":"TestB"}
-{"Action":"output","Package":"p","Test":"TestC","Output":"    c_test.go:3: got 1, want 2\n"}
+{"Action":"output","Package":"p","Test":"TestC/sub","Output":"    c_test.go:3: got 1, want 2\n"}
+{"Action":"fail","Package":"p","Test":"TestC/sub","Elapsed":2}
 {"Action":"fail","Package":"p","Test":"TestC","Elapsed":2}
 {"Action":"output","Package":"p","Output":"FAIL\tp\t3.5s\n"}
 {"Action":"fail","Package":"p","Elapsed":3.5}
 `,
 			status:   1,
-			contains: []string{"--- PASS: TestA (1.5s)", "--- SKIP: TestB", "deniedRequest returns request{}: the policy denies nothing", "--- FAIL: TestC", "got 1, want 2", "1 passed, 1 skipped, 1 failed", "skipped TestB: b_test.go:9: deniedRequest"},
-			omits:    []string{"a log line of a passing test", "--- SKIP: TestB (0.00s)"},
+			contains: []string{"--- PASS: TestA (1.5s)", "--- SKIP: TestB", "deniedRequest returns request{}: the policy denies nothing", "--- FAIL: TestC/sub", "got 1, want 2", "1 passed, 1 skipped, 1 failed", "skipped TestB: b_test.go:9: deniedRequest", "failed TestC/sub"},
+			omits:    []string{"a log line of a passing test", "--- SKIP: TestB (0.00s)", "failed TestC ("},
 		},
 		{
 			name:     "all passed",
