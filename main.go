@@ -531,7 +531,7 @@ func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadab
 			if err := certs.WriteDev("tls", time.Now()); err != nil {
 				return nil, fmt.Errorf("making a development certificate in tls/: %w", err)
 			}
-			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", certs.DevHosts, "valid_for", certs.DevValidity)
+			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", certs.DevHosts, "valid_for", certs.DevValidity.String())
 		}
 	}
 	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger, m)

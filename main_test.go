@@ -367,11 +367,19 @@ func TestJSONLogs(t *testing.T) {
 	}
 	var msgs []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var entry struct{ Msg string }
+		var entry struct {
+			Msg              string
+			ValidationAction any `json:"validation_action"`
+		}
 		if err := json.Unmarshal([]byte(line), &entry); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", line, err)
 		}
 		msgs = append(msgs, entry.Msg)
+		// A value of the webhook's own type says what it is, as in the
+		// text log, not {} (its fields are unexported).
+		if entry.Msg == "serving" && entry.ValidationAction != "deny" {
+			t.Errorf("the serving line has validation_action %v, want \"deny\": %s", entry.ValidationAction, line)
+		}
 	}
 	for _, want := range []string{"loaded the serving certificate", "serving", "review", "stopped"} {
 		if !slices.Contains(msgs, want) {

@@ -50,6 +50,10 @@ type keyValue struct {
 
 func (kv keyValue) String() string { return kv.Key + "=" + kv.Value }
 
+// MarshalText writes kv as key=value, as the flags take it: so the JSON
+// log shows it as the text log does.
+func (kv keyValue) MarshalText() ([]byte, error) { return []byte(kv.String()), nil }
+
 // setLabels returns the operations that make the object whose metadata is
 // meta carry every label in want, keeping all its other labels.
 func setLabels(meta *objectMetadata, want []keyValue) []patchOp {

@@ -188,6 +188,9 @@ type rulePair struct {
 	attribute, value string
 }
 
+// MarshalText writes the rule as -deny takes it, for the JSON log.
+func (r denyRule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
+
 func (r denyRule) String() string {
 	s := make([]string, len(r))
 	for i, p := range r {

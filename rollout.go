@@ -18,6 +18,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -52,6 +53,9 @@ var validationActions = []struct {
 	{"audit", validationAction{audit: true}},
 	{"warn,audit", validationAction{warn: true, audit: true}},
 }
+
+// LogValue logs the action by its name, in the JSON log as in the text.
+func (a validationAction) LogValue() slog.Value { return slog.StringValue(a.String()) }
 
 func (a validationAction) String() string {
 	for _, v := range validationActions {
