@@ -138,7 +138,8 @@ func entriesMap(kvs []keyValue) map[string]string {
 //     over the patched object is a no-op.
 //
 // A value is anything encoding/json encodes: typed structs from k8s.io/api
-// (empty fields omitted), maps, strings, numbers and booleans. Errors, such
+// (empty omitempty fields left out, but an empty struct written, as
+// "resources": {}), maps, strings, numbers and booleans. Errors, such
 // as a path through a string, are kept and returned by patch, so a policy
 // checks once.
 type objectPatch struct {
