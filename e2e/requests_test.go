@@ -23,6 +23,7 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -546,6 +547,19 @@ func (a *apiServer) dynamicAs(t *testing.T, user string, groups []string, warnin
 	}
 	if _, err := a.client.RbacV1().ClusterRoleBindings().Create(context.Background(), binding, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
 		t.Fatalf("allowing %s everything, to send requests as them: %v", user, err)
+	}
+	// RBAC sees a new binding through an informer, a moment later: until
+	// then the user's request would be refused before admission.
+	everything := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: "*", Group: "*", Resource: "*"}}}
+	for deadline := time.Now().Add(startTimeout); ; time.Sleep(100 * time.Millisecond) {
+		review, err := a.client.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), everything, metav1.CreateOptions{})
+		if err == nil && review.Status.Allowed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("RBAC did not let %s do everything within %s of binding them to cluster-admin: %v", user, startTimeout, err)
+		}
 	}
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: groups}
 	c, err := dynamic.NewForConfig(cfg)
