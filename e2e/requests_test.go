@@ -26,6 +26,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -547,6 +548,25 @@ func (a *apiServer) dynamicAs(t *testing.T, user string, groups []string, warnin
 	}
 	if _, err := a.client.RbacV1().ClusterRoleBindings().Create(context.Background(), binding, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
 		t.Fatalf("allowing %s everything, to send requests as them: %v", user, err)
+	}
+	// API Priority and Fairness puts a user outside system:masters in a
+	// priority level with a few seats: a burst of their requests would
+	// queue in the apiserver, never reaching the webhook at once. The
+	// suite's admin is exempt, and so is a user it sends requests as.
+	exempt := &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: binding.Name},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: flowcontrolv1.PriorityLevelConfigurationNameExempt},
+			MatchingPrecedence:         2, // before every default but exempt's own (1)
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects:         []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindUser, User: &flowcontrolv1.UserSubject{Name: user}}},
+				ResourceRules:    []flowcontrolv1.ResourcePolicyRule{{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}, ClusterScope: true, Namespaces: []string{"*"}}},
+				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
+			}},
+		},
+	}
+	if _, err := a.client.FlowcontrolV1().FlowSchemas().Create(context.Background(), exempt, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
+		t.Fatalf("exempting %s from API Priority and Fairness, as the admin is: %v", user, err)
 	}
 	// RBAC sees a new binding through an informer, a moment later: until
 	// then the user's request would be refused before admission.
