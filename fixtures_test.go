@@ -163,6 +163,22 @@ func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject 
 	return append(body, '\n')
 }
 
+// reviewAs returns body, an AdmissionReview such as newReview's, sent by
+// user in groups instead: for a policy that decides by who asks.
+func reviewAs(t testing.TB, body []byte, user string, groups ...string) []byte {
+	t.Helper()
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+		t.Fatalf("reviewAs: the body is not an AdmissionReview with a request: %v", err)
+	}
+	review.Request.UserInfo = authenticationv1.UserInfo{Username: user, Groups: groups}
+	out, err := json.MarshalIndent(&review, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, '\n')
+}
+
 var (
 	newFixture       = flag.String("new-fixture", "", "with TestNewFixture: write a review made by newReview to testdata/`NAME`.json")
 	newFixtureOp     = flag.String("operation", "CREATE", "with -new-fixture: the `operation`, CREATE, UPDATE or DELETE")
@@ -656,4 +672,17 @@ func resourceReview(user string, groups []string, verb, apiGroup, resource, subr
 // pathReview is the spec of a SubjectAccessReview for a non-resource path.
 func pathReview(user string, groups []string, verb, path string) *authorizationv1.SubjectAccessReviewSpec {
 	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path}}
+}
+
+// TestReviewAs checks reviewAs gives the review another user and leaves
+// the rest as it was.
+func TestReviewAs(t *testing.T) {
+	body := newReview(t, admissionv1.Delete, "", `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"prod"}}`)
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(reviewAs(t, body, "jane", "developers"), &review); err != nil {
+		t.Fatal(err)
+	}
+	if r := review.Request; r.UserInfo.Username != "jane" || !reflect.DeepEqual(r.UserInfo.Groups, []string{"developers"}) || r.Name != "prod" || r.Operation != admissionv1.Delete {
+		t.Errorf("reviewAs(jane, developers): got user %q in %v, %s of %q; want jane in [developers], DELETE of prod", r.UserInfo.Username, r.UserInfo.Groups, r.Operation, r.Name)
+	}
 }

@@ -12,9 +12,10 @@ package main
 //     fixtureExpectations (below) and the goldens in testdata/golden/;
 //     FuzzPolicy feeds them arbitrary bodies.
 //   - newReview(t, operation, object, oldObject) makes a review for a case
-//     no fixture has, from YAML or JSON: give "" for the object the
+//     no fixture has, from YAML or JSON, as the apiserver sends it to its
+//     admin (user admin in system:masters): give "" for the object the
 //     operation lacks (CREATE sends object, UPDATE both, DELETE only
-//     oldObject). post(admissionHandler(discardLogger, validate(p)), "/validate",
+//     oldObject); reviewAs(t, body, user, groups...) sends it as another. post(admissionHandler(discardLogger, validate(p)), "/validate",
 //     body) answers it, checkReview reads the answer as the apiserver
 //     does, and policyWithDefaults(t) is the policy run with no flags.
 //   - parsePolicyFlags and checkFlagError read the policy's flags;

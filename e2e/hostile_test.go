@@ -202,12 +202,12 @@ func TestHostileClients(t *testing.T) {
 	}
 
 	peak := peakRSS(t, w.cmd.Process.Pid)
-	t.Logf("%d creates in bursts of %v in %s beside %d hostile connections; the apiserver opened %d connections to the webhook during the flood; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow, %v connections refused, %v closed at the cap, %v for slow headers",
+	t.Logf("%d admitted requests in bursts of %v in %s beside %d hostile connections; the apiserver opened %d connections to the webhook during the flood; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow, %v connections refused, %v closed at the cap, %v for slow headers",
 		creates, bursts, took.Round(time.Millisecond), opened, dialed, float64(peak)/(1<<20), memoryLimit>>20,
 		after[`webhook_request_bodies_cut_total{reason="stalled"}`], after[`webhook_request_bodies_cut_total{reason="too_slow"}`],
 		after[`webhook_connections_closed_total{reason="refused"}`], after[`webhook_connections_closed_total{reason="capacity"}`], after[`webhook_connections_closed_total{reason="header_timeout"}`])
 	for _, f := range failed {
-		t.Errorf("a create failed under attack: %s", f)
+		t.Errorf("an admitted request failed under attack: %s", f)
 	}
 	if dialed == 0 {
 		t.Error("the apiserver opened no connection to the webhook during the flood, want it to dial as its bursts outgrow its pool")
