@@ -2,10 +2,7 @@ package review
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -114,20 +111,8 @@ func reviewRun(t *testing.T, f *fakeWebhook, stdin string, files map[string]stri
 	for i, a := range args {
 		args[i] = strings.ReplaceAll(a, "DIR", dir)
 	}
-	var out, errOut bytes.Buffer
-	err := Run(context.Background(), flag.NewFlagSet("webhook review", flag.ContinueOnError), args, strings.NewReader(stdin), &out, &errOut, func() http.Handler { return f })
-	var exit *ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		code = exit.Code
-		if exit.Err != nil {
-			errOut.WriteString(exit.Err.Error())
-		}
-	default:
-		t.Fatalf("review %q: %v", args, err)
-	}
-	return out.String(), errOut.String(), code, dir
+	stdout, stderr, code = runReplayArgs(t, f, stdin, args...)
+	return stdout, stderr, code, dir
 }
 
 func deployment(name, namespace string, labels string) string {
