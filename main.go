@@ -123,8 +123,7 @@ const (
 	//                     is copied                           10.5 MiB
 	//   small bodies      one of body.SmallBytes per connection
 	//                     at most: a small body, or the first
-	//                     part of a large one of unknown length
-	//                     waiting in line                        4 MiB
+	//                     part of a large one waiting in line    4 MiB
 	//   the runtime's own                                       ~3 MiB
 	// about 33.5 MiB. The body being read holds its 7 MiB in the budget
 	// as well, which the limit adds, so 32 MiB, the base, covers the rest

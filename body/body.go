@@ -152,10 +152,9 @@ func (e *Error) Error() string { return e.Message }
 // Memory. Only bytes received take memory, never bytes declared. A body of
 // up to SmallBytes, most reviews, is read into a buffer of its own: one per
 // connection at most, so the connection cap bounds them. A larger body
-// waits in line holding nothing (a body of unknown length, the SmallBytes
-// it sent first), and is read one at a time, in order of arrival: its
-// first SmallBytes as a small body's, the rest taking room in the budget
-// as its bytes arrive. Its buffer at most doubles as it fills, so it holds
+// sends its first SmallBytes into such a buffer, at the pace, then waits
+// in line holding only them, and is read one at a time, in order of
+// arrival, the rest taking room in the budget as its bytes arrive. Its buffer at most doubles as it fills, so it holds
 // room for at most twice what it has sent, and ends at most half as large
 // again as the body. It keeps its room until Release. The budget is never
 // exceeded.
@@ -177,7 +176,7 @@ func (e *Error) Error() string { return e.Message }
 // soon as the line can tell that it cannot be read by then: when the
 // bodies waiting ahead of it, and its own bytes, would at the pace the
 // line has lately moved (the time from turn to turn, per byte read) take
-// it past that point; on arrival, or at any turn after, as the pace
+// it past that point; when it joins the line, or at any turn after, as the pace
 // changes (LongQueue). A body still waiting at that point, in line or for
 // room, or still being read, is refused then (NoTurn, NoRoom, SlowRead).
 // However many bodies wait, one that can be read in time waits its turn.
@@ -224,9 +223,9 @@ func (rd *Reader) Read(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		in.ceiling = MaxBytes
 		in.body = http.MaxBytesReader(w, r.Body, MaxBytes)
 	}
-	if known && in.ceiling > SmallBytes {
-		return rd.readLarge(ctx, w, &in, nil, known)
-	}
+	// Every body's first bytes are read at the pace before it may wait in
+	// line, so that a client that stalls or trickles is cut here, and never
+	// holds a place in line that a review sent whole is waiting for.
 	small := make([]byte, min(in.ceiling, SmallBytes))
 	n, err := in.readFull(small)
 	small = small[:n]
@@ -237,16 +236,16 @@ func (rd *Reader) Read(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return Body{}, rd.refuse(w, &in, SlowRead, r.ContentLength, slowRead(n))
 	case err != nil:
 		return Body{}, rd.stop(w, rd.readFailure(err))
-	case known:
+	case in.ceiling <= SmallBytes:
 		return Body{bytes: small}, nil
 	}
-	// A full small buffer of a body of unknown length: a large body.
+	// A full small buffer, and more to come: a large body.
 	return rd.readLarge(ctx, w, &in, small, known)
 }
 
-// readLarge reads a body of more than SmallBytes, of which body holds what
-// was read so far: it waits in line, then reads the rest taking room as
-// the bytes arrive. in's deadline is the request's, less OverloadMargin.
+// readLarge reads a body of more than SmallBytes, of which body holds the
+// first SmallBytes, read outside the budget: it waits in line, then reads
+// the rest taking room as the bytes arrive. in's deadline is the request's, less OverloadMargin.
 func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pacedReader, body []byte, known bool) (Body, error) {
 	ceiling, declared := in.ceiling, in.ceiling
 	if !known {
@@ -272,13 +271,9 @@ func (rd *Reader) readLarge(ctx context.Context, w http.ResponseWriter, in *pace
 		return Body{}, rd.refuse(w, in, NoTurn, declared, "its deadline came while it waited for the large reviews ahead of it to be read")
 	}
 	whole := false // read to its end: its turn tells the line's pace
-	defer func() { rd.line.leave(int64(len(body)), whole) }()
+	readBeforeTurn := len(body)
+	defer func() { rd.line.leave(int64(len(body)-readBeforeTurn), whole) }()
 
-	if body == nil {
-		// Its first bytes take no room, as a small body's: a body that
-		// declares much and sends nothing holds none.
-		body = make([]byte, 0, SmallBytes)
-	}
 	for {
 		if len(body) == cap(body) {
 			if int64(len(body)) == ceiling {

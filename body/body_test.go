@@ -275,6 +275,54 @@ func TestTrickledBody(t *testing.T) {
 	checkCounted(t, s.rd, map[string]uint64{TooSlow: 1})
 }
 
+// TestSlowClientKeepsNoPlaceInLine: a body that declares the most and
+// sends nothing, or trickles, is cut before it joins the line, so that it
+// never holds the turn a review sent whole is waiting for.
+func TestSlowClientKeepsNoPlaceInLine(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		trickle bool
+		cut     string
+	}{
+		{"sends nothing", false, Stalled},
+		{"a byte every 100 ms", true, TooSlow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := newTestServer(t, MaxBytes)
+			conn := s.send(t, "30s", MaxBytes)
+			if tc.trickle {
+				go func() {
+					for range 300 {
+						if _, err := conn.Write([]byte{' '}); err != nil {
+							return
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}()
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				a, _ := tryReadAnswer(conn)
+				answered <- a
+			}()
+			for {
+				if busy, waiting := s.rd.line.state(); busy || waiting > 0 {
+					t.Fatalf("the slow body joined the line (being read: %v, waiting: %d)", busy, waiting)
+				}
+				select {
+				case a := <-answered:
+					checkCut(t, a, "")
+					checkCounted(t, s.rd, map[string]uint64{tc.cut: 1})
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		})
+	}
+}
+
 // TestStalledAfterMostOfTheBody sends all of the largest body but its
 // last byte: it holds room for what it sent, is cut as stalled, and gives
 // its room back.
@@ -420,7 +468,7 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 
 // TestLongQueue: a large body that the bodies waiting ahead of it would,
 // at the line's pace, keep from being read before its deadline is refused
-// on arrival, without waiting in line; one whose deadline leaves time
+// as it joins the line, without waiting in it; one whose deadline leaves time
 // waits, however long the line.
 func TestLongQueue(t *testing.T) {
 	t.Parallel()
@@ -506,7 +554,7 @@ func TestNoTurnByItsDeadline(t *testing.T) {
 // TestTooLateInLine: a large body that the line, its pace turning out
 // slower while the body waits, can no longer read before its deadline
 // less the margin is refused at the next turn, not at its deadline, and
-// without a byte of it read.
+// without taking room in the budget.
 func TestTooLateInLine(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
