@@ -154,10 +154,10 @@ func (e *Error) Error() string { return e.Message }
 // connection at most, so the connection cap bounds them. A larger body
 // sends its first SmallBytes into such a buffer, at the pace, then waits
 // in line holding only them, and is read one at a time, in order of
-// arrival, the rest taking room in the budget as its bytes arrive. Its buffer at most doubles as it fills, so it holds
-// room for at most twice what it has sent, and ends at most half as large
-// again as the body. It keeps its room until Release. The budget is never
-// exceeded.
+// arrival, the rest taking room in the budget as its bytes arrive. Its
+// buffer at most doubles as it fills, so it holds room for at most twice
+// what it has sent, and ends at most half as large again as the body. It
+// keeps its room until Release. The budget is never exceeded.
 //
 // Pace. A body is cut, answered 408, when it sends nothing for
 // StallTimeout, or when the server has waited for it longer in all than
