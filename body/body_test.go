@@ -250,6 +250,17 @@ func TestDeclaredButUnsent(t *testing.T) {
 	checkCounted(t, s.rd, map[string]uint64{Stalled: 1})
 }
 
+// trickle writes a byte to conn every 100 ms, for at most 30 s, until
+// conn is closed.
+func trickle(conn net.Conn) {
+	for range 300 {
+		if _, err := conn.Write([]byte{' '}); err != nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // TestTrickledBody sends the largest body a byte every 100 ms: it never
 // stalls, but is cut for its rate once its grace is spent, holding nothing.
 func TestTrickledBody(t *testing.T) {
@@ -257,14 +268,7 @@ func TestTrickledBody(t *testing.T) {
 	s := newTestServer(t, MaxBytes)
 	conn := s.send(t, "30s", MaxBytes)
 	start := time.Now()
-	go func() {
-		for range 300 {
-			if _, err := conn.Write([]byte{' '}); err != nil {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	go trickle(conn)
 	checkCut(t, readAnswer(t, conn), "slower than")
 	if took := time.Since(start); took < StallTimeout {
 		t.Errorf("cut after %s, before its grace of %s was spent", took, StallTimeout)
@@ -293,14 +297,7 @@ func TestSlowClientKeepsNoPlaceInLine(t *testing.T) {
 			s := newTestServer(t, MaxBytes)
 			conn := s.send(t, "30s", MaxBytes)
 			if tc.trickle {
-				go func() {
-					for range 300 {
-						if _, err := conn.Write([]byte{' '}); err != nil {
-							return
-						}
-						time.Sleep(100 * time.Millisecond)
-					}
-				}()
+				go trickle(conn)
 			}
 			answered := make(chan answer, 1)
 			go func() {
