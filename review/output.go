@@ -33,7 +33,11 @@ func write(w io.Writer, o options, op admissionv1.Operation, results []result) e
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
 		if o.verbose && r.Mutate != nil && string(r.Mutate.Patch) != "[]" {
-			for _, l := range diffLines(r.before, r.after) {
+			context := diffContext
+			if r.Kind == "Secret" {
+				context = 0 // a line beside a change may be its data
+			}
+			for _, l := range diffLines(r.before, r.after, context) {
 				fmt.Fprintf(w, "  %s\n", l)
 			}
 		}
@@ -105,10 +109,15 @@ func describe(r result) (line, label string) {
 	return what + strings.Join(words, "; "), label
 }
 
+// diffContext is how many unchanged lines -v shows around each change, as
+// diff -U2 does: enough to say where a line was added.
+const diffContext = 2
+
 // diffLines is a line diff of two JSON documents, indented: "-" lines the
-// patch removed, "+" lines it added, as diff -u shows them, without
-// context.
-func diffLines(before, after json.RawMessage) []string {
+// patch removed, "+" lines it added, as diff -u shows them, each change
+// with up to context unchanged lines around it, and "  ..." where
+// unchanged lines are left out between them.
+func diffLines(before, after json.RawMessage, context int) []string {
 	a, b := indentLines(before), indentLines(after)
 	// The longest common subsequence, by dynamic programming: objects are
 	// small.
@@ -125,18 +134,36 @@ func diffLines(before, after json.RawMessage) []string {
 			}
 		}
 	}
-	var out []string
+	var all []string // every line, marked
 	i, j := 0, 0
 	for i < len(a) || j < len(b) {
 		switch {
 		case i < len(a) && j < len(b) && a[i] == b[j]:
+			all = append(all, "  "+a[i])
 			i, j = i+1, j+1
-		case j < len(b) && (i == len(a) || lcs[i][j+1] >= lcs[i+1][j]):
-			out = append(out, "+ "+b[j])
-			j++
-		default:
-			out = append(out, "- "+a[i])
+		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
+			all = append(all, "- "+a[i]) // what was, before what is, as diff -u
 			i++
+		default:
+			all = append(all, "+ "+b[j])
+			j++
+		}
+	}
+	shown := make([]bool, len(all))
+	for k, line := range all {
+		if line[0] != ' ' {
+			for c := max(0, k-context); c <= min(len(all)-1, k+context); c++ {
+				shown[c] = true
+			}
+		}
+	}
+	var out []string
+	for k, line := range all {
+		switch {
+		case shown[k]:
+			out = append(out, line)
+		case len(out) > 0 && k+1 < len(all) && shown[k+1]:
+			out = append(out, "  ...")
 		}
 	}
 	return out

@@ -378,3 +378,55 @@ webhooks:
 		t.Errorf("got exit %d, want 0", code)
 	}
 }
+
+// TestDiffLines: -v shows each change with up to context unchanged lines
+// around it, "..." where it leaves lines out between two changes, and no
+// unchanged line at all with a context of 0 (a Secret's).
+func TestDiffLines(t *testing.T) {
+	before := `{"a":1,"b":2,"c":3,"d":4,"e":5,"f":6,"g":7}`
+	after := `{"a":1,"b":2,"c":30,"d":4,"e":5,"f":6,"g":70}`
+	for _, tc := range []struct {
+		context int
+		want    []string
+	}{
+		// Two lines apart, two lines of context join the changes.
+		{2, []string{
+			`    "a": 1,`, `    "b": 2,`, `-   "c": 3,`, `+   "c": 30,`, `    "d": 4,`, `    "e": 5,`,
+			`    "f": 6,`, `-   "g": 7`, `+   "g": 70`, `  }`,
+		}},
+		{1, []string{
+			`    "b": 2,`, `-   "c": 3,`, `+   "c": 30,`, `    "d": 4,`,
+			`  ...`,
+			`    "f": 6,`, `-   "g": 7`, `+   "g": 70`, `  }`,
+		}},
+		{0, []string{`-   "c": 3,`, `+   "c": 30,`, `  ...`, `-   "g": 7`, `+   "g": 70`}},
+	} {
+		got := diffLines(json.RawMessage(before), json.RawMessage(after), tc.context)
+		if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			t.Errorf("context %d:\ngot\n%s\nwant\n%s", tc.context, strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+		}
+	}
+}
+
+// TestVerboseDiff: -v shows a patch with the lines around it, but a
+// Secret's alone: a line beside a change may be its data.
+func TestVerboseDiff(t *testing.T) {
+	for _, tc := range []struct {
+		manifest string
+		context  bool
+	}{
+		{"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {key: visible}\n", true},
+		{"apiVersion: v1\nkind: Secret\nmetadata: {name: s, namespace: ns}\nstringData: {password: hunter2}\n", false},
+	} {
+		out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"m.yaml": tc.manifest}, "-f", "DIR/m.yaml", "-v")
+		if !strings.Contains(out, `+       "seen": "yes"`) {
+			t.Errorf("%s: no added annotation in the diff:\n%s", tc.manifest, out)
+		}
+		if got := strings.Contains(out, `"namespace": "ns"`); got != tc.context {
+			t.Errorf("%s: the line beside the change shown: %v, want %v:\n%s", tc.manifest, got, tc.context, out)
+		}
+		if strings.Contains(out, "hunter2") {
+			t.Errorf("a Secret's data in -v's diff:\n%s", out)
+		}
+	}
+}
