@@ -601,28 +601,11 @@ func auditMarker(t *testing.T, a *apiServer, path, ns, name string) int {
 	if _, err := a.client.CoreV1().ConfigMaps(ns).Get(context.Background(), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("getting the marker %s: got %v, want NotFound", name, err)
 	}
-	deadline := time.Now().Add(auditLogTimeout)
-	for {
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 16<<20)
-		for n := 1; sc.Scan(); n++ {
-			var e auditEvent
-			if json.Unmarshal(sc.Bytes(), &e) == nil && e.Stage == "ResponseComplete" && e.Verb == "get" && e.ObjectRef != nil &&
-				e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name {
-				f.Close()
-				return n
-			}
-		}
-		f.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("the audit log %s does not record the marker %s after %s", path, name, auditLogTimeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	_, line := waitForAuditEvent(t, path, "marker "+name, func(e auditEvent) bool {
+		return e.Stage == "ResponseComplete" && e.Verb == "get" && e.ObjectRef != nil &&
+			e.ObjectRef.Resource == "configmaps" && e.ObjectRef.Namespace == ns && e.ObjectRef.Name == name
+	})
+	return line
 }
 
 // sliceLog writes the lines of the log at path after line from and before

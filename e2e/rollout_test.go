@@ -110,6 +110,19 @@ type auditEvent struct {
 // object, whose name is unique in the run.
 func requestEvent(t *testing.T, path string, r *preparedRequest) auditEvent {
 	t.Helper()
+	e, _ := waitForAuditEvent(t, path, fmt.Sprintf("the ResponseComplete event of the %s", r), func(e auditEvent) bool {
+		return e.Stage == "ResponseComplete" && e.Verb == strings.ToLower(string(r.Operation)) && e.ObjectRef != nil &&
+			e.ObjectRef.Resource == r.resource.Resource && e.ObjectRef.Subresource == r.Subresource && e.ObjectRef.Name == r.name()
+	})
+	return e
+}
+
+// waitForAuditEvent reads the audit log at path until an event matches,
+// and returns it with its line number, or fails the test, naming what it
+// waited for, after auditLogTimeout. A line that does not decode is
+// skipped: the apiserver may be writing it as it is read.
+func waitForAuditEvent(t *testing.T, path, what string, matches func(auditEvent) bool) (auditEvent, int) {
+	t.Helper()
 	deadline := time.Now().Add(auditLogTimeout)
 	for {
 		f, err := os.Open(path)
@@ -117,22 +130,17 @@ func requestEvent(t *testing.T, path string, r *preparedRequest) auditEvent {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(f)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
+		sc.Buffer(nil, 16<<20)
+		for n := 1; sc.Scan(); n++ {
 			var e auditEvent
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			if json.Unmarshal(sc.Bytes(), &e) == nil && matches(e) {
 				f.Close()
-				t.Fatalf("audit log %s: %v", path, err)
-			}
-			if e.Stage == "ResponseComplete" && e.Verb == strings.ToLower(string(r.Operation)) && e.ObjectRef != nil &&
-				e.ObjectRef.Resource == r.resource.Resource && e.ObjectRef.Subresource == r.Subresource && e.ObjectRef.Name == r.name() {
-				f.Close()
-				return e
+				return e, n
 			}
 		}
 		f.Close()
 		if time.Now().After(deadline) {
-			t.Fatalf("the audit log %s has no ResponseComplete event of the %s after %s", path, r, auditLogTimeout)
+			t.Fatalf("the audit log %s has no %s after %s", path, what, auditLogTimeout)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
