@@ -39,7 +39,7 @@ var (
 // authorizationHandler is the generic path for one authorize function, as
 // the server runs it.
 func authorizationHandler(logger *slog.Logger, authorize authorizeFunc) http.Handler {
-	return newTestReviews(logger).authorization("/authorize", authorize)
+	return newTestReviews(logger).authorizationHandler("/authorize", authorize)
 }
 
 // sarIn is a SubjectAccessReview as the apiserver reads an answer: its

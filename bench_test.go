@@ -115,7 +115,7 @@ func BenchmarkHandler(b *testing.B) {
 			name  string
 			admit admitFunc
 		}{{"mutate", mutate(p)}, {"validate", validate(p)}} {
-			h := reviews.admission("/"+route.name, route.admit, validationAction{})
+			h := reviews.admissionHandler("/"+route.name, route.admit, validationAction{})
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))
 				b.ReportAllocs()

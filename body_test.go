@@ -44,7 +44,7 @@ func TestBodyRefusalIsAStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			reviews := newTestReviews(discardLogger)
-			srv := httptest.NewServer(reviews.admission("/validate", denyingAdmit, validationAction{}))
+			srv := httptest.NewServer(reviews.admissionHandler("/validate", denyingAdmit, validationAction{}))
 			defer srv.Close()
 			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 			if err != nil {
@@ -139,7 +139,7 @@ func TestKeptBuffers(t *testing.T) {
 		objects[fmt.Sprintf("uid-%d", i)] = decodeReviewIn(t, review).Request.Object
 	}
 	s := newTestReviews(discardLogger)
-	h := s.admission("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	h := s.admissionHandler("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		if want, ok := objects[string(req.UID)]; !ok || !bytes.Equal(req.Object.Raw, want) {
 			t.Errorf("review %s: the policy saw an object of %d bytes, want %d bytes of its own", req.UID, len(req.Object.Raw), len(want))
 		}

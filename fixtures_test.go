@@ -290,15 +290,15 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
-func newTestReviews(logger *slog.Logger) *reviewServer {
+func newTestReviews(logger *slog.Logger) *handlers {
 	bodies := body.NewReader(defaultMaxInflightBytes)
-	return &reviewServer{logger: logger, metrics: newMetrics(nil, bodies), bodies: bodies}
+	return &handlers{logger: logger, metrics: newMetrics(nil, bodies), bodies: bodies}
 }
 
 // admissionHandler is the generic path for one admit function, as the
 // server runs it: what most tests drive.
 func admissionHandler(logger *slog.Logger, admit admitFunc) http.Handler {
-	return newTestReviews(logger).admission("/test", admit, validationAction{})
+	return newTestReviews(logger).admissionHandler("/test", admit, validationAction{})
 }
 
 // post sends body to h as the apiserver does and returns the recorded answer.

@@ -64,7 +64,7 @@ func objectMetaFullDecode(obj runtime.RawExtension) (*objectMetadata, error) {
 		return nil, err
 	}
 	if partial.Metadata == nil {
-		return &objectMetadata{Missing: true}, nil
+		return &objectMetadata{Absent: true}, nil
 	}
 	return partial.Metadata, nil
 }

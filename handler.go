@@ -48,18 +48,18 @@ const maxWebhookTimeout = 30 * time.Second
 
 // routes serves the review routes, each with the policy's function, each
 // behind checkClient (requireClient with -client-ca-file; else nothing).
-func routes(reviews *reviewServer, p policy, action validationAction, checkClient func(http.Handler) http.Handler) *http.ServeMux {
+func routes(reviews *handlers, p policy, action validationAction, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", checkClient(reviews.admission("/mutate", mutate(p), validationAction{})))
-	mux.Handle("/validate", checkClient(reviews.admission("/validate", validate(p), action)))
+	mux.Handle("/mutate", checkClient(reviews.admissionHandler("/mutate", mutate(p), validationAction{})))
+	mux.Handle("/validate", checkClient(reviews.admissionHandler("/validate", validate(p), action)))
 	// The authorization webhook's, for an AuthorizationConfiguration's Webhook.
-	mux.Handle("/authorize", checkClient(reviews.authorization("/authorize", authorize(p))))
+	mux.Handle("/authorize", checkClient(reviews.authorizationHandler("/authorize", authorize(p))))
 	return mux
 }
 
-// reviewServer is what the review routes share: the log, the metrics, and
+// handlers is what the review routes share: the log, the metrics, and
 // the body reader with its byte budget.
-type reviewServer struct {
+type handlers struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
 	bodies  *body.Reader
@@ -68,48 +68,48 @@ type reviewServer struct {
 // admission serves an admission route: an AdmissionReview decided by admit
 // and answered in the version it came in, with the request's uid. action
 // is what becomes of admit's denials: /validate's -validation-action.
-func (s *reviewServer) admission(path string, admit admitFunc, action validationAction) http.Handler {
+func (s *handlers) admissionHandler(path string, admit admitFunc, action validationAction) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		s.metrics.inFlightAdd(path, 1)
 		defer s.metrics.inFlightAdd(path, -1)
 
-		timeout, err := checkRequest(w, r, anAdmissionReview)
+		timeout, err := checkRequest(w, r, wantAdmissionReview)
 		if err != nil {
-			s.sendError(w, path, start, err)
+			s.sendStatus(w, path, start, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		requestBody, err := s.bodies.Read(ctx, w, r)
 		if err != nil {
-			s.sendError(w, path, start, err)
+			s.sendStatus(w, path, start, err)
 			return
 		}
 		defer requestBody.Release()
 
 		gvk, req, err := decodeAdmissionReview(requestBody.Bytes())
 		if err != nil {
-			s.sendError(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			s.sendStatus(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
 			return
 		}
 		attrs := admissionAttrs(req)
 
-		resp, err := callPolicy(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
+		resp, err := callRecovering(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
 		if err != nil || resp == nil {
 			s.logPolicyFailure(ctx, path, attrs, err)
-			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
+			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
 			return
 		}
 
-		answer, verdict := answerFor(resp, req.UID)
-		if verdict == "denied" && !action.denies() {
+		answer, verdict := completedAnswer(resp, req.UID), admissionVerdict(resp)
+		if verdict == "denied" && action.allowsDenials() {
 			answer, verdict = action.warnOrAudit(resp, req.UID)
 		}
 		out, err := encodeAdmissionReview(gvk, answer)
 		if err != nil {
 			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
 			return
 		}
 		if answer.Result != nil && answer.Result.Code != 0 {
@@ -154,7 +154,7 @@ func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time
 func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
 	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, anAdmissionReview)
+		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, wantAdmissionReview)
 	}
 	var req *admissionv1.AdmissionRequest
 	switch review := obj.(type) {
@@ -164,8 +164,8 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 		if review.Request != nil {
 			req = convert.RequestFromV1beta1(review.Request)
 		}
-	default: // an unversioned meta kind (decoderOf)
-		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, anAdmissionReview)
+	default: // an unversioned meta kind (decoderOnlyFor)
+		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, wantAdmissionReview)
 	}
 	if req == nil {
 		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
@@ -175,19 +175,19 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 
 // admissionDecoder decodes AdmissionReview in the two versions the
 // apiserver sends.
-var admissionDecoder = decoderOf(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+var admissionDecoder = decoderOnlyFor(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
-// answerFor is resp, the policy's answer, as sent for the request whose
-// uid is uid, and its verdict (verdictOf): a copy with the uid set, as a
-// policy may return one answer to every request, and its warnings as the
-// apiserver will pass them on.
-func answerFor(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
+// completedAnswer is resp, the policy's answer, as sent for the request
+// whose uid is uid: a copy with the uid set, as a policy may return one
+// answer to every request, and its warnings as the apiserver will pass
+// them on.
+func completedAnswer(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
 	answer := *resp
 	answer.UID = uid
 	if len(resp.Warnings) > 0 {
 		answer.Warnings = legibleWarnings(resp.Warnings)
 	}
-	return &answer, verdictOf(resp)
+	return &answer
 }
 
 // encodeAdmissionReview encodes an AdmissionReview of resp in the request's
@@ -201,7 +201,7 @@ func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.Admiss
 }
 
 // sendReview answers with a review and 200, and logs and counts it.
-func (s *reviewServer) sendReview(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
+func (s *handlers) sendReview(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(review); err != nil {
@@ -216,13 +216,13 @@ func (s *reviewServer) sendReview(w http.ResponseWriter, r *http.Request, path s
 	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
 }
 
-// sendError answers a request that has no review to answer, err, a
+// sendStatus answers a request that has no review to answer, err, a
 // *statusError or a *body.Error, with its code and a metav1.Status, and
 // counts it. It does not log: any client that reaches the port can send a
 // bad request, and one line each would let it flood the log; the metrics
 // count them by code, and the body's refusals are summed up in the log
 // (logRefusals).
-func (s *reviewServer) sendError(w http.ResponseWriter, path string, start time.Time, err error) {
+func (s *handlers) sendStatus(w http.ResponseWriter, path string, start time.Time, err error) {
 	code, message := http.StatusInternalServerError, err.Error()
 	var se *statusError
 	var be *body.Error
@@ -264,10 +264,10 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	return attrs
 }
 
-// callPolicy calls decide, the policy, and returns its answer; or, if it
+// callRecovering calls decide, the policy, and returns its answer; or, if it
 // panicked, a *policyPanic, so that a panic is answered instead of
 // dropping the connection.
-func callPolicy[T any](decide func() T) (answer T, err error) {
+func callRecovering[T any](decide func() T) (answer T, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = newPolicyPanic(p)
@@ -309,13 +309,14 @@ func (p *policyPanic) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("stack", p.stack), slog.String("type", p.valueType))
 }
 
-// verdictOf names what an answer does: "patched", "allowed", "denied", or
-// "errored" when the webhook could not judge the request: errored's 400
-// (an object that does not decode) or 5xx. Any other refusal, errored's
-// 409 or 422 included, is the policy's decision: "denied".
+// admissionVerdict names what an answer does, for the log line and the
+// metrics: "patched", "allowed", "denied", or "errored" when the webhook
+// could not judge the request: a refusal with 400 (an object that does not
+// decode) or a 5xx. Every other refusal, denied's 403 and a refused 409 or
+// 422 alike, is the policy's decision: "denied".
 // A -validation-action of warn or audit makes a denial "warned",
 // "audited" or "warned_and_audited" (warnOrAudit).
-func verdictOf(resp *admissionv1.AdmissionResponse) string {
+func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
 		return "patched"
@@ -330,7 +331,7 @@ func verdictOf(resp *admissionv1.AdmissionResponse) string {
 
 // logPolicyFailure logs the policy's failure to decide: err, its panic
 // (counted), or nil for no answer at all.
-func (s *reviewServer) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
+func (s *handlers) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
 	if err == nil {
 		s.logger.LogAttrs(ctx, slog.LevelError, "the policy returned no answer", attrs...)
 		return
@@ -400,12 +401,12 @@ func timeoutParameter(rawQuery string) (string, bool) {
 	return "", false
 }
 
-// decoderOf decodes the kinds that add register, in the versions they
+// decoderOnlyFor decodes the kinds that add register, in the versions they
 // register, and nothing else: any other kind fails to decode, but for a
 // few unversioned meta kinds, such as v1 Status, that registering any API
 // group registers too. (AddToScheme fails only on conflicting
 // registrations, which distinct group versions cannot have.)
-func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
+func decoderOnlyFor(add ...func(*runtime.Scheme) error) runtime.Decoder {
 	scheme := runtime.NewScheme()
 	for _, f := range add {
 		_ = f(scheme)
@@ -414,10 +415,10 @@ func decoderOf(add ...func(*runtime.Scheme) error) runtime.Decoder {
 }
 
 const (
-	// anAdmissionReview and aSubjectAccessReview name what each route
+	// wantAdmissionReview and wantSubjectAccessReview name what each route
 	// expects, in the messages of what it refuses.
-	anAdmissionReview    = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
-	aSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
+	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
 
 	// maxErrorDetail bounds how much of a decoder's error reaches a
 	// message, so a huge or hostile body cannot make a huge answer.
@@ -502,38 +503,38 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 // (RBAC) decides; both is malformed, a denial with an error. An answer
 // other than HTTP 200, or none, is the authorizer's failurePolicy
 // (NoOpinion or Deny), after a retry of 429s, 5xx and dropped connections.
-func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.Handler {
+func (s *handlers) authorizationHandler(path string, authorize authorizeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		s.metrics.inFlightAdd(path, 1)
 		defer s.metrics.inFlightAdd(path, -1)
 
-		timeout, err := checkRequest(w, r, aSubjectAccessReview)
+		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
 		if err != nil {
-			s.sendError(w, path, start, err)
+			s.sendStatus(w, path, start, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
 		requestBody, err := s.bodies.Read(ctx, w, r)
 		if err != nil {
-			s.sendError(w, path, start, err)
+			s.sendStatus(w, path, start, err)
 			return
 		}
 		defer requestBody.Release()
 
 		gvk, spec, err := decodeSubjectAccessReview(requestBody.Bytes())
 		if err != nil {
-			s.sendError(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
+			s.sendStatus(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
 			return
 		}
 		attrs := authorizationAttrs(spec)
 
-		status, err := callPolicy(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
+		status, err := callRecovering(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
 		if err != nil {
 			// A 500 is retried, then the authorizer's failurePolicy decides.
 			s.logPolicyFailure(ctx, path, attrs, err)
-			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
+			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
 			return
 		}
 		if status.Allowed && status.Denied {
@@ -546,7 +547,7 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 		out, err := encodeSubjectAccessReview(gvk, status)
 		if err != nil {
 			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.sendError(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
+			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
 			return
 		}
 		s.sendReview(w, r, path, start, out, authorizationVerdict(status), attrs)
@@ -558,7 +559,7 @@ func (s *reviewServer) authorization(path string, authorize authorizeFunc) http.
 func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
 	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
 	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, aSubjectAccessReview)
+		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, wantSubjectAccessReview)
 	}
 	var spec *authorizationv1.SubjectAccessReviewSpec
 	switch review := obj.(type) {
@@ -566,8 +567,8 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 		spec = &review.Spec
 	case *authorizationv1beta1.SubjectAccessReview:
 		spec = convert.SpecFromV1beta1(&review.Spec)
-	default: // an unversioned meta kind (decoderOf)
-		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, aSubjectAccessReview)
+	default: // an unversioned meta kind (decoderOnlyFor)
+		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, wantSubjectAccessReview)
 	}
 	// The apiserver sets exactly one; an authorize function may rely on it.
 	switch {
@@ -581,7 +582,7 @@ func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authoriza
 
 // authorizationDecoder decodes SubjectAccessReview in the two versions
 // the apiserver sends (the authorizer's subjectAccessReviewVersion).
-var authorizationDecoder = decoderOf(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
+var authorizationDecoder = decoderOnlyFor(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
 
 // authorizationAttrs names a SubjectAccessReview for its log line: who,
 // which verb, on what. Never its groups, extra or uid: the apiserver's

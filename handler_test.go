@@ -44,7 +44,7 @@ func patchingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admiss
 	}
 	meta, err := objectMeta(req.Object)
 	if err != nil {
-		return errored(http.StatusBadRequest, err)
+		return refused(http.StatusBadRequest, err)
 	}
 	return patched(setLabels(meta, []keyValue{testLabel}))
 }
@@ -57,7 +57,7 @@ func denyingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admissi
 	}
 	meta, err := objectMeta(req.Object)
 	if err != nil {
-		return errored(http.StatusBadRequest, err)
+		return refused(http.StatusBadRequest, err)
 	}
 	return denied(fmt.Sprintf("the plumbing tests refuse %s %s", req.Kind.Kind, objectName(req, meta)))
 }
@@ -398,7 +398,7 @@ func TestObjectName(t *testing.T) {
 		{"clusterroles", "", "cluster-wide", &objectMetadata{Name: "cluster-wide"}, "cluster-wide"},
 		{"deployments", "shop", "", &objectMetadata{Name: "from-metadata"}, "shop/from-metadata"},
 		{"deployments", "shop", "", &objectMetadata{GenerateName: "web-"}, "shop/web-*"},
-		{"deployments", "shop", "", &objectMetadata{Missing: true}, "shop/"},
+		{"deployments", "shop", "", &objectMetadata{Absent: true}, "shop/"},
 		{"deployments", "", "", nil, ""},
 		// The apiserver names a Namespace in request.namespace too
 		// (testdata/v1-namespace-*.json).
@@ -422,8 +422,8 @@ func TestObjectMeta(t *testing.T) {
 		{`{"metadata":{"name":"a","namespace":"n","generateName":"g","labels":{"l":"1"},"annotations":{"a":"2"},"managedFields":[{}]}}`,
 			objectMetadata{Name: "a", GenerateName: "g", Labels: map[string]string{"l": "1"}, Annotations: map[string]string{"a": "2"}}, ""},
 		{`{"metadata":{}}`, objectMetadata{}, ""},
-		{`{"metadata":null}`, objectMetadata{Missing: true}, ""},
-		{`{"kind":"Widget"}`, objectMetadata{Missing: true}, ""},
+		{`{"metadata":null}`, objectMetadata{Absent: true}, ""},
+		{`{"kind":"Widget"}`, objectMetadata{Absent: true}, ""},
 		// Case-sensitive, as the apiserver decodes: "Labels" is not "labels".
 		{`{"metadata":{"Labels":{"l":"1"}}}`, objectMetadata{}, ""},
 		{``, objectMetadata{}, "carries no object"},
@@ -488,12 +488,12 @@ func TestVerdict(t *testing.T) {
 		{denied("no"), "denied"},
 		{&admissionv1.AdmissionResponse{Result: &metav1.Status{Code: http.StatusUnprocessableEntity}}, "denied"},
 		{&admissionv1.AdmissionResponse{}, "denied"},
-		{errored(http.StatusBadRequest, errors.New("bad object")), "errored"},
-		{errored(http.StatusInternalServerError, errors.New("broken")), "errored"},
+		{refused(http.StatusBadRequest, errors.New("bad object")), "errored"},
+		{refused(http.StatusInternalServerError, errors.New("broken")), "errored"},
 	}
 	for _, tc := range tests {
-		if got := verdictOf(tc.resp); got != tc.want {
-			t.Errorf("verdictOf(%+v) = %q, want %q", tc.resp, got, tc.want)
+		if got := admissionVerdict(tc.resp); got != tc.want {
+			t.Errorf("admissionVerdict(%+v) = %q, want %q", tc.resp, got, tc.want)
 		}
 	}
 }

@@ -303,7 +303,7 @@ func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
 	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		reviews := &reviewServer{logger: slog.New(slog.DiscardHandler), bodies: body.NewReader(defaultMaxInflightBytes)}
+		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewReader(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
 		return routes(reviews, p, action, anyClient)
 	})
@@ -356,7 +356,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
-	reviews := &reviewServer{logger: logger, metrics: m, bodies: bodies}
+	reviews := &handlers{logger: logger, metrics: m, bodies: bodies}
 	checkClient := func(h http.Handler) http.Handler { return h }
 	if clientCAs != nil {
 		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }

@@ -57,12 +57,12 @@ func (kv keyValue) MarshalText() ([]byte, error) { return []byte(kv.String()), n
 // setLabels returns the operations that make the object whose metadata is
 // meta carry every label in want, keeping all its other labels.
 func setLabels(meta *objectMetadata, want []keyValue) []patchOp {
-	return setMetadataEntries(meta.Missing, "labels", meta.Labels, want)
+	return setMetadataEntries(meta.Absent, "labels", meta.Labels, want)
 }
 
 // setAnnotations is setLabels for metadata.annotations.
 func setAnnotations(meta *objectMetadata, want []keyValue) []patchOp {
-	return setMetadataEntries(meta.Missing, "annotations", meta.Annotations, want)
+	return setMetadataEntries(meta.Absent, "annotations", meta.Annotations, want)
 }
 
 // setMetadataEntries returns the operations that make the string map
@@ -114,7 +114,7 @@ func entriesMap(kvs []keyValue) map[string]string {
 //
 //	edit, err := patchObject(req.Object)
 //	if err != nil {
-//		return errored(http.StatusBadRequest, err)
+//		return refused(http.StatusBadRequest, err)
 //	}
 //	edit.setDefault(true, "spec", "securityContext", "runAsNonRoot")
 //	for i := range pod.Spec.Containers {

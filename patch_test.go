@@ -45,7 +45,7 @@ func TestSetMetadataEntries(t *testing.T) {
 		// The patch as JSON, with FIELD standing for labels or annotations.
 		want string
 	}{
-		{"no metadata", &objectMetadata{Missing: true},
+		{"no metadata", &objectMetadata{Absent: true},
 			`[{"op":"add","path":"/metadata","value":{"FIELD":{"empty.example.com/value":"","example.com/set":"true"}}}]`},
 		{"no map", &objectMetadata{Name: "x"},
 			`[{"op":"add","path":"/metadata/FIELD","value":{"empty.example.com/value":"","example.com/set":"true"}}]`},

@@ -8,7 +8,7 @@ package main
 // validate, and the authorize function authorize.
 //
 // They are built from the toolbox (toolbox.go, patch.go): the answers
-// allowed, allowedWithWarning, denied, patched and errored, and noOpinion,
+// allowed, allowedWithWarning, denied, patched and refused, and noOpinion,
 // deniedBecause and allowedBecause; the readers objectMeta (the metadata
 // most policies read; the namespace is req.Namespace), decodeObject (any
 // other fields, into a struct of yours) and objectName (the object's name
@@ -50,12 +50,12 @@ type policy struct {
 // object it acts on and keeps every other annotation.
 func mutate(p policy) admitFunc {
 	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		if !actsOn(req) {
+		if !writesWholeObject(req) {
 			return allowed()
 		}
 		meta, err := objectMeta(req.Object)
 		if err != nil {
-			return errored(http.StatusBadRequest, err)
+			return refused(http.StatusBadRequest, err)
 		}
 		return patched(setAnnotations(meta, p.annotate))
 	}
@@ -66,12 +66,12 @@ func mutate(p policy) admitFunc {
 // each missing key=value.
 func validate(p policy) admitFunc {
 	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		if !actsOn(req) {
+		if !writesWholeObject(req) {
 			return allowed()
 		}
 		meta, err := objectMeta(req.Object)
 		if err != nil {
-			return errored(http.StatusBadRequest, err)
+			return refused(http.StatusBadRequest, err)
 		}
 		var missing []string
 		for _, a := range p.require {
@@ -106,11 +106,11 @@ func authorize(p policy) authorizeFunc {
 	}
 }
 
-// actsOn reports whether the policy applies to req. Only writes of a whole
+// writesWholeObject reports whether the policy applies to req. Only writes of a whole
 // object are acted on: DELETE and CONNECT carry no object to annotate, and a
 // subresource such as deployments/scale or /status carries another kind
 // (autoscaling/v1 Scale) whose metadata is not the object's.
-func actsOn(req *admissionv1.AdmissionRequest) bool {
+func writesWholeObject(req *admissionv1.AdmissionRequest) bool {
 	return (req.Operation == admissionv1.Create || req.Operation == admissionv1.Update) && req.SubResource == ""
 }
 

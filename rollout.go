@@ -34,8 +34,9 @@ import (
 // it cannot make the object right, and letting that through would store the
 // object unfixed (MutatingAdmissionPolicy has no validationActions either).
 //
-// Only what verdictOf calls "denied", the policy's decision, is let through.
-// An answer errored with 400 (an object that does not decode) or a 5xx is
+// Only what admissionVerdict calls "denied", the policy's decision, is let
+// through.
+// An answer refused with 400 (an object that does not decode) or a 5xx is
 // no decision about the object: it stays a refusal, counted as "errored",
 // under every action, so that what warn and audit count is exactly what
 // deny will refuse. A panic, or no answer, is left to failurePolicy.
@@ -101,9 +102,10 @@ const (
 	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
 )
 
-// denies reports whether a is deny, the default: a denial is sent as the
-// policy made it.
-func (a validationAction) denies() bool { return !a.warn && !a.audit }
+// allowsDenials reports whether a lets the policy's denials through (warn,
+// audit, or both); under deny, the default, a denial is sent as the policy
+// made it.
+func (a validationAction) allowsDenials() bool { return a.warn || a.audit }
 
 // warnOrAudit turns resp, a denial of the request uid, into the answer a
 // says instead, and returns its verdict: "warned", "audited" or

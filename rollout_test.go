@@ -119,7 +119,7 @@ func TestValidationActions(t *testing.T) {
 				var logs bytes.Buffer
 				reviews := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil)))
 				m := reviews.metrics
-				h := reviews.admission("/validate", denyingAdmit, tc.action)
+				h := reviews.admissionHandler("/validate", denyingAdmit, tc.action)
 				w := post(h, "/validate?timeout=10s", body)
 				out := checkReview(t, "/validate", decodeReviewIn(t, body), w)
 				got := decodeAnswerIn(t, w.Body.Bytes()).Response
@@ -180,7 +180,7 @@ func TestValidationActionSoftensOnlyDenials(t *testing.T) {
 	run := func(t *testing.T, route string, admit admitFunc, body []byte) (reviewIn, answerIn, map[string]any) {
 		t.Helper()
 		var logs bytes.Buffer
-		h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admission(route, admit, action)
+		h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admissionHandler(route, admit, action)
 		w := post(h, route, body)
 		return checkReview(t, route, in, w), decodeAnswerIn(t, w.Body.Bytes()), reviewLine(t, &logs)
 	}

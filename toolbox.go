@@ -57,7 +57,7 @@ func patched(ops []patchOp) *admissionv1.AdmissionResponse {
 	}
 	patch, err := json.Marshal(ops)
 	if err != nil {
-		return errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+		return refused(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
@@ -74,10 +74,13 @@ func denied(message string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// errored refuses a request the webhook could not judge, such as one whose
-// object does not decode, still with HTTP 200: the apiserver shows the
-// message only from a review.
-func errored(code int32, err error) *admissionv1.AdmissionResponse {
+// refused refuses the request with code and err's message, in the review
+// (HTTP 200), whatever the webhook's failurePolicy says: the apiserver
+// shows the message only from a review. It is for a request the webhook
+// could not judge, such as one whose object does not decode (400); a
+// policy's own refusal is denied. The verdict in the log and the metrics
+// is "errored" for 400 and 5xx, else "denied" (admissionVerdict).
+func refused(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    code,
@@ -113,9 +116,9 @@ type objectMetadata struct {
 	Labels       map[string]string `json:"labels,omitempty"`
 	Annotations  map[string]string `json:"annotations,omitempty"`
 
-	// Missing is true when the object has no metadata at all, which the
+	// Absent is true when the object has no metadata at all, which the
 	// apiserver never sends but a hand-made request can.
-	Missing bool `json:"-"`
+	Absent bool `json:"-"`
 }
 
 // objectMeta decodes the metadata of req.Object or req.OldObject, of any
@@ -131,7 +134,7 @@ func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
 		return nil, fmt.Errorf("the object does not decode as a Kubernetes object: %w", err)
 	}
 	if !found || bytes.Equal(raw, []byte("null")) {
-		return &objectMetadata{Missing: true}, nil
+		return &objectMetadata{Absent: true}, nil
 	}
 	// Four members, each decoded alone: the rest of metadata, managedFields
 	// above all, is skipped, not decoded.

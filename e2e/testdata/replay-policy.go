@@ -89,7 +89,7 @@ func mutate(policy) admitFunc {
 		}
 		meta, err := objectMeta(req.Object)
 		if err != nil {
-			return errored(http.StatusBadRequest, err)
+			return refused(http.StatusBadRequest, err)
 		}
 		if _, ok := meta.Annotations[mutatedKey]; ok {
 			return allowed()
@@ -107,7 +107,7 @@ func validate(p policy) admitFunc {
 		if req.Operation == admissionv1.Delete {
 			old, err := objectMeta(req.OldObject)
 			if err != nil {
-				return errored(http.StatusBadRequest, err)
+				return refused(http.StatusBadRequest, err)
 			}
 			if old.Labels[protectedLabel] == "true" && !admin {
 				return denied(fmt.Sprintf("%s %s is protected: only %s may delete it", req.Kind.Kind, objectName(req, old), strings.Join(p.admins, ", ")))
@@ -116,7 +116,7 @@ func validate(p policy) admitFunc {
 		}
 		meta, err := objectMeta(req.Object)
 		if err != nil {
-			return errored(http.StatusBadRequest, err)
+			return refused(http.StatusBadRequest, err)
 		}
 		var missing []string
 		for _, a := range p.require {
@@ -130,7 +130,7 @@ func validate(p policy) admitFunc {
 		if req.Operation == admissionv1.Update {
 			old, err := objectMeta(req.OldObject)
 			if err != nil {
-				return errored(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
+				return refused(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
 			}
 			if old.Labels[ownerLabel] != meta.Labels[ownerLabel] && !admin {
 				return denied(fmt.Sprintf("%s %s: only %s may change the label %s", req.Kind.Kind, objectName(req, meta), strings.Join(p.admins, ", "), ownerLabel))
