@@ -292,7 +292,7 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 // builds it: the default byte budget, and metrics of its own.
 func newTestReviews(logger *slog.Logger) *handlers {
 	bodies := body.NewReader(defaultMaxInflightBytes)
-	return &handlers{logger: logger, metrics: newMetrics(nil, bodies), bodies: bodies}
+	return &handlers{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
 }
 
 // admissionHandler is the generic path for one admit function, as the

@@ -5,7 +5,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -40,19 +39,22 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
-	// readHeaderTimeout is how long a new connection has for its TLS
-	// handshake and first request's headers: as long as an idle one, for
+	// readHeaderTimeout is how long a connection has for its first
+	// request's header once its TLS handshake is done (the listener bounds
+	// the handshake: limits.HandshakeTimeout): as long as an idle one, for
 	// the same reason. Go's transport, the apiserver's, keeps a connection
 	// it dialed for a review that another connection served, unused, in its
 	// pool; closing it races with the review it then sends on it, which
-	// fails with a broken pipe. A client that holds a place sending
-	// nothing, or half a header, gives it back at the cap after headerGrace
-	// (limits.Listener), which is what bounds the connections' memory.
+	// fails with a broken pipe. Clients that hold many places unused give
+	// them back at the cap (limits.Listener), which is what bounds the
+	// connections' memory. A later request's header has as long from its
+	// first byte.
 	readHeaderTimeout = idleTimeout
 
-	// readTimeout and writeTimeout bound one review (maxWebhookTimeout); a
-	// body is held to a stricter clock still (package body).
-	readTimeout  = maxWebhookTimeout
+	// writeTimeout bounds a request from the end of its header to the last
+	// byte of its answer: the apiserver never waits longer. No ReadTimeout:
+	// a body is read on a clock of its own (package body), which sets the
+	// connection's read deadline at each read.
 	writeTimeout = maxWebhookTimeout
 
 	// idleTimeout outlives the apiserver's own 90 s idle timeout, so it is
@@ -64,24 +66,20 @@ const (
 	maxHeaderBytes = 16 << 10
 
 	// maxConnections is the most connections the review port holds open
-	// (limits.Listener). Each costs buffers, a goroutine's stack and up to
-	// body.SmallBytes of body: bench/README.md ("Hostile clients") measures
-	// 256, on top of the byte budget's worst case, under the Deployment's
-	// 64 MiB limit. The apiservers need far fewer: each keeps at most 25
-	// idle connections to a webhook host (CONTRACT.md).
+	// (limits.Listener); more wait for a place without a handshake. Each
+	// costs buffers, a goroutine's stack and up to body.UnbudgetedBytes of
+	// body: bench/README.md ("Hostile clients") measures 256, on top of the
+	// byte budget's worst case, under the Deployment's 64 MiB limit. It is
+	// not what the apiserver's burst needs: the apiserver opens a
+	// connection for each call in flight, 600 and more, but the webhook
+	// answers at the pace of its CPU whatever their number, and a call that
+	// waits for a connection is sent on the first of its own to come free
+	// (bench/README.md, "One client above the cap").
 	maxConnections = 256
 
 	// maxMetricsConnections is the most connections the metrics port holds
 	// open: Prometheus scrapes over one, and a person's curl needs another.
 	maxMetricsConnections = 16
-
-	// headerGrace and idleGrace are how long a connection is spared when
-	// the port is full: a new one without its first request header, which
-	// the apiserver and the kubelet send within milliseconds even when the
-	// webhook is busy; and an idle one since its last answer, which under
-	// load the apiserver reuses within milliseconds.
-	headerGrace = 250 * time.Millisecond
-	idleGrace   = 500 * time.Millisecond
 
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
@@ -333,24 +331,26 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	listener := limits.NewListener(rawLn, maxConnections, headerGrace, idleGrace)
 	bodies := body.NewReader(cfg.maxInflightBytes)
-	m := newMetrics(listener, bodies)
+	m := newMetrics(bodies)
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
 	if cfg.clientCAFile != "" {
 		clientCAs = newCAReloader("client CA", "client-ca", cfg.clientCAFile, logger, m)
 		if _, err := clientCAs.load(); err != nil {
-			listener.Close()
+			rawLn.Close()
 			return nil, fmt.Errorf("-client-ca-file: %w", err)
 		}
 	}
 	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
 	if err != nil {
-		listener.Close()
+		rawLn.Close()
 		return nil, err
 	}
+	tlsConfig := newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs)
+	listener := limits.NewListener(rawLn, tlsConfig, maxConnections)
+	m.connections = listener
 	s := &server{cfg: cfg, logger: logger, listener: listener, bodies: bodies, serving: &atomic.Bool{},
 		reloadables: []interface{ reloadIfChanged() }{keyPair}}
 	if clientCAs != nil {
@@ -366,12 +366,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	s.reviews = &http.Server{
 		Handler:           s.closeWhenDraining(mux),
 		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          serverErrorLog(logger),
-		TLSConfig:         newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs),
+		TLSConfig:         tlsConfig, // for net/http's HTTP/2; the listener does the handshakes
 		ConnState:         s.listener.ConnState,
 	}
 	if cfg.http2 {
@@ -392,7 +391,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			s.listener.Close()
 			return nil, fmt.Errorf("-metrics-listen %s: %w", cfg.metricsListen, err)
 		}
-		metricsLn := limits.NewListener(rawMetricsLn, maxMetricsConnections, headerGrace, idleGrace)
+		metricsLn := limits.NewListener(rawMetricsLn, nil, maxMetricsConnections)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
 		s.metricsLn = metricsLn
@@ -447,7 +446,7 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.serving.Store(true)
 	go func() {
-		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.ServeTLS(s.listener, "", ""))
+		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.Serve(s.listener))
 	}()
 	cfg := s.cfg
 	s.logger.Info("serving", "addr", s.listener.Addr().String(), "mtls", cfg.clientCAFile != "", "http2", cfg.http2,
@@ -502,17 +501,13 @@ func (s *server) serve(ctx context.Context) error {
 	return nil
 }
 
-// serverErrorLog is net/http's error log: warnings, but failed TLS
-// handshakes, one per connection of a client that sends nothing or not TLS,
-// at debug level, so that it cannot flood the log.
-// webhook_connections_closed_total counts those that timed out.
+// serverErrorLog is net/http's error log, as warnings. Failed TLS
+// handshakes, one per connection of a client that sends nothing or not
+// TLS, are not in it: the listener does the handshakes, and counts those
+// that fail (webhook_connections_closed_total{reason="handshake"}).
 func serverErrorLog(logger *slog.Logger) *log.Logger {
 	return log.New(logWriterFunc(func(p []byte) (int, error) {
-		level := slog.LevelWarn
-		if bytes.Contains(p, []byte("TLS handshake error")) {
-			level = slog.LevelDebug
-		}
-		logger.Log(context.Background(), level, strings.TrimSuffix(string(p), "\n"))
+		logger.Warn(strings.TrimSuffix(string(p), "\n"))
 		return len(p), nil
 	}), "", 0)
 }

@@ -33,7 +33,7 @@ type metrics struct {
 
 	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
-	connections *limits.Listener // the review port's: connections open, and closed before a request
+	connections *limits.Listener // the review port's: connections open, waiting, and closed; nil until it is made
 	bodies      *body.Reader     // the byte budget, and bodies refused and cut
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
@@ -41,8 +41,9 @@ type metrics struct {
 }
 
 // newMetrics counts the review routes' requests, and reads the rest from
-// the review port's listener and the body reader as it is scraped.
-func newMetrics(connections *limits.Listener, bodies *body.Reader) *metrics {
+// the body reader and the review port's listener (set once made, as its TLS
+// configuration records its certificates here) as it is scraped.
+func newMetrics(bodies *body.Reader) *metrics {
 	return &metrics{
 		requests:       promtext.NewCounterVec("webhook", "code"),
 		reviews:        promtext.NewCounterVec("webhook", "verdict"),
@@ -50,7 +51,6 @@ func newMetrics(connections *limits.Listener, bodies *body.Reader) *metrics {
 		inFlight:       promtext.NewCounterVec("webhook"),
 		latency:        promtext.NewHistogramVec(latencyBuckets, "webhook"),
 		clientsRefused: promtext.NewCounterVec("reason"),
-		connections:    connections,
 		bodies:         bodies,
 		certNotAfter:   promtext.NewGaugeVec("certificate"),
 		reloadErrors:   promtext.NewCounterVec("certificate"),
@@ -153,15 +153,17 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_request_bodies_cut_total", `reason="stalled"`, float64(b.Cut[body.Stalled]))
 		sample(w, "webhook_request_bodies_cut_total", `reason="too_slow"`, float64(b.Cut[body.TooSlow]))
 	}
-	if l := m.connections; l != nil {
+	if m.connections != nil {
+		l := m.connections.Stats()
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
-		sample(w, "webhook_connections_open", "", float64(l.Open()))
+		sample(w, "webhook_connections_open", "", float64(l.Open))
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")
-		sample(w, "webhook_connections_limit", "", float64(l.Max()))
-		family(w, "webhook_connections_closed_total", "counter", "Connections the server closed before they sent a complete request: in time (header_timeout), to make room at the limit (capacity), or at once, before their TLS handshake (refused).")
-		closed := l.Closed()
-		for _, reason := range []string{"capacity", "header_timeout", "refused"} {
-			sample(w, "webhook_connections_closed_total", `reason="`+reason+`"`, float64(closed[reason]))
+		sample(w, "webhook_connections_limit", "", float64(l.Max))
+		family(w, "webhook_connections_waiting", "gauge", "New connections waiting for a place, before their TLS handshake.")
+		sample(w, "webhook_connections_waiting", "", float64(l.Waiting))
+		family(w, "webhook_connections_closed_total", "counter", "Connections the listener closed: waiting, when too many waited (shed); for a newcomer, one whose TLS handshake made the server wait (stalled) or one unused of a client keeping too many (idle); or whose TLS handshake failed (handshake).")
+		for _, reason := range []string{"handshake", "idle", "shed", "stalled"} {
+			sample(w, "webhook_connections_closed_total", `reason="`+reason+`"`, float64(l.Closed[reason]))
 		}
 	}
 	family(w, "webhook_client_certificates_refused_total", "counter", "Requests to a review route refused with -client-ca-file: without a client certificate (missing), or with one whose name is not in -allowed-client-names (name).")

@@ -47,18 +47,18 @@ func scrape(t *testing.T, m *metrics) map[string]float64 {
 }
 
 func TestMetricsCountReviews(t *testing.T) {
-	// The review port's listener, as newServer builds it: of one
-	// connection, so that a second is refused.
+	// A listener of one connection, so that a second waits.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	listener := limits.NewListener(ln, 1, headerGrace, idleGrace)
+	listener := limits.NewListener(ln, nil, 1)
 	srv := &http.Server{Handler: http.NotFoundHandler(), ConnState: listener.ConnState}
 	go srv.Serve(listener)
 	defer srv.Close()
 	bodies := body.NewReader(body.MaxBytes)
-	m := newMetrics(listener, bodies)
+	m := newMetrics(bodies)
+	m.connections = listener
 	reviews := &handlers{logger: discardLogger, metrics: m, bodies: bodies}
 	all := plumbingReviews(t)
 	mutating := reviews.admissionHandler("/mutate", patchingAdmit, validationAction{})
@@ -77,19 +77,18 @@ func TestMetricsCountReviews(t *testing.T) {
 	m.certificate("serving", time.Unix(1893456000, 0))
 	m.reloadFailed("serving")
 	m.clientRefused("missing")
-	// One connection holds the port; the next, within its grace, is refused.
-	first, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	// One connection holds the port, kept alive by a client keeping one;
+	// the next waits.
+	for range 2 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
 	}
-	defer first.Close()
-	second, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
+	for deadline := time.Now().Add(5 * time.Second); listener.Stats().Waiting != 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
-	second.SetReadDeadline(time.Now().Add(5 * time.Second))
-	second.Read(make([]byte, 1)) // until it is closed
-	second.Close()
 
 	got := scrape(t, m)
 	for series, want := range map[string]float64{
@@ -121,8 +120,11 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_certificate_reload_errors_total{certificate="serving"}`:          1,
 		`webhook_connections_open`:                                                1,
 		`webhook_connections_limit`:                                               1,
-		`webhook_connections_closed_total{reason="refused"}`:                      1,
-		`webhook_connections_closed_total{reason="capacity"}`:                     0,
+		`webhook_connections_waiting`:                                             1,
+		`webhook_connections_closed_total{reason="shed"}`:                         0,
+		`webhook_connections_closed_total{reason="stalled"}`:                      0,
+		`webhook_connections_closed_total{reason="idle"}`:                         0,
+		`webhook_connections_closed_total{reason="handshake"}`:                    0,
 		`webhook_request_bodies_cut_total{reason="stalled"}`:                      0,
 		`webhook_client_certificates_refused_total{reason="missing"}`:             1,
 	} {

@@ -576,7 +576,7 @@ func TestUnusedConnectionKept(t *testing.T) {
 // line says how many were not.
 func TestClientRefusalsDoNotFloodTheLog(t *testing.T) {
 	var logs bytes.Buffer
-	m := newMetrics(nil, nil)
+	m := newMetrics(nil)
 	h := requireClient(slog.New(slog.NewTextHandler(&logs, nil)), m, nil, http.NotFoundHandler())
 	const requests = 100
 	for range requests {

@@ -1,275 +1,398 @@
-// Package limits holds the listener that caps the connections the
-// webhook's server holds open (Listener), whatever its clients do. It
-// knows nothing of webhooks: the root package says how many connections,
-// how long the graces, and why.
+// Package limits holds Listener, which bounds the connections a server holds
+// open and never closes one that behaves to make room for another. It
+// knows nothing of webhooks; the root package says how many connections.
 package limits
 
 import (
 	"container/list"
+	"context"
 	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Listener keeps at most max connections open. Below the cap it accepts
-// every connection. At the cap, a newcomer takes the place of a connection
-// that is not serving a request, or is closed at once, before its TLS
-// handshake ("refused"); only when every connection is serving a request
-// does it wait, in the kernel's backlog: that is load, not a flood, and a
-// request finishes in milliseconds. A request being served is never cut.
+const (
+	// Grace is how long, in all, a connection may make the server wait for
+	// its part of the TLS handshake. The apiserver and the kubelet send
+	// theirs within milliseconds.
+	Grace = 250 * time.Millisecond
+
+	// IdleGrace is how long an unused connection is spared: under load
+	// the apiserver reuses one within milliseconds.
+	IdleGrace = 500 * time.Millisecond
+
+	// KeptAliveAllowance is how many unused connections an address may
+	// keep and be spared. Go's transport, the apiserver's, keeps at most 25
+	// (client-go's MaxIdleConnsPerHost).
+	KeptAliveAllowance = 32
+
+	// MaxWaiting is how many newcomers may wait for a place, each holding
+	// only its socket.
+	MaxWaiting = 1024
+
+	// HandshakeTimeout bounds a TLS handshake: the apiserver gives up on
+	// one after as long (client-go's TLSHandshakeTimeout).
+	HandshakeTimeout = 10 * time.Second
+)
+
+// Listener accepts connections, completes their TLS handshakes, and holds
+// at most max of them open. Its guarantees:
 //
-// Which connection makes room follows three rules, in order. They key on
-// the client's address, as nginx's limit_conn keys on $binary_remote_addr
-// and HAProxy's src_conn_cur does: in a cluster the apiserver, the kubelet
-// and a hostile Pod each connect from an address of their own.
+// A connection that behaves is never closed to make room for another. It
+// behaves while it completes its handshake without making the server wait
+// Grace in all; while it is served; and while it is unused (kept alive
+// between requests, or with no whole request header yet) by a client that
+// keeps at most KeptAliveAllowance unused. The apiserver's connections
+// always behave.
 //
-//  1. A fair share. A newcomer whose address holds at least two
-//     connections fewer than the address holding the most takes the place
-//     of one of that address's connections that is not serving, within its
-//     grace or not: the one idle the longest, else the oldest without a
-//     complete request header. A flood from one address, however fast it
-//     reconnects, cannot shut the apiserver or the kubelet out.
-//  2. No rotation for a flood. A newcomer whose address already holds more
-//     than half the port, while another address holds a connection, is
-//     refused before its handshake. Its address is not short of
-//     connections, only of unused ones it could have used; letting it in
-//     would close one of its own to pay for a TLS handshake whose
-//     connection will in turn be closed. The handshakes, not the
-//     connections, are what a flood costs: on two cores they are what
-//     pushed the apiserver's reviews towards their timeout.
-//  3. Otherwise the newcomer takes the place of a connection past its
-//     grace, of an address holding at least as many connections as its
-//     own: never a lighter address's, such as the apiserver's new
-//     connection, whose handshake a flood's may have slowed. First one
-//     without a complete request header that has made the server wait
-//     headerGrace for it: the apiserver and the kubelet send theirs within
-//     milliseconds of connecting, so this is a client that dribbles them,
-//     or sends nothing, to hold a place. Then one idle for longer than
-//     idleGrace, the one idle the longest first, as nginx closes kept-alive
-//     connections at its worker_connections limit: Go's client, the
-//     apiserver's, reuses its most recently used idle connection first, so
-//     those idle the longest are those it has stopped using, or a client's
-//     that sent one request and holds on.
+// A newcomer that finds no place waits for one, in the process, holding
+// only its socket: every newcomer is taken from the kernel as it comes, so
+// that none waits there behind a flood. Places go to the newcomers of the
+// address holding the fewest connections first, in order of arrival, and
+// no address holds more than max less a sixteenth: the kubelet's probe, or
+// another apiserver, finds one during any one client's burst. When more
+// than MaxWaiting wait, the newest of the address with the most waiting is
+// closed ("shed").
 //
-// The header grace counts only the time the server spent waiting in Read for
-// the client, as package body does for bodies: a connection whose handshake
-// waits for the server's CPU, taken by a flood's handshakes or a node's
-// other work, has not made anyone wait. Behind a proxy that gives every
-// client one address, rules 1 and 2 are moot and rule 3 decides alone.
+// Only for a waiting newcomer is a connection closed, and only one that
+// misbehaves: "stalled", its handshake has made the server wait Grace; or
+// "idle", unused for IdleGrace while its address keeps more than
+// KeptAliveAllowance unused. It is of another address than
+// the newcomer's, for a client's own newcomers wait for its own
+// connections; but when one address alone holds connections, as behind a
+// proxy, closing its own is the only way to find a client's among a
+// flood's. A handshake's waiting counts only the server's time in Read for
+// the client, never time it was short of CPU. A connection closed for a
+// newcomer had no request being served: none is ever cut short.
 //
-// Rule 2 refuses rather than waits: left to wait, a newcomer queues in the
-// kernel's backlog behind everything a flood has queued there, and the
-// kubelet's probe would time out; refused, the backlog stays short.
-//
-// The listener learns each connection's state from http.Server.ConnState,
-// which must be set to its ConnState method (net/http's HTTP/2 server
-// reports a connection active while it serves a stream, and idle after).
+// A handshake that fails, or lasts HandshakeTimeout, closes its
+// connection. Accept returns each connection once its handshake is done,
+// as a *tls.Conn (the TCP connection, without a TLS configuration): serve
+// it with http.Server.Serve, not ServeTLS, and set the server's ConnState
+// to the Listener's. Close closes the connections Accept has not returned.
 type Listener struct {
-	net.Listener
-	max                    int
-	headerGrace, idleGrace time.Duration
-	epoch                  time.Time // connections' clocks count from it
+	raw        net.Listener
+	tlsConfig  *tls.Config
+	max        int
+	perAddress int
+	epoch      time.Time // the connections' clocks count from it
 
-	// Connections closed before they sent a complete request, by reason.
-	closedAtCapacity, refused, headerTimeouts atomic.Uint64
+	ready chan net.Conn // handshakes done, for Accept
+	wake  chan struct{} // a change that may make room
+	done  chan struct{}
+	once  sync.Once
+	err   error // why Accept stops, once done is closed
 
-	mu             sync.Mutex
-	open           int                     // connections open
-	bySource       map[netip.Addr]*holding // what each client address holds
-	awaitingHeader list.List               // of *limitedConn: no complete request header yet, oldest first
-	idle           list.List               // of *limitedConn: between requests, longest idle first
-	freed          chan struct{}           // a place was given back, or a connection can be closed
-	done           chan struct{}           // closed with the listener
-	once           sync.Once
+	mu        sync.Mutex
+	open      int
+	waiting   int
+	addresses map[netip.Addr]*address
+	notUsed   list.List // of *conn not being served, in the order they became so
+	closed    map[string]uint64
 }
 
-// holding is what one client address holds: its connections open, and of
-// them those not serving a request (in Listener.awaitingHeader or Listener.idle).
-type holding struct {
+// address is what one client address holds, and has waiting.
+type address struct {
 	open, unused int
+	waiters      list.List // of net.Conn, oldest first
 }
 
-// limitedConn is a connection the limiter holds a place for.
-type limitedConn struct {
+// phase is where a connection is in its life, as the Listener judges it.
+type phase int32
+
+const (
+	handshaking phase = iota
+	unused            // kept alive, or no whole request header yet
+	serving
+)
+
+// conn is a connection holding a place.
+type conn struct {
 	net.Conn
-	limiter *Listener
-	// in and elem are where it waits while it may be closed at the cap
-	// (limiter.awaitingHeader or limiter.idle); nil while it serves a request.
-	in        *list.List
-	elem      *list.Element
-	source    netip.Addr // the client's address
-	idleSince time.Time  // when it last went idle
-	released  bool       // its place is given back; under limiter.mu
-
-	// The header grace's clock, kept by Read until the first request
-	// header is complete: how long the server has waited in Read
-	// for this client, and when the Read waiting now began (since the
-	// limiter's epoch; 0 when none is). Read by Accept's goroutine.
-	headerComplete atomic.Bool
-	waited         atomic.Int64 // time.Duration
-	readingSince   atomic.Int64 // time.Duration since epoch
+	l      *Listener
+	source netip.Addr
+	phase  atomic.Int32
+	// Under l.mu: its element of l.notUsed (nil while served), when it
+	// entered it, and whether its place is given back.
+	elem     *list.Element
+	since    time.Time
+	released bool
+	// The server's waiting in Read in the handshake, and when the Read
+	// waiting now began (since l.epoch; 0 when none is).
+	waited, readingSince atomic.Int64
 }
 
-// NewListener returns ln holding at most max connections, sparing at the
-// cap one that has made the server wait less than headerGrace for its first
-// request header, and one idle for less than idleGrace.
-func NewListener(ln net.Listener, max int, headerGrace, idleGrace time.Duration) *Listener {
-	return &Listener{Listener: ln, max: max, headerGrace: headerGrace, idleGrace: idleGrace, epoch: time.Now(),
-		bySource: map[netip.Addr]*holding{}, freed: make(chan struct{}, 1), done: make(chan struct{})}
+// NewListener returns a Listener of at most max connections from ln, with
+// TLS by tlsConfig, or none when it is nil. It accepts from ln at once.
+func NewListener(ln net.Listener, tlsConfig *tls.Config, max int) *Listener {
+	l := &Listener{raw: ln, tlsConfig: tlsConfig, max: max, perAddress: max - max/16, epoch: time.Now(),
+		ready: make(chan net.Conn), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		addresses: map[netip.Addr]*address{}, closed: map[string]uint64{}}
+	go l.acceptAll()
+	go l.keepRoom()
+	return l
 }
 
-// Closed returns how many connections the listener has closed before they
-// sent a complete request, by reason: "capacity" for one closed to make
-// room, "refused" for a newcomer closed at once, "header_timeout" for one
-// that net/http's ReadHeaderTimeout closed.
-func (l *Listener) Closed() map[string]uint64 {
-	return map[string]uint64{"capacity": l.closedAtCapacity.Load(), "refused": l.refused.Load(), "header_timeout": l.headerTimeouts.Load()}
-}
-
-// Accept accepts the next connection once there is room for it, closing
-// a connection that is not serving if the listener is full, or refusing
-// the newcomer (see Listener).
+// Accept returns the next connection given a place, its handshake done.
 func (l *Listener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ready:
+		return c, nil
+	case <-l.done:
+		return nil, l.err
+	}
+}
+
+// Addr is the address listened on.
+func (l *Listener) Addr() net.Addr { return l.raw.Addr() }
+
+// Close stops accepting, and closes the newcomers waiting and those in
+// their handshake.
+func (l *Listener) Close() error {
+	l.stop(net.ErrClosed)
+	err := l.raw.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for e := l.notUsed.Front(); e != nil; e = e.Next() {
+		if c := e.Value.(*conn); phase(c.phase.Load()) == handshaking {
+			c.Conn.Close()
+		}
+	}
+	for _, a := range l.addresses {
+		for e := a.waiters.Front(); e != nil; e = e.Next() {
+			e.Value.(net.Conn).Close()
+		}
+		a.waiters.Init()
+	}
+	l.waiting = 0
+	return err
+}
+
+func (l *Listener) stop(err error) { l.once.Do(func() { l.err = err; close(l.done) }) }
+
+// Stats is what a Listener holds, and has closed by reason ("shed",
+// "stalled", "idle", and "handshake" for one that failed), for the metrics.
+type Stats struct {
+	Max, Open, Waiting int
+	Closed             map[string]uint64
+}
+
+// Stats returns what l holds now, and has closed so far.
+func (l *Listener) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := Stats{Max: l.max, Open: l.open, Waiting: l.waiting, Closed: map[string]uint64{}}
+	for _, reason := range []string{"shed", "stalled", "idle", "handshake"} {
+		s.Closed[reason] = l.closed[reason]
+	}
+	return s
+}
+
+// acceptAll takes every newcomer from the kernel as it comes, and puts it
+// in line.
+func (l *Listener) acceptAll() {
+	var backoff time.Duration
 	for {
-		// Wait before accepting, so that a client there is no room for
-		// waits in the kernel's backlog rather than in this process.
-		if err := l.waitForRoom(); err != nil {
-			return nil, err
+		nc, err := l.raw.Accept()
+		var temporary interface{ Temporary() bool }
+		if errors.As(err, &temporary) && temporary.Temporary() {
+			// Out of file descriptors, say: wait, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			time.Sleep(backoff)
+			continue
 		}
-		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			l.stop(err)
+			return
 		}
-		lc, err := l.admit(c)
-		if err != nil {
-			return nil, err
-		}
-		if lc != nil {
-			return lc, nil
-		}
-	}
-}
-
-// admit gives c a place, closing another connection to make one, or
-// refuses it (nil, nil). Only now that a connection has come is one closed
-// for it: net/http calls Accept again as soon as it has one, long before
-// the next arrives. In between, the one that was there to close may have
-// begun a request; then c waits, unserved, like one in the backlog.
-func (l *Listener) admit(c net.Conn) (*limitedConn, error) {
-	source := sourceOf(c)
-	var victim *limitedConn
-	for waited := false; ; waited = true {
+		backoff = 0
 		l.mu.Lock()
-		if l.open < l.max {
-			break
+		l.addressLocked(sourceOf(nc)).waiters.PushBack(nc)
+		if l.waiting++; l.waiting > MaxWaiting {
+			l.shedLocked()
 		}
-		var refuse bool
-		var wait time.Duration
-		if victim, refuse, wait = l.victimLocked(source); victim != nil {
-			victim.releaseLocked()
-			break
-		}
-		unused := l.awaitingHeader.Len() + l.idle.Len()
 		l.mu.Unlock()
-		// A newcomer that came when every connection was serving waits
-		// its turn, even once one of them is between requests.
-		if refuse || (unused > 0 && !waited) {
-			l.refused.Add(1) // before the close, which the client sees
-			c.Close()
-			return nil, nil
-		}
-		if err := l.waitFor(wait); err != nil {
-			c.Close()
-			return nil, err
-		}
+		l.signal()
 	}
-	lc := &limitedConn{Conn: c, limiter: l, source: source}
-	l.open++
-	h := l.bySource[source]
-	if h == nil {
-		h = &holding{}
-		l.bySource[source] = h
-	}
-	h.open++
-	lc.listLocked(&l.awaitingHeader)
-	l.mu.Unlock()
-	if victim != nil {
-		// The raw connection, without TLS's close_notify, which could
-		// block on a client that does not read.
-		l.closedAtCapacity.Add(1)
-		victim.Conn.Close()
-	}
-	return lc, nil
 }
 
-// victimLocked returns the connection to close at the cap for a newcomer
-// from source, by the rules of Listener; else whether to refuse the
-// newcomer outright (rule 2), and how long until a connection may be past
-// its grace.
-func (l *Listener) victimLocked(source netip.Addr) (victim *limitedConn, refuse bool, wait time.Duration) {
-	// The address holding the most connections, of those holding one that
-	// is not serving: the only one that can give one up to a lighter one.
-	var heaviest netip.Addr
-	most := 0
-	for addr, h := range l.bySource {
-		if h.unused > 0 && h.open > most {
-			heaviest, most = addr, h.open
+// shedLocked closes the newest newcomer of the address with the most
+// waiting; of those, the one holding the most connections.
+func (l *Listener) shedLocked() {
+	var most *address
+	for _, a := range l.addresses {
+		if most == nil || a.waiters.Len() > most.waiters.Len() || a.waiters.Len() == most.waiters.Len() && a.open > most.open {
+			most = a
 		}
 	}
-	mine := 0
-	if h := l.bySource[source]; h != nil {
-		mine = h.open
+	most.waiters.Remove(most.waiters.Back()).(net.Conn).Close()
+	l.waiting--
+	l.closed["shed"]++
+}
+
+// keepRoom gives places to the newcomers waiting as places come free, or
+// as connections come to misbehave.
+func (l *Listener) keepRoom() {
+	for {
+		l.mu.Lock()
+		stillWaiting := l.makeRoomLocked()
+		l.mu.Unlock()
+		var recheck <-chan time.Time
+		if stillWaiting {
+			recheck = time.After(Grace / 5)
+		}
+		select {
+		case <-l.wake:
+		case <-recheck:
+		case <-l.done:
+			return
+		}
 	}
-	// Rule 1: a fair share.
-	if most >= mine+2 {
-		for _, q := range []*list.List{&l.idle, &l.awaitingHeader} {
-			for e := q.Front(); e != nil; e = e.Next() {
-				if c := e.Value.(*limitedConn); c.source == heaviest {
-					return c, false, 0
-				}
+}
+
+func (l *Listener) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// makeRoomLocked gives waiting newcomers the places there are, and those
+// it can make, and reports whether any still wait.
+func (l *Listener) makeRoomLocked() (stillWaiting bool) {
+	for l.waiting > 0 {
+		var next *address // the lightest address a place can go to
+		var victim *conn
+		for _, a := range l.addresses {
+			if a.waiters.Len() == 0 || a.open >= l.perAddress || next != nil && a.open >= next.open {
+				continue
+			}
+			if l.open < l.max {
+				next, victim = a, nil
+			} else if v := l.victimLocked(a); v != nil {
+				next, victim = a, v
+			}
+		}
+		if next == nil {
+			return true
+		}
+		if victim != nil {
+			reason := "stalled"
+			if phase(victim.phase.Load()) == unused {
+				reason = "idle"
+			}
+			l.closed[reason]++
+			victim.releaseLocked()
+			// The raw connection, without TLS's close_notify, which
+			// could block on a client that does not read.
+			victim.Conn.Close()
+		}
+		nc := next.waiters.Remove(next.waiters.Front()).(net.Conn)
+		l.waiting--
+		c := &conn{Conn: nc, l: l, source: sourceOf(nc)}
+		l.open++
+		next.open++
+		if l.tlsConfig == nil {
+			c.moveLocked(unused)
+			go l.handOver(c, c)
+		} else {
+			c.moveLocked(handshaking)
+			go l.handshake(c)
+		}
+	}
+	return false
+}
+
+// victimLocked returns a connection that misbehaves, to close for a
+// newcomer of a, or nil.
+func (l *Listener) victimLocked(a *address) *conn {
+	alone := a.open == l.open
+	now := time.Since(l.epoch)
+	for e := l.notUsed.Front(); e != nil; e = e.Next() {
+		c := e.Value.(*conn)
+		holder := l.addresses[c.source]
+		if holder == a && !alone {
+			continue
+		}
+		switch phase(c.phase.Load()) {
+		case handshaking:
+			if c.waitedBy(now) >= Grace {
+				return c
+			}
+		case unused:
+			if time.Since(c.since) >= IdleGrace && holder.unused > KeptAliveAllowance {
+				return c
 			}
 		}
 	}
-	// Rule 2: no rotation for a flood.
-	if mine > l.max/2 && len(l.bySource) > 1 {
-		return nil, true, 0
+	return nil
+}
+
+func (l *Listener) addressLocked(source netip.Addr) *address {
+	a := l.addresses[source]
+	if a == nil {
+		a = &address{}
+		l.addresses[source] = a
 	}
-	// Rule 3: a connection past its grace, of an address at least as
-	// heavy as the newcomer's, the heaviest first.
-	now := time.Since(l.epoch)
-	wait = l.idleGrace
-	var best *limitedConn
-	for e := l.awaitingHeader.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*limitedConn)
-		if left := l.headerGrace - c.waitedBy(now); left > 0 {
-			wait = min(wait, left)
-			continue
-		}
-		if l.bySource[c.source].open >= mine && (best == nil || l.bySource[c.source].open > l.bySource[best.source].open) {
-			best = c
-		}
+	return a
+}
+
+// handshake completes c's TLS handshake, and hands c to Accept.
+func (l *Listener) handshake(c *conn) {
+	tc := tls.Server(c, l.tlsConfig)
+	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	l.mu.Lock()
+	switch {
+	case c.released: // closed for a newcomer
+		err = net.ErrClosed
+	case err != nil:
+		l.closed["handshake"]++
+	default:
+		c.moveLocked(unused)
 	}
-	if best != nil {
-		return best, false, 0
+	l.mu.Unlock()
+	if err != nil {
+		c.Close()
+		return
 	}
-	for e := l.idle.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*limitedConn)
-		if idle := time.Since(c.idleSince); idle < l.idleGrace {
-			// The list is in the order they went idle.
-			wait = min(wait, l.idleGrace-idle)
-			break
-		}
-		if l.bySource[c.source].open >= mine && (best == nil || l.bySource[c.source].open > l.bySource[best.source].open) {
-			best = c
-		}
+	l.handOver(c, tc)
+}
+
+func (l *Listener) handOver(c *conn, nc net.Conn) {
+	select {
+	case l.ready <- nc:
+	case <-l.done:
+		c.Close()
 	}
-	return best, false, wait
+}
+
+// ConnState is the server's http.Server.ConnState: it follows each
+// connection between requests, and gives back the place of one closed.
+func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	c, ok := nc.(*conn)
+	if !ok || c.l != l {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case http.StateActive:
+		c.moveLocked(serving)
+	case http.StateIdle:
+		c.moveLocked(unused)
+	case http.StateHijacked, http.StateClosed:
+		c.releaseLocked()
+	}
 }
 
 // sourceOf is the client's address of c; the zero Addr, one address for
@@ -281,121 +404,47 @@ func sourceOf(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// waitForRoom returns once there is room for one more connection, or a
-// connection that is not serving, to close or to refuse the next for.
-func (l *Listener) waitForRoom() error {
-	for {
-		l.mu.Lock()
-		room := l.open < l.max || l.awaitingHeader.Len()+l.idle.Len() > 0
-		l.mu.Unlock()
-		if room {
-			return nil
-		}
-		if err := l.waitFor(l.idleGrace); err != nil {
-			return err
-		}
-	}
-}
-
-// waitFor waits for a connection to close or to go idle, or for d.
-func (l *Listener) waitFor(d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-l.freed:
-	case <-t.C:
-	case <-l.done:
-		return net.ErrClosed
-	}
-	return nil
-}
-
-func (l *Listener) signalFreed() {
-	select {
-	case l.freed <- struct{}{}:
-	default:
-	}
-}
-
-// Close closes the listener and wakes an Accept waiting for room.
-func (l *Listener) Close() error {
-	l.once.Do(func() { close(l.done) })
-	return l.Listener.Close()
-}
-
-// Open returns the number of connections open.
-func (l *Listener) Open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.open
-}
-
-// Max returns the most connections the listener holds open at once.
-func (l *Listener) Max() int { return l.max }
-
-// ConnState is the server's http.Server.ConnState: it moves a connection
-// between the lists, and gives back the place of one that is closed or
-// hijacked.
-func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	c, ok := nc.(*limitedConn)
-	if !ok {
-		return
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// moveLocked puts c in phase p: at the back of l.notUsed, but when served.
+func (c *conn) moveLocked(p phase) {
 	if c.released {
 		return
 	}
-	switch state {
-	case http.StateActive:
-		c.headerComplete.Store(true)
-		c.unlistLocked()
-	case http.StateIdle:
-		c.unlistLocked()
-		c.idleSince = time.Now()
-		c.listLocked(&l.idle)
-	case http.StateHijacked, http.StateClosed:
-		c.releaseLocked()
+	holder := c.l.addresses[c.source]
+	if c.elem != nil {
+		if phase(c.phase.Load()) == unused {
+			holder.unused--
+		}
+		c.l.notUsed.Remove(c.elem)
+		c.elem = nil
+	}
+	c.phase.Store(int32(p))
+	if p == unused {
+		holder.unused++
+	}
+	if p != serving {
+		c.elem, c.since = c.l.notUsed.PushBack(c), time.Now()
 	}
 }
 
-// listLocked puts the connection at the back of q, where it may be closed
-// at the cap.
-func (c *limitedConn) listLocked(q *list.List) {
-	c.in, c.elem = q, q.PushBack(c)
-	c.limiter.bySource[c.source].unused++
-}
-
-func (c *limitedConn) unlistLocked() {
-	if c.in != nil {
-		c.in.Remove(c.elem)
-		c.in, c.elem = nil, nil
-		c.limiter.bySource[c.source].unused--
-	}
-}
-
-// releaseLocked gives the connection's place back.
-func (c *limitedConn) releaseLocked() {
+// releaseLocked gives c's place back.
+func (c *conn) releaseLocked() {
 	if c.released {
 		return
 	}
+	c.moveLocked(serving) // out of the list
 	c.released = true
-	c.unlistLocked()
-	l := c.limiter
+	l := c.l
 	l.open--
-	h := l.bySource[c.source]
-	if h.open--; h.open == 0 {
-		delete(l.bySource, c.source)
+	a := l.addresses[c.source]
+	if a.open--; a.open == 0 && a.waiters.Len() == 0 {
+		delete(l.addresses, c.source)
 	}
-	l.signalFreed()
+	l.signal()
 }
 
-// waitedBy returns how long the server has waited in Read for the
-// connection's first request header, at now (since the limiter's epoch).
-func (c *limitedConn) waitedBy(now time.Duration) time.Duration {
+// waitedBy returns how long the server has waited in Read for c's
+// handshake, at now (since the epoch).
+func (c *conn) waitedBy(now time.Duration) time.Duration {
 	waited := time.Duration(c.waited.Load())
 	if since := c.readingSince.Load(); since != 0 {
 		waited += now - time.Duration(since)
@@ -403,35 +452,24 @@ func (c *limitedConn) waitedBy(now time.Duration) time.Duration {
 	return waited
 }
 
-// Read reads from the connection, timing each read until the first request
-// header is complete (the header grace), and counts a connection closed
-// because that header did not come in time: net/http's ReadHeaderTimeout,
-// which also bounds the TLS handshake, is a deadline on this connection
-// while it awaits that header.
-func (c *limitedConn) Read(p []byte) (int, error) {
-	if c.headerComplete.Load() {
+// Read reads from the connection, counting the server's waiting in the
+// handshake.
+func (c *conn) Read(p []byte) (int, error) {
+	if phase(c.phase.Load()) != handshaking {
 		return c.Conn.Read(p)
 	}
-	start := time.Since(c.limiter.epoch)
+	start := time.Since(c.l.epoch)
 	c.readingSince.Store(int64(max(start, 1)))
 	n, err := c.Conn.Read(p)
-	c.waited.Add(int64(time.Since(c.limiter.epoch) - start))
+	c.waited.Add(int64(time.Since(c.l.epoch) - start))
 	c.readingSince.Store(0)
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		c.limiter.mu.Lock()
-		awaitingHeader := c.in == &c.limiter.awaitingHeader
-		c.limiter.mu.Unlock()
-		if awaitingHeader {
-			c.limiter.headerTimeouts.Add(1)
-		}
-	}
 	return n, err
 }
 
 // Close gives the connection's place back and closes it.
-func (c *limitedConn) Close() error {
-	c.limiter.mu.Lock()
+func (c *conn) Close() error {
+	c.l.mu.Lock()
 	c.releaseLocked()
-	c.limiter.mu.Unlock()
+	c.l.mu.Unlock()
 	return c.Conn.Close()
 }
