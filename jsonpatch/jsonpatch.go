@@ -53,8 +53,22 @@ const maxCopyBytes = 3 << 20
 //     an object with no members and panics writing to: what "copy" makes
 //     of an addedNull, or a document that is null;
 //   - *[]any: an array, by pointer so that it grows and shrinks in place;
+//   - unread: an object or an array not walked into yet, as written;
 //   - json.RawMessage: a string, number or boolean, as written.
+//
+// An object or an array is read one level at a time, when a path walks
+// into it, as json-patch's lazyNode does: a patch of one annotation of a
+// 1 MB object decodes the members on its path, not the whole object.
 type addedNull struct{}
+
+// unread is an object or an array, as written, that no path has walked
+// into: it is written back as it was.
+type unread json.RawMessage
+
+func (u unread) MarshalJSON() ([]byte, error) { return u, nil }
+
+// read reads u one level: its members or elements stay unread.
+func (u unread) read() any { return parse(json.RawMessage(u)) }
 
 func (addedNull) MarshalJSON() ([]byte, error) { return []byte("null"), nil }
 
@@ -238,7 +252,9 @@ func valueNode(raw *json.RawMessage, ok bool) any {
 	return parse(*raw)
 }
 
-// parse turns JSON the decoder has checked into a node.
+// parse turns JSON the decoder has checked into a node, one level deep:
+// the members of an object and the elements of an array that are objects
+// or arrays themselves are left unread.
 func parse(raw json.RawMessage) any {
 	switch raw[0] {
 	case '{':
@@ -261,7 +277,7 @@ func parseObject(m map[string]*json.RawMessage) map[string]any {
 	for k, v := range m {
 		out[k] = nil
 		if v != nil {
-			out[k] = parse(*v)
+			out[k] = member(*v)
 		}
 	}
 	return out
@@ -271,10 +287,37 @@ func parseArray(a []*json.RawMessage) *[]any {
 	out := make([]any, len(a))
 	for i, v := range a {
 		if v != nil {
-			out[i] = parse(*v)
+			out[i] = member(*v)
 		}
 	}
 	return &out
+}
+
+// member is a member or an element as parse leaves it: an object or an
+// array unread, anything else as written.
+func member(raw json.RawMessage) any {
+	if raw[0] == '{' || raw[0] == '[' {
+		return unread(raw)
+	}
+	return raw
+}
+
+// whole is n with every unread object and array below it read, for a
+// comparison.
+func whole(n any) any {
+	switch v := n.(type) {
+	case unread:
+		return whole(v.read())
+	case map[string]any:
+		for k, e := range v {
+			v[k] = whole(e)
+		}
+	case *[]any:
+		for i, e := range *v {
+			(*v)[i] = whole(e)
+		}
+	}
+	return n
 }
 
 // deepCopy copies v as json-patch does, through its JSON, and returns the
@@ -334,7 +377,16 @@ func asContainer(n any) container {
 
 type object map[string]any
 
-func (o object) get(key string) (any, error) { return o[key], nil }
+// get returns the member key, read one level if it was unread, and kept
+// so: what a path walks into is changed where the object holds it.
+func (o object) get(key string) (any, error) {
+	v := o[key]
+	if u, ok := v.(unread); ok {
+		v = u.read()
+		o[key] = v
+	}
+	return v, nil
+}
 
 func (o object) set(key string, v any) error { return o.add(key, v) }
 
@@ -382,6 +434,9 @@ func (a array) get(key string) (any, error) {
 	}
 	if i >= len(e) {
 		return nil, fmt.Errorf("Unable to access invalid index: %d: invalid index referenced", i)
+	}
+	if u, ok := e[i].(unread); ok {
+		e[i] = u.read()
 	}
 	return e[i], nil
 }
@@ -434,6 +489,7 @@ func (a array) remove(key string) error {
 // same. Where json-patch panics, at null inside an array, it is false: the
 // test fails either way.
 func equal(got, want any) bool {
+	got, want = whole(got), whole(want)
 	switch g := got.(type) {
 	case addedNull:
 		_, ok := want.(addedNull)
