@@ -94,18 +94,22 @@ func (l logLine) String() string { return fmt.Sprintf("%s:%d", l.file, l.line) }
 // ("-" for stdin), and calls each with the event of each line that holds
 // one, or with what kept it from being one. A file that cannot be opened
 // is an error at line 0. read, when not nil, is told how many bytes each
-// line took, for progress.
-func readAuditLogs(paths []string, stdin io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int)) {
+// line took, for progress. It stops, before the next line, once stop
+// says so.
+func readAuditLogs(paths []string, stdin io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int), stop func() bool) {
 	for _, path := range paths {
+		if stop() {
+			return
+		}
 		if path == "-" {
-			if err := readAuditLog("stdin", stdin, each, read); err != nil {
+			if err := readAuditLog("stdin", stdin, each, read, stop); err != nil {
 				each(logLine{file: "stdin"}, nil, err)
 			}
 			continue
 		}
 		f, err := os.Open(path)
 		if err == nil {
-			err = readAuditLog(path, f, each, read)
+			err = readAuditLog(path, f, each, read, stop)
 			f.Close()
 		}
 		if err != nil {
@@ -117,7 +121,7 @@ func readAuditLogs(paths []string, stdin io.Reader, each func(at logLine, e *aud
 // readAuditLog reads one log, gzip-compressed (as --audit-log-compress
 // writes rotated files) or not. It returns an error only when the file
 // itself cannot be read on; a bad line is handed to each.
-func readAuditLog(name string, r io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int)) error {
+func readAuditLog(name string, r io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int), stop func() bool) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
 		gz, err := gzip.NewReader(br)
@@ -128,7 +132,7 @@ func readAuditLog(name string, r io.Reader, each func(at logLine, e *auditEvent,
 		br = bufio.NewReaderSize(gz, 64<<10)
 	}
 	var buf []byte
-	for n := 1; ; n++ {
+	for n := 1; !stop(); n++ {
 		line, tooLong, err := readLine(br, buf[:0])
 		buf = line
 		if read != nil {
@@ -150,6 +154,7 @@ func readAuditLog(name string, r io.Reader, each func(at logLine, e *auditEvent,
 			buf = nil // a long line's buffer is not kept for the short ones
 		}
 	}
+	return nil
 }
 
 // readLine reads one line into buf, without its newline. A line longer

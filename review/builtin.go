@@ -18,6 +18,7 @@ package review
 // network/defaultingressclass, nodetaint.
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,15 +34,23 @@ const builtinPrefix = "built-in admission, before any webhook: "
 // would change in req's object before the webhook is called. A note that
 // depends on what the cluster holds says so with "if" or "unless".
 func builtinNotes(req request) []string {
-	obj := req.object
-	if obj == nil || req.admitted || req.subresource != "" {
+	if req.object == nil || req.admitted || req.subresource != "" {
 		return nil
 	}
+	group, resource := req.resource.Group, req.resource.Resource
+	if !slices.Contains([]string{"/pods", "/persistentvolumeclaims", "/persistentvolumes", "storage.k8s.io/volumeattributesclasses",
+		"networking.k8s.io/ingresses", "/nodes"}, group+"/"+resource) {
+		return nil
+	}
+	var m map[string]any
+	if json.Unmarshal(req.object, &m) != nil {
+		return nil
+	}
+	obj := &unstructured.Unstructured{Object: m}
 	create := req.operation == admissionregistrationv1.Create
 	update := req.operation == admissionregistrationv1.Update
 	var notes []string
 	note := func(format string, args ...any) { notes = append(notes, builtinPrefix+fmt.Sprintf(format, args...)) }
-	group, resource := req.group, req.resource
 	switch {
 	case group == "" && resource == "pods" && (create || update):
 		if create {

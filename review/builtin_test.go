@@ -67,7 +67,11 @@ func TestBuiltinNotes(t *testing.T) {
 				t.Fatal(err)
 			}
 			gvk := obj.GroupVersionKind()
-			notes := builtinNotes(request{operation: tc.op, group: gvk.Group, version: gvk.Version, resource: tc.resource, subresource: tc.subresource, object: &obj})
+			object, err := obj.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			notes := builtinNotes(request{operation: tc.op, kind: gvk, resource: gvk.GroupVersion().WithResource(tc.resource), subresource: tc.subresource, object: object})
 			all := strings.Join(notes, "\n")
 			for _, w := range tc.want {
 				if !strings.Contains(all, w) {
@@ -84,7 +88,7 @@ func TestBuiltinNotes(t *testing.T) {
 					t.Errorf("note %q does not begin %q", n, builtinPrefix)
 				}
 			}
-			if after := builtinNotes(request{operation: tc.op, group: gvk.Group, resource: tc.resource, object: &obj, admitted: true}); after != nil {
+			if after := builtinNotes(request{operation: tc.op, kind: gvk, resource: gvk.GroupVersion().WithResource(tc.resource), object: object, admitted: true}); after != nil {
 				t.Errorf("an object already through admission: got notes %q, want none", after)
 			}
 		})

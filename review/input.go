@@ -1,9 +1,32 @@
 package review
 
 // Reading the manifests: files, directories and stdin, YAML or JSON,
-// several documents each, Lists as kubectl prints them.
+// several documents each, Lists as kubectl prints them, in memory bounded
+// by the largest object, not by the input.
+//
+// A file is split as kubectl's decoder splits it
+// (k8s.io/apimachinery/pkg/util/yaml, NewYAMLOrJSONDecoder): a stream that
+// begins with "{" is JSON, any other YAML, whose documents a line "---"
+// separates (YAMLReader.Read). Unlike that decoder, which stops at the
+// first document it cannot read, each document here is read on its own,
+// so one that cannot be read is reported and the next ones are still
+// reviewed. A List is one document; its items are found in the text and
+// read one at a time, so that a List of 50 MB is never held whole: in
+// YAML, the entries of its top-level `items:` block sequence (each line
+// that begins with "- " at the sequence's indentation begins one); in
+// JSON, the elements of its top-level "items" array.
+//
+// The input is read twice. The first pass only splits it, and reads no
+// more than the documents that may be a CustomResourceDefinition or a
+// Namespace (whose text names one), and each List's kind: the second, the
+// review, then knows every kind's scope and every namespace's labels
+// before the first object, whichever order the input has them in, and a
+// List's kind for items that leave theirs out, though kubectl prints
+// `kind: List` after the items. Stdin is copied to a temporary file on the
+// first pass.
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,140 +34,966 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// document is one object to review, or what kept it from being read.
-type document struct {
+// maxLineBytes bounds one line of a YAML file: a line is read whole, and
+// the apiserver takes no object over 3 MiB.
+const maxLineBytes = 4 << 20
+
+// unit is one object to review, as read: a document, or an item of a
+// List; or a document that cannot be read, or a note that a file or a
+// List holds nothing.
+type unit struct {
 	source string // file#n, and [i] for an item of a List
-	obj    *unstructured.Unstructured
-	err    error
+	file   string
+	line   int    // the line of the file it begins on
+	raw    []byte // its text, YAML or JSON
+	isJSON bool
+	// listKind and listAPIVersion are those of the List it is an item
+	// of, for an item that leaves its own out.
+	listKind, listAPIVersion string
+	err                      error  // why it cannot be read
+	empty                    string // a file or a List that holds no object: what it is
 }
 
-// readInputs reads every -f: a file, a directory (its *.yaml, *.yml and
-// *.json, not below it), or "-" for stdin.
-func readInputs(paths []string, stdin io.Reader) []document {
-	var docs []document
+// listPlan is what the first pass learns of a document that has items: the
+// kind and apiVersion of its top level.
+type listPlan struct {
+	kind, apiVersion string
+}
+
+// isList reports whether a document of this top level is a List, whose
+// items are reviewed one by one: `kind: List`, or any *List.
+func (p listPlan) isList() bool { return strings.HasSuffix(p.kind, "List") }
+
+// inputFile is one file to read: its name as the user gave it (or
+// "stdin"), and where it is.
+type inputFile struct {
+	name, path string
+}
+
+// inputs are the files of -f, expanded, and what was wrong with those that
+// cannot be read.
+type inputs struct {
+	files    []inputFile
+	problems []unit
+	spooled  string // stdin's copy, removed by close
+	// plans are the first pass's, by file name and document number.
+	plans map[string]map[int]listPlan
+}
+
+// expandInputs lists the files of paths: a file, a directory (its *.yaml,
+// *.yml and *.json, not below it), or "-" for stdin, which it copies to a
+// temporary file to be read twice.
+func expandInputs(paths []string, stdin io.Reader) (*inputs, error) {
+	in := &inputs{plans: map[string]map[int]listPlan{}}
 	for _, path := range paths {
 		if path == "-" {
-			docs = append(docs, readStream("stdin", stdin)...)
+			if in.spooled == "" {
+				if stdin == nil {
+					return nil, errors.New("-f -: there is no stdin to read")
+				}
+				f, err := os.CreateTemp("", "webhook-review-stdin-")
+				if err != nil {
+					return nil, fmt.Errorf("-f -: copying stdin: %w", err)
+				}
+				in.spooled = f.Name()
+				_, err = io.Copy(f, stdin)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					in.close()
+					return nil, fmt.Errorf("-f -: copying stdin: %w", err)
+				}
+			}
+			in.files = append(in.files, inputFile{name: "stdin", path: in.spooled})
 			continue
 		}
 		info, err := os.Stat(path)
 		if err != nil {
-			docs = append(docs, document{source: path, err: err})
+			in.problems = append(in.problems, unit{source: path, file: path, err: err})
 			continue
 		}
-		files := []string{path}
-		if info.IsDir() {
-			entries, err := os.ReadDir(path)
-			if err != nil {
-				docs = append(docs, document{source: path, err: err})
-				continue
+		if !info.IsDir() {
+			in.files = append(in.files, inputFile{name: path, path: path})
+			continue
+		}
+		entries, err := os.ReadDir(path)
+		if err != nil {
+			in.problems = append(in.problems, unit{source: path, file: path, err: err})
+			continue
+		}
+		var found bool
+		for _, e := range entries {
+			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
+				name := filepath.Join(path, e.Name())
+				in.files = append(in.files, inputFile{name: name, path: name})
+				found = true
 			}
-			files = nil
-			for _, e := range entries {
-				if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
-					files = append(files, filepath.Join(path, e.Name()))
+		}
+		if !found {
+			in.problems = append(in.problems, unit{source: path, file: path, err: errors.New("the directory holds no *.yaml, *.yml or *.json file")})
+		}
+	}
+	return in, nil
+}
+
+// close removes stdin's copy.
+func (in *inputs) close() {
+	if in.spooled != "" {
+		os.Remove(in.spooled)
+	}
+}
+
+// scan is the first pass: it splits every file, records each List's kind,
+// and hands found the units whose text names a CustomResourceDefinition or
+// a Namespace (an item only once its document is known to be a List).
+func (in *inputs) scan(found func(unit)) error {
+	for _, f := range in.files {
+		plans := map[int]listPlan{}
+		in.plans[f.name] = plans
+		var items []unit // of the document being read, until it is known to be a List
+		itemsOf := 0
+		err := readFile(f, nil, func(u unit) {
+			if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
+				found(u)
+			}
+		}, func(doc int, item unit) {
+			if itemsOf != doc {
+				items, itemsOf = items[:0], doc
+			}
+			if mayDefine(item.raw) {
+				items = append(items, item)
+			}
+		}, func(doc int, plan listPlan) {
+			plans[doc] = plan
+			if plan.isList() && itemsOf == doc {
+				for _, it := range items {
+					it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
+					found(it)
 				}
 			}
-			if len(files) == 0 {
-				docs = append(docs, document{source: path, err: errors.New("the directory holds no *.yaml, *.yml or *.json file")})
-			}
+			items = items[:0]
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
 		}
-		for _, f := range files {
-			fh, err := os.Open(f)
-			if err != nil {
-				docs = append(docs, document{source: f, err: err})
+	}
+	return nil
+}
+
+// mayDefine reports whether text may be a CustomResourceDefinition or a
+// Namespace, which the first pass reads.
+func mayDefine(text []byte) bool {
+	return bytes.Contains(text, []byte("CustomResourceDefinition")) || bytes.Contains(text, []byte("Namespace"))
+}
+
+// each is the second pass: every unit of every file, in order, the
+// problems of -f first, and a unit saying so of a file that holds no
+// object. It stops early when stop says so.
+func (in *inputs) each(visit func(unit), stop func() bool) error {
+	for _, p := range in.problems {
+		visit(p)
+	}
+	for _, f := range in.files {
+		if stop() {
+			return nil
+		}
+		var any bool
+		err := readFile(f, in.plans[f.name], func(u unit) {
+			any = true
+			if !stop() {
+				visit(u)
+			}
+		}, nil, nil)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+		if !any && !stop() {
+			visit(unit{source: f.name, file: f.name, empty: "an empty file, or one of comments only"})
+		}
+	}
+	return nil
+}
+
+// readFile splits one file into units. With plans (the second pass), a
+// List's items are emitted as units; without (the first), item gets them
+// and plan each document's top level that had items.
+func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(doc int, u unit), plan func(doc int, p listPlan)) error {
+	fh, err := os.Open(f.path)
+	if err != nil {
+		emit(unit{source: f.name, file: f.name, err: err})
+		return nil
+	}
+	defer fh.Close()
+	br := bufio.NewReaderSize(fh, 64<<10)
+	// As YAMLOrJSONDecoder decides: JSON when the first byte that is not
+	// white space is "{"; but not "{{", which no JSON begins with, and a
+	// Helm template does: read as YAML, each of its documents says so.
+	start, _ := br.Peek(4096)
+	if trimmed := bytes.TrimLeft(start, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
+		s := &jsonSplitter{name: f.name, plans: plans, emit: emit, item: item, plan: plan, line: 1}
+		return s.run(br)
+	}
+	s := &yamlSplitter{name: f.name, plans: plans, emit: emit, item: item, plan: plan}
+	return s.run(br)
+}
+
+// yamlSplitter splits a YAML stream into documents, and a List's into
+// items, line by line.
+type yamlSplitter struct {
+	name  string
+	plans map[int]listPlan
+	emit  func(unit)
+	item  func(doc int, u unit)
+	plan  func(doc int, p listPlan)
+
+	line int // of the file, from 1
+
+	doc        int    // the number of the document being read, from 1: those with content
+	content    bool   // the document being read has content
+	docLine    int    // its first line of content
+	text       []byte // the document, or with items its top level but them
+	badSep     string // the document began with a separator kubectl refuses
+	inItems    bool   // reading the items of a List
+	itemsDone  bool
+	seqIndent  int    // the column of the items' "-", once seen; -1 before
+	itemText   []byte // the item being read
+	itemLine   int
+	itemCount  int
+	listByText bool // the document's items block was found
+}
+
+func (s *yamlSplitter) run(br *bufio.Reader) error {
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) && len(long) <= maxLineBytes {
+				line, err = br.ReadSlice('\n')
+				long = append(long, line...)
+			}
+			if len(long) > maxLineBytes {
+				// Skip the rest of the line: it cannot be part of an
+				// object the apiserver takes.
+				for errors.Is(err, bufio.ErrBufferFull) {
+					_, err = br.ReadSlice('\n')
+				}
+				s.line++
+				s.startContent()
+				s.badSep = fmt.Sprintf("line %d is longer than %d MiB: no object the apiserver takes has one", s.line, maxLineBytes>>20)
 				continue
 			}
-			docs = append(docs, readStream(f, fh)...)
-			fh.Close()
+			line = long
 		}
-	}
-	return docs
-}
-
-// readStream reads the documents of one file, YAML or JSON. A document that
-// is not YAML ends the file: what follows it cannot be told apart.
-func readStream(name string, r io.Reader) []document {
-	var docs []document
-	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
-	for n := 1; ; n++ {
-		var raw json.RawMessage
-		err := dec.Decode(&raw)
+		if len(line) > 0 {
+			s.line++
+			s.take(line)
+		}
 		if errors.Is(err, io.EOF) {
-			return docs
+			s.endDocument()
+			return nil
 		}
-		source := fmt.Sprintf("%s#%d", name, n)
 		if err != nil {
-			return append(docs, document{source: source, err: fmt.Errorf("not YAML or JSON: %w", err)})
+			return err
 		}
-		if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-			n-- // an empty document, between two "---"
-			continue
-		}
-		docs = append(docs, objectsOf(source, raw)...)
 	}
 }
 
-// objectsOf is the object of one document, or the items of a List: a
-// `kind: List`, or any *List such as a DeploymentList, as `kubectl get -o
-// yaml|json` prints them. An item without kind or apiVersion takes them
-// from its List's.
-func objectsOf(source string, raw json.RawMessage) []document {
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return []document{{source: source, err: fmt.Errorf("not an object: %w", err)}}
+// take reads one line, with its newline.
+func (s *yamlSplitter) take(line []byte) {
+	if bytes.HasPrefix(line, []byte("---")) {
+		// A separator, or text kubectl refuses after one (YAMLReader.Read:
+		// only spaces and a comment may follow "---").
+		rest := strings.TrimSpace(string(line[3:]))
+		s.endDocument()
+		if rest != "" && rest[0] != '#' {
+			s.startContent()
+			s.badSep = fmt.Sprintf("line %d: %q follows the document separator, where kubectl takes only a comment", s.line, truncate(rest, 40))
+		}
+		return
 	}
-	obj := &unstructured.Unstructured{Object: m}
-	if err := checkKind(obj); err != nil {
-		return []document{{source: source, err: err}}
+	blank := isBlankOrComment(line)
+	if !s.content {
+		if blank {
+			return
+		}
+		s.startContent()
 	}
-	items, isList := m["items"].([]any)
-	if !strings.HasSuffix(obj.GetKind(), "List") || (!isList && m["items"] != nil) {
-		return []document{{source: source, obj: obj}}
+	if s.badSep != "" {
+		return // the document is reported whole
 	}
-	if len(items) == 0 {
-		return []document{{source: source, err: fmt.Errorf("the %s holds no items: nothing to review", obj.GetKind())}}
+	if s.inItems && !s.itemsDone {
+		s.takeItemLine(line, blank)
+		return
 	}
-	itemKind := strings.TrimSuffix(obj.GetKind(), "List")
-	var docs []document
-	for i, it := range items {
-		itemSource := fmt.Sprintf("%s[%d]", source, i)
-		im, ok := it.(map[string]any)
-		if !ok {
-			docs = append(docs, document{source: itemSource, err: errors.New("the item is not an object")})
+	s.text = append(s.text, line...)
+	if !s.inItems && isItemsKey(line) && s.listable() {
+		s.inItems, s.seqIndent, s.listByText = true, -1, true
+		s.text = s.text[:len(s.text)-len(line)]
+		s.text = append(s.text, "items: []\n"...)
+	}
+}
+
+// listable reports whether the document's items are read one by one: in
+// the first pass, any document with a top-level items block; in the
+// second, a List's.
+func (s *yamlSplitter) listable() bool {
+	if s.plans == nil {
+		return true
+	}
+	return s.plans[s.doc].isList()
+}
+
+func (s *yamlSplitter) startContent() {
+	s.content = true
+	s.doc++
+	s.docLine = s.line
+}
+
+// takeItemLine reads a line of a List's items block.
+func (s *yamlSplitter) takeItemLine(line []byte, blank bool) {
+	if blank {
+		if s.itemText != nil {
+			s.itemText = append(s.itemText, line...)
+		}
+		return
+	}
+	indent := indentOf(line)
+	isEntry := indent < len(line) && line[indent] == '-' && (indent+1 == len(line) || line[indent+1] == ' ' || line[indent+1] == '\n' || line[indent+1] == '\r')
+	if s.seqIndent < 0 {
+		if !isEntry {
+			// items: with no sequence under it: null, no items.
+			s.itemsDone = true
+			s.text = append(s.text, line...)
+			return
+		}
+		s.seqIndent = indent
+	}
+	switch {
+	case isEntry && indent == s.seqIndent:
+		s.endItem()
+		// The entry's "-" becomes a space, so that the item reads as a
+		// document of its own, at the same columns.
+		s.itemText = append(s.itemText, line...)
+		s.itemText[indent] = ' '
+		s.itemLine = s.line
+	case indent > s.seqIndent:
+		s.itemText = append(s.itemText, line...)
+	default:
+		// The next key of the top level: the items have ended.
+		s.endItem()
+		s.itemsDone = true
+		s.text = append(s.text, line...)
+	}
+}
+
+func (s *yamlSplitter) endItem() {
+	if s.itemText == nil {
+		return
+	}
+	u := unit{source: fmt.Sprintf("%s#%d[%d]", s.name, s.doc, s.itemCount), file: s.name, line: s.itemLine, raw: s.itemText}
+	s.itemCount++
+	s.itemText = nil
+	if s.plans == nil {
+		if s.item != nil {
+			s.item(s.doc, u)
+		}
+		return
+	}
+	p := s.plans[s.doc]
+	u.listKind, u.listAPIVersion = p.kind, p.apiVersion
+	s.emit(u)
+}
+
+// endDocument emits the document read, or its last item, and gets ready
+// for the next.
+func (s *yamlSplitter) endDocument() {
+	defer func() {
+		*s = yamlSplitter{name: s.name, plans: s.plans, emit: s.emit, item: s.item, plan: s.plan, line: s.line, doc: s.doc}
+	}()
+	if !s.content {
+		return
+	}
+	source := fmt.Sprintf("%s#%d", s.name, s.doc)
+	switch {
+	case s.badSep != "":
+		s.emit(unit{source: source, file: s.name, line: s.docLine, err: errors.New(s.badSep)})
+	case s.inItems:
+		s.endItem()
+		if s.plans == nil {
+			// The first pass: the top level but the items tells the kind.
+			var top listPlan
+			if j, err := yaml.ToJSON(s.text); err == nil {
+				var head struct{ Kind, APIVersion string }
+				if json.Unmarshal(j, &head) == nil {
+					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion}
+				}
+			}
+			if s.plan != nil {
+				s.plan(s.doc, top)
+			}
+			if !top.isList() {
+				// Not a List: the second pass reads it whole; the first
+				// looks for definitions in the whole text no more.
+				return
+			}
+		}
+		if s.itemCount == 0 {
+			p := s.plans[s.doc]
+			s.emit(unit{source: source, file: s.name, line: s.docLine, empty: "an empty " + cmpOr(p.kind, "List")})
+		}
+	default:
+		s.emit(unit{source: source, file: s.name, line: s.docLine, raw: s.text})
+	}
+}
+
+// isItemsKey reports whether line is the top-level key items with a block
+// under it: "items:" and nothing else but a comment.
+func isItemsKey(line []byte) bool {
+	if !bytes.HasPrefix(line, []byte("items:")) {
+		return false
+	}
+	rest := bytes.TrimSpace(line[len("items:"):])
+	return len(rest) == 0 || rest[0] == '#'
+}
+
+func isBlankOrComment(line []byte) bool {
+	t := bytes.TrimLeft(line, " \t\r\n")
+	return len(t) == 0 || t[0] == '#'
+}
+
+func indentOf(line []byte) int {
+	n := 0
+	for n < len(line) && line[n] == ' ' {
+		n++
+	}
+	return n
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// jsonSplitter splits a JSON stream into its top-level values, and a
+// List's into the elements of its "items", scanning bytes: strings,
+// escapes and nesting, and the keys of the top level.
+type jsonSplitter struct {
+	name  string
+	plans map[int]listPlan
+	emit  func(unit)
+	item  func(doc int, u unit)
+	plan  func(doc int, p listPlan)
+
+	line int
+	doc  int
+}
+
+// errJSONEnd is a stream that ends inside a value.
+var errJSONEnd = errors.New("unexpected end of JSON input")
+
+func (s *jsonSplitter) run(br *bufio.Reader) error {
+	for {
+		c, err := s.skipSpace(br)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		s.doc++
+		source := fmt.Sprintf("%s#%d", s.name, s.doc)
+		if c != '{' && c != '[' {
+			// Not a value kubectl's decoder reads on from: the rest of the
+			// stream cannot be split.
+			s.emit(unit{source: source, file: s.name, line: s.line, err: fmt.Errorf("line %d: %q where a JSON object begins: the rest of the file is not read", s.line, string(rune(c)))})
+			return nil
+		}
+		if err := s.document(br, c, source); err != nil {
+			if errors.Is(err, errJSONEnd) {
+				return nil
+			}
+			return err
+		}
+	}
+}
+
+// document reads one top-level value, whose first byte c is read.
+func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
+	startLine := s.line
+	listable := s.plans == nil || s.plans[s.doc].isList()
+	top := []byte{c} // the document, or a List's top level with its items left out
+	if c == '[' || !listable {
+		rest, err := s.value(br, c)
+		if err != nil {
+			s.emit(unit{source: source, file: s.name, line: startLine, err: fmt.Errorf("line %d: %w", s.line, err)})
+			return err
+		}
+		s.emit(unit{source: source, file: s.name, line: startLine, raw: append(top, rest...), isJSON: true})
+		return nil
+	}
+	// An object: its members, at depth 1, one at a time.
+	items, itemCount := false, 0
+	for {
+		c, err := s.skipSpace(br)
+		if err != nil {
+			s.emit(unit{source: source, file: s.name, line: startLine, err: fmt.Errorf("line %d: %w", s.line, errJSONEnd)})
+			return errJSONEnd
+		}
+		top = append(top, c)
+		switch c {
+		case '}':
+			return s.endObject(source, startLine, top, items, itemCount)
+		case ',':
+			continue
+		case '"':
+			key, err := s.str(br)
+			if err != nil {
+				s.emit(unit{source: source, file: s.name, line: startLine, err: fmt.Errorf("line %d: %w", s.line, err)})
+				return err
+			}
+			top = append(top, key...)
+			c, err := s.skipSpace(br)
+			if err != nil || c != ':' {
+				return s.fail(br, source, startLine, fmt.Errorf("line %d: no ':' after a key", s.line))
+			}
+			top = append(top, ':')
+			c, err = s.skipSpace(br)
+			if err != nil {
+				return s.fail(br, source, startLine, fmt.Errorf("line %d: %w", s.line, errJSONEnd))
+			}
+			if string(key) == `items"` && c == '[' {
+				items = true
+				n, err := s.elements(br, source)
+				itemCount += n
+				if err != nil {
+					return err
+				}
+				top = append(top, "[]"...)
+				continue
+			}
+			v, err := s.value(br, c)
+			if err != nil {
+				return s.fail(br, source, startLine, fmt.Errorf("line %d: %w", s.line, err))
+			}
+			top = append(top, c)
+			top = append(top, v...)
+		default:
+			return s.fail(br, source, startLine, fmt.Errorf("line %d: %q where a key or '}' belongs", s.line, string(rune(c))))
+		}
+	}
+}
+
+// endObject ends a top-level object: a List's top level, or a whole
+// document.
+func (s *jsonSplitter) endObject(source string, line int, top []byte, items bool, itemCount int) error {
+	if !items {
+		s.emit(unit{source: source, file: s.name, line: line, raw: top, isJSON: true})
+		return nil
+	}
+	var head struct{ Kind, APIVersion string }
+	_ = json.Unmarshal(top, &head)
+	p := listPlan{kind: head.Kind, apiVersion: head.APIVersion}
+	if s.plans == nil {
+		if s.plan != nil {
+			s.plan(s.doc, p)
+		}
+		return nil
+	}
+	if itemCount == 0 {
+		s.emit(unit{source: source, file: s.name, line: line, empty: "an empty " + cmpOr(p.kind, "List")})
+	}
+	return nil
+}
+
+// fail reports a document that does not scan; the rest of the stream
+// cannot be split, and is not read.
+func (s *jsonSplitter) fail(br *bufio.Reader, source string, line int, err error) error {
+	s.emit(unit{source: source, file: s.name, line: line, err: fmt.Errorf("%w: the rest of the file is not read", err)})
+	return errJSONEnd
+}
+
+// elements reads the elements of a List's items, after its "[", as units.
+func (s *jsonSplitter) elements(br *bufio.Reader, source string) (int, error) {
+	n := 0
+	for {
+		c, err := s.skipSpace(br)
+		if err != nil {
+			s.emit(unit{source: source, file: s.name, line: s.line, err: fmt.Errorf("line %d: %w", s.line, errJSONEnd)})
+			return n, errJSONEnd
+		}
+		switch c {
+		case ']':
+			return n, nil
+		case ',':
 			continue
 		}
-		item := &unstructured.Unstructured{Object: im}
-		if item.GetKind() == "" && itemKind != "" {
-			item.SetKind(itemKind)
+		line := s.line
+		v, err := s.value(br, c)
+		u := unit{source: fmt.Sprintf("%s[%d]", source, n), file: s.name, line: line, raw: append([]byte{c}, v...), isJSON: true}
+		if err != nil {
+			u.err = fmt.Errorf("line %d: %w", s.line, err)
 		}
-		if item.GetAPIVersion() == "" && itemKind != "" {
-			item.SetAPIVersion(obj.GetAPIVersion())
+		n++
+		if s.plans == nil {
+			if s.item != nil {
+				s.item(s.doc, u)
+			}
+		} else {
+			p := s.plans[s.doc]
+			u.listKind, u.listAPIVersion = p.kind, p.apiVersion
+			s.emit(u)
 		}
-		if err := checkKind(item); err != nil {
-			docs = append(docs, document{source: itemSource, err: err})
-			continue
+		if err != nil {
+			return n, errJSONEnd
 		}
-		docs = append(docs, document{source: itemSource, obj: item})
 	}
-	return docs
+}
+
+// value reads the rest of a value whose first byte c is read: an object
+// or an array to its closing bracket, a string to its quote, anything
+// else to the byte that ends it, which is left unread.
+func (s *jsonSplitter) value(br *bufio.Reader, c byte) ([]byte, error) {
+	switch c {
+	case '"':
+		return s.str(br)
+	case '{', '[':
+		var out []byte
+		depth := 1
+		for depth > 0 {
+			b, err := br.ReadByte()
+			if err != nil {
+				return nil, errJSONEnd
+			}
+			out = append(out, b)
+			switch b {
+			case '\n':
+				s.line++
+			case '"':
+				rest, err := s.str(br)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rest...)
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+			}
+		}
+		return out, nil
+	}
+	var out []byte
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return out, nil
+		}
+		if b == ',' || b == '}' || b == ']' || b == ' ' || b == '\t' || b == '\r' || b == '\n' {
+			_ = br.UnreadByte()
+			return out, nil
+		}
+		out = append(out, b)
+	}
+}
+
+// str reads the rest of a string after its opening quote, the closing
+// quote included.
+func (s *jsonSplitter) str(br *bufio.Reader) ([]byte, error) {
+	var out []byte
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return nil, errJSONEnd
+		}
+		out = append(out, b)
+		switch b {
+		case '\\':
+			e, err := br.ReadByte()
+			if err != nil {
+				return nil, errJSONEnd
+			}
+			out = append(out, e)
+		case '"':
+			return out, nil
+		case '\n':
+			s.line++
+		}
+	}
+}
+
+// skipSpace returns the next byte that is not white space.
+func (s *jsonSplitter) skipSpace(br *bufio.Reader) (byte, error) {
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return 0, err
+		}
+		switch b {
+		case '\n':
+			s.line++
+		case ' ', '\t', '\r':
+		default:
+			return b, nil
+		}
+	}
+}
+
+// yamlLine is a YAML error's line, counted from the document's start.
+var yamlLine = regexp.MustCompile(`line (\d+):`)
+
+// readError says why a unit's text is not an object, in words a user can
+// act on: the line in the file, not in the document; a Helm template for
+// what is one; never the YAML library's own types.
+func readError(u unit, err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = yamlLine.ReplaceAllStringFunc(msg, func(m string) string {
+		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(m)[1])
+		return fmt.Sprintf("line %d:", u.line+n-1)
+	})
+	if i := bytes.Index(u.raw, []byte("{{")); i >= 0 {
+		return helmError(u, i)
+	}
+	if strings.HasPrefix(msg, "invalid map key: ") {
+		return fmt.Errorf("the document beginning at line %d has a key that is itself a mapping or a list, which JSON, and so the apiserver, cannot take", u.line)
+	}
+	if !strings.Contains(msg, "line ") {
+		msg = fmt.Sprintf("the document beginning at line %d: %s", u.line, msg)
+	}
+	return errors.New("not YAML or JSON: " + msg)
+}
+
+// helmError says that u, which has "{{" at i, is a Helm template.
+func helmError(u unit, i int) error {
+	line := u.line + bytes.Count(u.raw[:i], []byte("\n"))
+	return fmt.Errorf("line %d: a Helm template ({{ … }}), not a manifest: render it first (helm template), then review what it renders", line)
+}
+
+// jsonError says where a JSON syntax error is, by line in the file.
+func jsonError(u unit, err error) error {
+	if i := bytes.Index(u.raw, []byte("{{")); i >= 0 {
+		return helmError(u, i)
+	}
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) && syntax.Offset > 0 && int(syntax.Offset) <= len(u.raw) {
+		line := u.line + bytes.Count(u.raw[:syntax.Offset-1], []byte("\n"))
+		return fmt.Errorf("not JSON: line %d: %s", line, syntax.Error())
+	}
+	return fmt.Errorf("not JSON: the document beginning at line %d: %w", u.line, err)
+}
+
+// keysOf lists a small map's keys, sorted, for a message.
+func keysOf[V any](m map[string]V) []string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// parsedObject is a unit read: one object, as canonical JSON (its keys
+// sorted, its numbers as written), and what review reads of it.
+type parsedObject struct {
+	source string
+	line   int
+	json   []byte
+	head   objectHead
+}
+
+// objectHead is what review reads of an object itself; the policy reads
+// the rest.
+type objectHead struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name         string            `json:"name"`
+		GenerateName string            `json:"generateName"`
+		Namespace    string            `json:"namespace"`
+		Labels       map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+func (o *parsedObject) gvk() schema.GroupVersionKind {
+	return schema.FromAPIVersionAndKind(o.head.APIVersion, o.head.Kind)
+}
+
+// unreadable is a unit, or an item of it, that is no object to review,
+// and why.
+type unreadable struct {
+	source string
+	err    error
+}
+
+// parseUnit reads a unit: its object, or the items of a List read whole
+// (one whose items are not a block the splitter finds, such as
+// `items: [...]`), and what of it cannot be read. An empty document reads
+// as nothing; a List of no items, as a unit that says so.
+func parseUnit(u unit) ([]parsedObject, []unreadable) {
+	objs, bad, _ := parseUnitOrEmpty(u)
+	return objs, bad
+}
+
+// parseUnitOrEmpty is parseUnit, and what holds nothing: an empty List.
+func parseUnitOrEmpty(u unit) ([]parsedObject, []unreadable, string) {
+	if u.err != nil {
+		return nil, []unreadable{{u.source, u.err}}, ""
+	}
+	if u.empty != "" {
+		return nil, nil, u.empty
+	}
+	var doc []byte
+	if u.isJSON {
+		canonical, err := canonicalJSON(u.raw)
+		if err != nil {
+			return nil, []unreadable{{u.source, jsonError(u, err)}}, ""
+		}
+		doc = canonical
+	} else {
+		j, err := yamlToJSON(u.raw)
+		if err != nil {
+			return nil, []unreadable{{u.source, readError(u, err)}}, ""
+		}
+		doc = j
+	}
+	if string(doc) == "null" {
+		return nil, nil, "" // an empty document, or "~"
+	}
+	if len(doc) == 0 || doc[0] != '{' {
+		return nil, []unreadable{{u.source, fmt.Errorf("the document beginning at line %d is not an object: review reads objects with apiVersion and kind", u.line)}}, ""
+	}
+	if u.listKind != "" {
+		// An item of a *List may leave out its kind and apiVersion, which
+		// are then the List's (a DeploymentList's items are Deployments).
+		var head objectHead
+		_ = json.Unmarshal(doc, &head)
+		itemKind := strings.TrimSuffix(u.listKind, "List")
+		var add []string
+		if head.Kind == "" && itemKind != "" {
+			add = append(add, `"kind":`+quote(itemKind))
+		}
+		if head.APIVersion == "" && itemKind != "" && u.listAPIVersion != "" {
+			add = append(add, `"apiVersion":`+quote(u.listAPIVersion))
+		}
+		if len(add) > 0 {
+			sep := ","
+			if len(bytes.TrimSpace(doc[1:])) == 1 { // {}
+				sep = ""
+			}
+			doc = append([]byte("{"+strings.Join(add, ",")+sep), doc[1:]...)
+			if canonical, err := canonicalJSON(doc); err == nil {
+				doc = canonical
+			}
+		}
+	}
+	obj := parsedObject{source: u.source, line: u.line, json: doc}
+	if err := json.Unmarshal(doc, &obj.head); err != nil {
+		return nil, []unreadable{{u.source, headError(err)}}, ""
+	}
+	if err := checkKind(obj.head); err != nil {
+		return nil, []unreadable{{u.source, err}}, ""
+	}
+	if strings.HasSuffix(obj.head.Kind, "List") && u.listKind == "" {
+		return listItems(u, obj)
+	}
+	return []parsedObject{obj}, nil, ""
+}
+
+// listItems are the items of a List read whole, or what it is when it
+// holds none.
+func listItems(u unit, list parsedObject) ([]parsedObject, []unreadable, string) {
+	var body struct {
+		Items *[]json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(list.json, &body); err != nil || body.Items == nil {
+		if err != nil {
+			return nil, []unreadable{{u.source, fmt.Errorf("the %s's items are not a list", list.head.Kind)}}, ""
+		}
+		return []parsedObject{list}, nil, "" // a kind named *List, with no items
+	}
+	if len(*body.Items) == 0 {
+		return nil, nil, "an empty " + list.head.Kind
+	}
+	var objs []parsedObject
+	var bad []unreadable
+	for i, item := range *body.Items {
+		iu := unit{source: fmt.Sprintf("%s[%d]", u.source, i), file: u.file, line: u.line, raw: item, isJSON: true,
+			listKind: list.head.Kind, listAPIVersion: list.head.APIVersion}
+		o, b := parseUnit(iu)
+		objs, bad = append(objs, o...), append(bad, b...)
+	}
+	return objs, bad, ""
+}
+
+// yamlToJSON is a YAML document as JSON, as kubectl reads it (with
+// go.yaml.in/yaml/v2 and its YAML 1.1 scalars: yes is true), its keys
+// sorted. A document that begins with "{" is JSON, or YAML in flow style.
+func yamlToJSON(raw []byte) ([]byte, error) {
+	if t := bytes.TrimLeft(raw, " \t\r\n"); len(t) > 0 && t[0] == '{' {
+		if canonical, err := canonicalJSON(raw); err == nil {
+			return canonical, nil
+		}
+		var m map[string]any
+		if err := yaml.Unmarshal(raw, &m); err != nil {
+			return nil, err
+		}
+		return json.Marshal(m)
+	}
+	return yaml.ToJSON(raw)
+}
+
+// canonicalJSON is raw with its keys sorted and its white space gone, its
+// numbers as written: what encoding/json writes, and YAML's conversion
+// gives, so that two encodings of one object are equal bytes.
+func canonicalJSON(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	return json.Marshal(v)
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// headError says which field of the object the apiserver could not
+// decode either.
+func headError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		return fmt.Errorf("%s is a JSON %s, where the apiserver takes a %s: it refuses the object", cmpOr(typeErr.Field, "the document"), typeErr.Value, typeErr.Type)
+	}
+	return err
 }
 
 // checkKind refuses an object the apiserver could not take: one without
 // kind or apiVersion.
-func checkKind(obj *unstructured.Unstructured) error {
+func checkKind(head objectHead) error {
 	var missing []string
-	if obj.GetAPIVersion() == "" {
+	if head.APIVersion == "" {
 		missing = append(missing, "apiVersion")
 	}
-	if obj.GetKind() == "" {
+	if head.Kind == "" {
 		missing = append(missing, "kind")
 	}
 	if len(missing) > 0 {
@@ -153,22 +1002,31 @@ func checkKind(obj *unstructured.Unstructured) error {
 	return nil
 }
 
-// objectKey pairs an object with its old version (-old): kind, namespace
-// and name.
-func objectKey(obj *unstructured.Unstructured, namespace string) string {
-	return strings.Join([]string{obj.GetAPIVersion(), obj.GetKind(), namespace, obj.GetName()}, "/")
+// withoutSchemas is a YAML CustomResourceDefinition with the value of
+// each openAPIV3Schema left out: the lines below a line that is that key,
+// indented deeper. What is left is the same YAML but for those values,
+// which are then null.
+func withoutSchemas(raw []byte) []byte {
+	out := make([]byte, 0, 4096)
+	skipBelow := -1
+	for rest := raw; len(rest) > 0; {
+		line := rest
+		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+			line, rest = rest[:i+1], rest[i+1:]
+		} else {
+			rest = nil
+		}
+		indent := indentOf(line)
+		if skipBelow >= 0 {
+			if isBlankOrComment(line) || indent > skipBelow {
+				continue
+			}
+			skipBelow = -1
+		}
+		if bytes.HasPrefix(line[indent:], []byte("openAPIV3Schema:")) && len(bytes.TrimSpace(line[indent+len("openAPIV3Schema:"):])) == 0 {
+			skipBelow = indent
+		}
+		out = append(out, line...)
+	}
+	return out
 }
-
-// clusterScoped are the built-in kinds that live outside any namespace: an
-// object of another kind without a namespace is reviewed in -namespace, as
-// kubectl creates it in its context's.
-var clusterScoped = []string{
-	"Namespace", "Node", "PersistentVolume", "ClusterRole", "ClusterRoleBinding", "StorageClass", "PriorityClass",
-	"CustomResourceDefinition", "APIService", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-	"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
-	"CSIDriver", "CSINode", "VolumeAttachment", "RuntimeClass", "IngressClass", "CertificateSigningRequest",
-	"FlowSchema", "PriorityLevelConfiguration", "ComponentStatus", "ClusterTrustBundle", "DeviceClass", "ResourceSlice",
-	"IPAddress", "ServiceCIDR", "StorageVersionMigration", "VolumeAttributesClass",
-}
-
-func isClusterScoped(kind string) bool { return slices.Contains(clusterScoped, kind) }

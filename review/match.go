@@ -1,11 +1,15 @@
 package review
 
-// Which webhooks the apiserver sends an object to, read from webhook
-// configurations (-config) and matched as k8s.io/apiserver's
-// pkg/admission/plugin/webhook/predicates match them: rules (rules.go,
-// Matcher.Matches), objectSelector (object/matcher.go), namespaceSelector
-// (namespace/matcher.go). matchConditions are CEL the apiserver evaluates;
-// they are reported, not evaluated.
+// Which webhooks the apiserver sends a request to, read from webhook
+// configurations (-config) and matched as k8s.io/apiserver v0.37's
+// pkg/admission/plugin/webhook matches them (generic/webhook.go,
+// ShouldCallHook): the namespaceSelector (predicates/namespace/matcher.go),
+// the objectSelector (predicates/object/matcher.go), then the rules
+// (predicates/rules/rules.go, Matcher.Matches), and under matchPolicy
+// Equivalent, the default, each rule again against the resources the
+// apiserver holds equivalent to the request's, the webhook then being sent
+// the request as that resource, its kind and its version. matchConditions
+// are CEL the apiserver evaluates: they are reported, not evaluated.
 
 import (
 	"encoding/json"
@@ -14,12 +18,12 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -33,19 +37,29 @@ type webhook struct {
 	route                             string // /mutate or /validate
 	rules                             []admissionregistrationv1.RuleWithOperations
 	namespaceSelector, objectSelector *metav1.LabelSelector
-	matchConditions                   int
+	// equivalent is matchPolicy Equivalent: the default of
+	// admissionregistration.k8s.io/v1 (k8s.io/kubernetes
+	// pkg/apis/admissionregistration/v1/defaults.go); v1beta1's was Exact.
+	equivalent      bool
+	matchConditions int
 }
 
 // readConfigs reads the webhooks of the MutatingWebhookConfigurations and
-// ValidatingWebhookConfigurations in paths, in order (mutating webhooks run
-// in the order of their configurations, as the apiserver sorts them by
-// name, and in order within one).
+// ValidatingWebhookConfigurations in paths, documents or Lists of them, in
+// the apiserver's order: configurations sorted by name, each one's
+// webhooks in order (configuration/mutating_webhook_manager.go and
+// validating_webhook_manager.go sort them so). Mutating webhooks run in
+// that order.
 func readConfigs(paths []string) ([]webhook, error) {
-	var hooks []webhook
+	type configuration struct {
+		name  string
+		hooks []webhook
+	}
+	var configs []configuration
 	for _, path := range paths {
 		f, err := os.Open(path)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("-config: %w", err)
 		}
 		dec := yaml.NewYAMLOrJSONDecoder(f, 4096)
 		for n := 1; ; n++ {
@@ -56,48 +70,33 @@ func readConfigs(paths []string) ([]webhook, error) {
 			}
 			if err != nil {
 				f.Close()
-				return nil, fmt.Errorf("%s#%d: %w", path, n, err)
+				return nil, fmt.Errorf("-config %s#%d: %w", path, n, err)
 			}
-			// What decides where an object goes, and no more: caBundle may
-			// still be a placeholder, as in deploy/webhooks.yaml.
-			var cfg struct {
-				Kind     string `json:"kind"`
-				Webhooks []struct {
-					Name         string `json:"name"`
-					ClientConfig struct {
-						URL     *string `json:"url"`
-						Service *struct {
-							Path *string `json:"path"`
-						} `json:"service"`
-					} `json:"clientConfig"`
-					Rules             []admissionregistrationv1.RuleWithOperations `json:"rules"`
-					NamespaceSelector *metav1.LabelSelector                        `json:"namespaceSelector"`
-					ObjectSelector    *metav1.LabelSelector                        `json:"objectSelector"`
-					MatchConditions   []json.RawMessage                            `json:"matchConditions"`
-				} `json:"webhooks"`
+			docs := []json.RawMessage{raw}
+			var list struct {
+				Kind  string            `json:"kind"`
+				Items []json.RawMessage `json:"items"`
 			}
-			if err := json.Unmarshal(raw, &cfg); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s#%d: %w", path, n, err)
+			if json.Unmarshal(raw, &list) == nil && strings.HasSuffix(list.Kind, "List") {
+				docs = list.Items
 			}
-			mutating := cfg.Kind == "MutatingWebhookConfiguration"
-			if !mutating && cfg.Kind != "ValidatingWebhookConfiguration" {
-				continue
-			}
-			for _, w := range cfg.Webhooks {
-				route := map[bool]string{true: "/mutate", false: "/validate"}[mutating]
-				switch {
-				case w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil:
-					route = *w.ClientConfig.Service.Path
-				case w.ClientConfig.URL != nil:
-					if u, err := url.Parse(*w.ClientConfig.URL); err == nil && u.Path != "" {
-						route = u.Path
-					}
+			for i, doc := range docs {
+				name, hooks, err := configWebhooks(doc)
+				if err != nil {
+					f.Close()
+					return nil, fmt.Errorf("-config %s#%d: %w", path, n+i, err)
 				}
-				hooks = append(hooks, webhook{w.Name, mutating, route, w.Rules, w.NamespaceSelector, w.ObjectSelector, len(w.MatchConditions)})
+				if hooks != nil {
+					configs = append(configs, configuration{name, hooks})
+				}
 			}
 		}
 		f.Close()
+	}
+	slices.SortStableFunc(configs, func(a, b configuration) int { return strings.Compare(a.name, b.name) })
+	var hooks []webhook
+	for _, c := range configs {
+		hooks = append(hooks, c.hooks...)
 	}
 	if len(hooks) == 0 {
 		return nil, fmt.Errorf("-config %s: no MutatingWebhookConfiguration or ValidatingWebhookConfiguration with webhooks", strings.Join(paths, ", "))
@@ -105,62 +104,200 @@ func readConfigs(paths []string) ([]webhook, error) {
 	return hooks, nil
 }
 
+// configWebhooks reads one configuration: its name and its webhooks, or
+// none for a document of another kind.
+func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
+	// What decides where an object goes, and no more: caBundle may still
+	// be a placeholder, as in deploy/webhooks.yaml.
+	var cfg struct {
+		Kind       string `json:"kind"`
+		APIVersion string `json:"apiVersion"`
+		Metadata   struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Webhooks []struct {
+			Name         string `json:"name"`
+			ClientConfig struct {
+				URL     *string `json:"url"`
+				Service *struct {
+					Path *string `json:"path"`
+				} `json:"service"`
+			} `json:"clientConfig"`
+			Rules             []admissionregistrationv1.RuleWithOperations `json:"rules"`
+			NamespaceSelector *metav1.LabelSelector                        `json:"namespaceSelector"`
+			ObjectSelector    *metav1.LabelSelector                        `json:"objectSelector"`
+			MatchPolicy       *admissionregistrationv1.MatchPolicyType     `json:"matchPolicy"`
+			MatchConditions   []json.RawMessage                            `json:"matchConditions"`
+		} `json:"webhooks"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		return "", nil, err
+	}
+	mutating := cfg.Kind == "MutatingWebhookConfiguration"
+	if !mutating && cfg.Kind != "ValidatingWebhookConfiguration" {
+		return "", nil, nil
+	}
+	var hooks []webhook
+	for _, w := range cfg.Webhooks {
+		route := map[bool]string{true: "/mutate", false: "/validate"}[mutating]
+		switch {
+		case w.ClientConfig.Service != nil && w.ClientConfig.Service.Path != nil:
+			route = *w.ClientConfig.Service.Path
+		case w.ClientConfig.URL != nil:
+			if u, err := url.Parse(*w.ClientConfig.URL); err == nil && u.Path != "" {
+				route = u.Path
+			}
+		}
+		for _, s := range []*metav1.LabelSelector{w.NamespaceSelector, w.ObjectSelector} {
+			if s == nil {
+				continue
+			}
+			if _, err := metav1.LabelSelectorAsSelector(s); err != nil {
+				return "", nil, fmt.Errorf("webhook %s: a selector the apiserver refuses: %w", w.Name, err)
+			}
+		}
+		equivalent := cfg.APIVersion != "admissionregistration.k8s.io/v1beta1"
+		if w.MatchPolicy != nil {
+			equivalent = *w.MatchPolicy == admissionregistrationv1.Equivalent
+		}
+		hooks = append(hooks, webhook{name: w.Name, mutating: mutating, route: route, rules: w.Rules,
+			namespaceSelector: w.NamespaceSelector, objectSelector: w.ObjectSelector, equivalent: equivalent, matchConditions: len(w.MatchConditions)})
+	}
+	return cfg.Metadata.Name, hooks, nil
+}
+
 // request is one admission request as the apiserver would send it: what
 // the matchers read, and what the review carries.
 type request struct {
-	operation              admissionregistrationv1.OperationType
-	kind                   schema.GroupVersionKind // the object's
-	group, version         string                  // the resource's
-	resource, subresource  string
-	name                   string
-	namespace              string // "" for a cluster-scoped object
-	object, oldObject      *unstructured.Unstructured
-	userInfo               authenticationv1.UserInfo
-	dryRun                 bool
-	options                []byte            // the operation's options, JSON; nil for CONNECT
-	admitted               bool              // object has been through admission already: a PATCH's stored result
-	namespaceLabels        map[string]string // the object's namespace's, when the input holds it
+	operation         admissionregistrationv1.OperationType
+	kind              schema.GroupVersionKind     // the object's, as requested
+	resource          schema.GroupVersionResource // as requested
+	subresource       string
+	name              string
+	namespace         string // "" for a cluster-scoped object
+	object, oldObject []byte // JSON; object is a CONNECT's options
+	// labels and oldLabels are object's and oldObject's, for
+	// objectSelectors; hasMeta is false for a CONNECT's options, which no
+	// objectSelector matches.
+	labels, oldLabels map[string]string
+	hasMeta           bool
+	userInfo          authenticationv1.UserInfo
+	dryRun            bool
+	options           []byte // the operation's options, JSON; nil for CONNECT
+	admitted          bool   // object has been through admission already: a PATCH's stored result
+	// namespaceLabels are those of the namespace a namespaceSelector
+	// reads, when known.
+	namespaceLabels        map[string]string
 	namespaceLabelsUnknown bool
+	labelsHint             string // how to make them known
+	// conversion is how the apiserver converts the object to another
+	// version of its kind, for a webhook of another: see kindInfo.
+	conversion string
 }
 
-// matches says whether the apiserver sends req to h, and notes what it
-// could not evaluate.
-func (h webhook) matches(req request) (bool, []string) {
-	if !h.rulesMatch(req) || !h.objectMatches(req) {
-		return false, nil
+// namespacesResource is the resource of Namespaces, which the rules and
+// the namespaceSelector treat apart (rules.go, namespaceResource).
+var namespacesResource = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+
+// invocation is one webhook a request is sent to, and as what: under
+// matchPolicy Equivalent another resource and kind than requested
+// (WebhookInvocation).
+type invocation struct {
+	hook        webhook
+	resource    schema.GroupVersionResource
+	kind        schema.GroupVersionKind
+	subresource string
+	// unsure are what review does not know that decides whether the
+	// webhook is sent the request: a namespaceSelector of a namespace
+	// whose labels are unknown, matchConditions, which review does not
+	// evaluate. Webhooks with the same selector are sent it alike.
+	unsure []unknown
+}
+
+// unknown is something a verdict may depend on that review does not know:
+// what, said as a condition, and how to tell review.
+type unknown struct {
+	what, hint string
+}
+
+// equivalence is what matchPolicy Equivalent needs of the apiserver's
+// resources: catalog's.
+type equivalence interface {
+	equivalents(resource schema.GroupVersionResource, sub string) []schema.GroupVersionResource
+	kindFor(resource schema.GroupVersionResource, sub string) schema.GroupVersionKind
+}
+
+// invocation says whether the apiserver sends req to h, and as what
+// (ShouldCallHook), or nil; with what it depends on that review does not
+// know.
+func (h webhook) invocation(req request, eq equivalence) *invocation {
+	var unsure []unknown
+	if !h.namespaceSelected(req) {
+		return nil
 	}
-	var notes []string
-	if h.namespaceSelector != nil && !emptySelector(h.namespaceSelector) && (req.namespace != "" || req.resource == "namespaces") {
-		// Every namespace has its name as a label: a selector of names
-		// alone needs no more.
-		set := map[string]string{}
-		for k, v := range req.namespaceLabels {
-			set[k] = v
-		}
-		set[namespaceNameLabel] = req.namespaceName()
-		if req.namespaceLabelsUnknown && !onlyNames(h.namespaceSelector) {
-			notes = append(notes, fmt.Sprintf("%s: namespaceSelector not evaluated (give the Namespace %s in -f)", h.name, req.namespaceName()))
-		} else if sel, err := metav1.LabelSelectorAsSelector(h.namespaceSelector); err != nil || !sel.Matches(labels.Set(set)) {
-			return false, nil
-		}
+	if req.namespaceLabelsUnknown && h.readsNamespaceLabels(req) {
+		sel, _ := metav1.LabelSelectorAsSelector(h.namespaceSelector)
+		unsure = append(unsure, unknown{fmt.Sprintf("the labels of the namespace %s match %s", req.namespaceName(), sel), req.labelsHint})
 	}
 	if h.matchConditions > 0 {
-		notes = append(notes, fmt.Sprintf("%s: %d matchConditions not evaluated", h.name, h.matchConditions))
+		unsure = append(unsure, unknown{fmt.Sprintf("the matchConditions of %s hold", h.name), "matchConditions are CEL, which review does not evaluate"})
 	}
-	return true, notes
+	if !h.objectSelected(req) {
+		return nil
+	}
+	inv := &invocation{hook: h, resource: req.resource, kind: req.kind, subresource: req.subresource, unsure: unsure}
+	found := slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool { return ruleMatches(r, req, req.resource) })
+	if !found && h.equivalent && eq != nil {
+		// Honour earlier rules first; the request's own resource was
+		// tried already.
+	outer:
+		for _, r := range h.rules {
+			for _, other := range eq.equivalents(req.resource, req.subresource) {
+				if other == req.resource || !ruleMatches(r, req, other) {
+					continue
+				}
+				kind := eq.kindFor(other, req.subresource)
+				if kind.Empty() {
+					continue
+				}
+				inv.resource, inv.kind, found = other, kind, true
+				break outer
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	return inv
 }
 
-// rulesMatch is rules.Matcher.Matches: scope, operation, group, version
-// and resource, each "*" or the request's.
-func (h webhook) rulesMatch(req request) bool {
+// rulesMayMatch reports whether h's rules may match req, directly or, under
+// matchPolicy Equivalent, as an equivalent resource, whatever its
+// selectors say.
+func (h webhook) rulesMayMatch(req request, eq equivalence) bool {
 	for _, r := range h.rules {
-		if exactOrWildcard(operations(r.Operations), string(req.operation)) &&
-			exactOrWildcard(r.APIGroups, req.group) && exactOrWildcard(r.APIVersions, req.version) &&
-			resourceMatches(r.Resources, req.resource, req.subresource) && scopeMatches(r.Scope, req) {
+		if ruleMatches(r, req, req.resource) {
 			return true
+		}
+		if !h.equivalent || eq == nil {
+			continue
+		}
+		for _, other := range eq.equivalents(req.resource, req.subresource) {
+			if ruleMatches(r, req, other) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// ruleMatches is rules.Matcher.Matches of req, its resource taken as
+// resource: scope, operation, group, version and resource, each "*" or
+// the request's.
+func ruleMatches(r admissionregistrationv1.RuleWithOperations, req request, resource schema.GroupVersionResource) bool {
+	return exactOrWildcard(operations(r.Operations), string(req.operation)) &&
+		exactOrWildcard(r.APIGroups, resource.Group) && exactOrWildcard(r.APIVersions, resource.Version) &&
+		resourceMatches(r.Resources, resource.Resource, req.subresource) && scopeMatches(r.Scope, req.namespace, resource)
 }
 
 func operations(ops []admissionregistrationv1.OperationType) []string {
@@ -172,12 +309,7 @@ func operations(ops []admissionregistrationv1.OperationType) []string {
 }
 
 func exactOrWildcard(items []string, requested string) bool {
-	for _, item := range items {
-		if item == "*" || item == requested {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(items, "*") || slices.Contains(items, requested)
 }
 
 func resourceMatches(resources []string, resource, subresource string) bool {
@@ -190,36 +322,64 @@ func resourceMatches(resources []string, resource, subresource string) bool {
 	return false
 }
 
-// scopeMatches: a Namespace object is cluster-scoped.
-func scopeMatches(scope *admissionregistrationv1.ScopeType, req request) bool {
+// scopeMatches is Matcher.scope: a Namespace is cluster-scoped, though the
+// apiserver gives its requests its own name as namespace.
+func scopeMatches(scope *admissionregistrationv1.ScopeType, namespace string, resource schema.GroupVersionResource) bool {
 	if scope == nil || *scope == admissionregistrationv1.AllScopes {
 		return true
 	}
 	switch *scope {
 	case admissionregistrationv1.NamespacedScope:
-		return req.resource != "namespaces" && req.namespace != ""
+		return resource != namespacesResource && namespace != ""
 	case admissionregistrationv1.ClusterScope:
-		return req.resource == "namespaces" || req.namespace == ""
+		return resource == namespacesResource || namespace == ""
 	}
 	return false
 }
 
-// objectMatches is object.Matcher: the object's labels or the old
-// object's.
-func (h webhook) objectMatches(req request) bool {
+// namespaceSelected is MatchNamespaceSelector: a cluster-scoped request
+// other than a Namespace's is never exempted; otherwise the labels of the
+// namespace must match, or be unknown (then req.namespaceLabelsUnknown).
+func (h webhook) namespaceSelected(req request) bool {
+	if req.namespace == "" && req.resource.Resource != "namespaces" {
+		return true
+	}
+	if h.namespaceSelector == nil || emptySelector(h.namespaceSelector) {
+		return true
+	}
+	if req.namespaceLabelsUnknown && h.readsNamespaceLabels(req) {
+		return true // decided by whoever knows the labels: see invocation.unsure
+	}
+	set := map[string]string{}
+	for k, v := range req.namespaceLabels {
+		set[k] = v
+	}
+	// Every namespace has its name as a label (k8s.io/kubernetes
+	// pkg/apis/core/v1/defaults.go, SetDefaults_Namespace).
+	set[namespaceNameLabel] = req.namespaceName()
+	sel, err := metav1.LabelSelectorAsSelector(h.namespaceSelector)
+	return err == nil && sel.Matches(labels.Set(set))
+}
+
+// readsNamespaceLabels reports whether h's namespaceSelector reads a label
+// of the request's namespace beside its name.
+func (h webhook) readsNamespaceLabels(req request) bool {
+	return h.namespaceSelector != nil && !emptySelector(h.namespaceSelector) && !onlyNames(h.namespaceSelector) &&
+		(req.namespace != "" || req.resource.Resource == "namespaces")
+}
+
+// objectSelected is object.Matcher: the object's labels or the old
+// object's. A CONNECT's object is its options, which have no labels to
+// match (meta.Accessor fails on them), and a DELETE has no object.
+func (h webhook) objectSelected(req request) bool {
 	if h.objectSelector == nil || emptySelector(h.objectSelector) {
 		return true
 	}
 	sel, err := metav1.LabelSelectorAsSelector(h.objectSelector)
-	if err != nil {
+	if err != nil || !req.hasMeta {
 		return false
 	}
-	for _, o := range []*unstructured.Unstructured{req.object, req.oldObject} {
-		if o != nil && sel.Matches(labels.Set(o.GetLabels())) {
-			return true
-		}
-	}
-	return false
+	return (req.object != nil && sel.Matches(labels.Set(req.labels))) || (req.oldObject != nil && sel.Matches(labels.Set(req.oldLabels)))
 }
 
 // namespaceNameLabel is the label the apiserver gives every namespace, its
@@ -229,12 +389,8 @@ const namespaceNameLabel = "kubernetes.io/metadata.name"
 // namespaceName is the namespace whose labels the namespaceSelector reads:
 // a Namespace's own, or the object's.
 func (req request) namespaceName() string {
-	if req.resource == "namespaces" {
-		for _, o := range []*unstructured.Unstructured{req.object, req.oldObject} {
-			if o != nil {
-				return o.GetName()
-			}
-		}
+	if req.resource.Resource == "namespaces" {
+		return req.name
 	}
 	return req.namespace
 }
@@ -256,4 +412,24 @@ func onlyNames(s *metav1.LabelSelector) bool {
 
 func emptySelector(s *metav1.LabelSelector) bool {
 	return len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0
+}
+
+// exempt says why the apiserver sends no webhook a request for resource,
+// or "": webhook and admission policy configurations
+// (rules.IsExemptAdmissionConfigurationResource), and the reviews of
+// authentication and authorization, which are not stored
+// (ExcludeAdmissionWebhookVirtualResources, on by default from 1.37;
+// k8s.io/kubernetes pkg/kubeapiserver/admission/exclusion).
+func exempt(kind schema.GroupVersionKind, resource schema.GroupVersionResource) string {
+	if kind.Group == "admissionregistration.k8s.io" && slices.Contains([]string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}, kind.Kind) {
+		return "the apiserver sends no webhook a " + kind.Kind + " (rules.IsExemptAdmissionConfigurationResource)"
+	}
+	switch resource.GroupResource().String() {
+	case "selfsubjectreviews.authentication.k8s.io", "tokenreviews.authentication.k8s.io",
+		"localsubjectaccessreviews.authorization.k8s.io", "selfsubjectaccessreviews.authorization.k8s.io",
+		"selfsubjectrulesreviews.authorization.k8s.io", "subjectaccessreviews.authorization.k8s.io":
+		return "the apiserver sends no webhook a " + kind.Kind + ", which is not stored (ExcludeAdmissionWebhookVirtualResources)"
+	}
+	return ""
 }

@@ -1,6 +1,10 @@
 package review
 
+// Writing the verdicts as they come: a line each and a summary, or -o
+// json's array; and -v's diffs.
+
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -9,47 +13,134 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
-// write prints the results: -o json, an array of them; text, a line each
-// and a summary.
-func write(w io.Writer, o options, op admissionv1.Operation, results []result) error {
-	if o.output == "json" {
-		if results == nil {
-			results = []result{}
+// writer writes the results of a review of manifests, in order, and the
+// exit status they make.
+type writer struct {
+	w, stderr io.Writer
+	o         options
+	op        admissionv1.Operation
+	json      bool
+
+	written    int
+	counts     map[string]int
+	unreadable bool // a document could not be read
+	failed     bool // an object is denied, errors, …
+	unknown    bool // a verdict is not known
+	empties    int
+}
+
+func newWriter(stdout, stderr io.Writer, o options, op admissionv1.Operation) *writer {
+	return &writer{w: stdout, stderr: stderr, o: o, op: op, json: o.output == "json", counts: map[string]int{}}
+}
+
+// begin writes what comes before the first result.
+func (w *writer) begin() {
+	if w.json {
+		fmt.Fprint(w.w, "[")
+		return
+	}
+	what := string(w.op)
+	if w.op == admissionv1.Connect {
+		what += " " + w.o.subresource
+		if w.o.connectQuery != "" {
+			what += "?" + w.o.connectQuery
 		}
-		out, err := json.MarshalIndent(results, "", "  ")
+	}
+	fmt.Fprintf(w.w, "%s as user %s, groups %s\n", what, w.o.user, strings.Join(w.o.groups, ", "))
+}
+
+// empty says that a file or a List holds no object.
+func (w *writer) empty(source, what string) {
+	w.empties++
+	if !w.json {
+		fmt.Fprintf(w.w, "%s: no object: %s\n", source, what)
+	}
+}
+
+// write writes one result.
+func (w *writer) write(r result) error {
+	line, label := describe(r)
+	w.counts[label]++
+	w.unreadable = w.unreadable || r.unreadable
+	w.failed = w.failed || (r.failed() && !r.unreadable)
+	w.unknown = w.unknown || r.Verdict == "unknown"
+	if w.json {
+		out, err := json.MarshalIndent(r, "  ", "  ")
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(w, "%s\n", out)
+		sep := ",\n  "
+		if w.written == 0 {
+			sep = "\n  "
+		}
+		w.written++
+		_, err = fmt.Fprintf(w.w, "%s%s", sep, out)
 		return err
 	}
-	fmt.Fprintf(w, "%s as user %s, groups %s\n", op, o.user, strings.Join(o.groups, ", "))
-	counts := map[string]int{}
-	for _, r := range results {
-		line, label := describe(r)
-		counts[label]++
-		fmt.Fprintf(w, "%s: %s\n", r.Source, line)
-		for _, n := range r.Notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
+	w.written++
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s\n", r.Source, line)
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  note: %s\n", n)
+	}
+	if w.o.verbose && r.Mutate != nil && string(r.Mutate.Patch) != "[]" {
+		context := diffContext
+		if r.Kind == "Secret" {
+			context = 0 // a line beside a change may be its data
 		}
-		if o.verbose && r.Mutate != nil && string(r.Mutate.Patch) != "[]" {
-			context := diffContext
-			if r.Kind == "Secret" {
-				context = 0 // a line beside a change may be its data
-			}
-			for _, l := range diffLines(r.before, r.after, context) {
-				fmt.Fprintf(w, "  %s\n", l)
-			}
+		for _, l := range diffLines(r.before, r.after, context) {
+			fmt.Fprintf(&b, "  %s\n", l)
 		}
 	}
-	var parts []string
-	for _, label := range []string{"admitted", "patched", "warned", "allowed", "no-opinion", "denied", "not idempotent", "differs on dry run", "error"} {
-		if counts[label] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", counts[label], label))
-		}
-	}
-	_, err := fmt.Fprintf(w, "%d reviewed: %s\n", len(results), strings.Join(parts, ", "))
+	_, err := io.WriteString(w.w, b.String())
 	return err
+}
+
+// end writes the summary, and returns the exit status the results make:
+// 2 when a document could not be read, 1 when one is refused, 3 when
+// nothing was reviewed or a verdict is not known; 130 when ctx was
+// cancelled, by a signal, before the end.
+func (w *writer) end(ctx context.Context) error {
+	interrupted := ctx.Err() != nil
+	if w.json {
+		if w.written > 0 {
+			fmt.Fprint(w.w, "\n]\n")
+		} else {
+			fmt.Fprint(w.w, "]\n")
+		}
+	}
+	summary := w.w
+	if w.json {
+		summary = w.stderr
+	}
+	switch {
+	case interrupted:
+		fmt.Fprintf(summary, "interrupted (%v): %d reviewed before it; the rest of the input was not read\n", context.Cause(ctx), w.written)
+	case w.written == 0:
+		fmt.Fprintln(summary, "0 reviewed: the input holds no object to review")
+	}
+	if !w.json {
+		var parts []string
+		for _, label := range []string{"admitted", "patched", "warned", "allowed", "no-opinion", "denied", "not idempotent", "differs on dry run", "unknown", "error"} {
+			if w.counts[label] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", w.counts[label], label))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w.w, "%d reviewed: %s\n", w.written, strings.Join(parts, ", "))
+		}
+	}
+	switch {
+	case interrupted:
+		return &ExitError{Code: exitInterrupted}
+	case w.unreadable:
+		return &ExitError{Code: exitUsage}
+	case w.failed:
+		return &ExitError{Code: exitRefused}
+	case w.written == 0 || w.unknown:
+		return &ExitError{Code: exitUnknown}
+	}
+	return nil
 }
 
 // describe is a result's line, and the word it is counted under.
@@ -64,6 +155,8 @@ func describe(r result) (line, label string) {
 	switch {
 	case r.Verdict == "error":
 		return what + "error: " + r.Error, "error"
+	case r.Verdict == "unknown":
+		return what + "unknown: " + r.Unknown, "unknown"
 	case r.Kind == "SubjectAccessReview":
 		if r.Reason != "" {
 			return what + r.Verdict + ": " + r.Reason, r.Verdict
@@ -109,9 +202,17 @@ func describe(r result) (line, label string) {
 	return what + strings.Join(words, "; "), label
 }
 
-// diffContext is how many unchanged lines -v shows around each change, as
-// diff -U2 does: enough to say where a line was added.
-const diffContext = 2
+const (
+	// diffContext is how many unchanged lines -v shows around each
+	// change, as diff -U2 does: enough to say where a line was added.
+	diffContext = 2
+
+	// maxDiffEdits bounds the lines -v's diff adds and removes: it finds
+	// them in memory that grows as their square (Myers' algorithm keeps a
+	// row per edit), 4 MiB at this bound, however large the object. A
+	// patch that changes more is not shown as a diff; -o json has it.
+	maxDiffEdits = 1000
+)
 
 // diffLines is a line diff of two JSON documents, indented: "-" lines the
 // patch removed, "+" lines it added, as diff -u shows them, each change
@@ -119,35 +220,9 @@ const diffContext = 2
 // unchanged lines are left out between them.
 func diffLines(before, after json.RawMessage, context int) []string {
 	a, b := indentLines(before), indentLines(after)
-	// The longest common subsequence, by dynamic programming: objects are
-	// small.
-	lcs := make([][]int, len(a)+1)
-	for i := range lcs {
-		lcs[i] = make([]int, len(b)+1)
-	}
-	for i := len(a) - 1; i >= 0; i-- {
-		for j := len(b) - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var all []string // every line, marked
-	i, j := 0, 0
-	for i < len(a) || j < len(b) {
-		switch {
-		case i < len(a) && j < len(b) && a[i] == b[j]:
-			all = append(all, "  "+a[i])
-			i, j = i+1, j+1
-		case i < len(a) && (j == len(b) || lcs[i+1][j] >= lcs[i][j+1]):
-			all = append(all, "- "+a[i]) // what was, before what is, as diff -u
-			i++
-		default:
-			all = append(all, "+ "+b[j])
-			j++
-		}
+	all, ok := editScript(a, b)
+	if !ok {
+		return []string{fmt.Sprintf("(the patch changes more than %d lines: not shown; -o json has it)", maxDiffEdits)}
 	}
 	shown := make([]bool, len(all))
 	for k, line := range all {
@@ -167,6 +242,136 @@ func diffLines(before, after json.RawMessage, context int) []string {
 		}
 	}
 	return out
+}
+
+// editScript is every line of a and b, marked "  " when in both, "- "
+// when only in a and "+ " when only in b, the removed before the added as
+// diff -u has them: a shortest edit script, by Myers' algorithm ("An
+// O(ND) Difference Algorithm", 1986), after the lines a and b begin and
+// end with alike. It reports false when more than maxDiffEdits lines
+// differ.
+func editScript(a, b []string) ([]string, bool) {
+	prefix := 0
+	for prefix < len(a) && prefix < len(b) && a[prefix] == b[prefix] {
+		prefix++
+	}
+	suffix := 0
+	for suffix < len(a)-prefix && suffix < len(b)-prefix && a[len(a)-1-suffix] == b[len(b)-1-suffix] {
+		suffix++
+	}
+	var all []string
+	for _, l := range a[:prefix] {
+		all = append(all, "  "+l)
+	}
+	middle, ok := myers(a[prefix:len(a)-suffix], b[prefix:len(b)-suffix])
+	if !ok {
+		return nil, false
+	}
+	all = append(all, middle...)
+	for _, l := range a[len(a)-suffix:] {
+		all = append(all, "  "+l)
+	}
+	return all, true
+}
+
+// myers is editScript of a and b without their common ends.
+func myers(a, b []string) ([]string, bool) {
+	n, m := len(a), len(b)
+	offset := n + m + 1
+	// trace[d] is the furthest x reached on each diagonal k in [-d, d]
+	// after d edits, at trace[d][k+d].
+	var trace [][]int32
+	v := make([]int32, 2*offset+1) // furthest x on diagonal k, at v[k+offset]
+	found := -1
+	for d := 0; d <= n+m && d <= maxDiffEdits; d++ {
+		for k := -d; k <= d; k += 2 {
+			var x int32
+			if k == -d || (k != d && v[k-1+offset] < v[k+1+offset]) {
+				x = v[k+1+offset] // down: an added line
+			} else {
+				x = v[k-1+offset] + 1 // right: a removed line
+			}
+			y := x - int32(k)
+			for int(x) < n && int(y) < m && a[x] == b[y] {
+				x, y = x+1, y+1
+			}
+			v[k+offset] = x
+			if int(x) >= n && int(y) >= m {
+				found = d
+			}
+		}
+		row := make([]int32, 2*d+1)
+		for k := -d; k <= d; k++ {
+			row[k+d] = v[k+offset]
+		}
+		trace = append(trace, row)
+		if found >= 0 {
+			break
+		}
+	}
+	if found < 0 {
+		return nil, false
+	}
+	// Walk back from the end: at each edit, the alike lines after it, then
+	// the edit, from the point the step before reached.
+	var rev []string
+	x, y := int32(n), int32(m)
+	for d := found; d > 0; d-- {
+		prev := trace[d-1] // after d-1 edits, diagonals -(d-1) to d-1
+		at := func(k int) int32 { return prev[k+d-1] }
+		k := int(x - y)
+		prevK := k - 1
+		if k == -d || (k != d && at(k-1) < at(k+1)) {
+			prevK = k + 1
+		}
+		prevX := at(prevK)
+		prevY := prevX - int32(prevK)
+		for x > prevX && y > prevY {
+			x, y = x-1, y-1
+			rev = append(rev, "  "+a[x])
+		}
+		if x == prevX {
+			rev = append(rev, "+ "+b[prevY]) // down: b's line added
+		} else {
+			rev = append(rev, "- "+a[prevX]) // right: a's line removed
+		}
+		x, y = prevX, prevY
+	}
+	for x > 0 && y > 0 {
+		x, y = x-1, y-1
+		rev = append(rev, "  "+a[x])
+	}
+	out := make([]string, 0, len(rev))
+	for i := len(rev) - 1; i >= 0; i-- {
+		out = append(out, rev[i])
+	}
+	return removedFirst(out), true
+}
+
+// removedFirst moves, in each run of changed lines, the removed lines
+// before the added ones, as diff -u writes them.
+func removedFirst(lines []string) []string {
+	for i := 0; i < len(lines); {
+		if lines[i][0] == ' ' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(lines) && lines[j][0] != ' ' {
+			j++
+		}
+		var removed, added []string
+		for _, l := range lines[i:j] {
+			if l[0] == '-' {
+				removed = append(removed, l)
+			} else {
+				added = append(added, l)
+			}
+		}
+		copy(lines[i:], append(removed, added...))
+		i = j
+	}
+	return lines
 }
 
 func indentLines(doc json.RawMessage) []string {

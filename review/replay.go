@@ -46,6 +46,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
 
 	"github.com/example/webhook/jsonpatch"
@@ -88,6 +89,7 @@ const (
 	changeAuthzRefused     = "authorization-would-now-be-refused" // authorization: allowed then, denied now (refused)
 	changeAuthzAllowed     = "authorization-would-now-be-allowed" // authorization: refused then, allowed now
 	changeNotIdempotentNow = "not-idempotent"                     // /mutate patches its own result again (refused)
+	changeNotKnown         = "verdict-not-known"                  // admission: the verdict now depends on what the log does not hold
 )
 
 // refusing reports whether a change is one that makes the exit status 1.
@@ -170,6 +172,7 @@ type replayer struct {
 }
 
 func newReplayer(r *reviewer, cacheBytes int64) *replayer {
+	r.replaying, r.unknownNamespaces = true, map[string]string{}
 	p := &replayer{reviewer: r, versions: newVersionCache(cacheBytes), names: map[string]bool{}}
 	for _, h := range r.hooks {
 		p.names[h.name] = true
@@ -400,18 +403,6 @@ func selectorAttributes(query url.Values) (*authorizationv1.FieldSelectorAttribu
 	return fs, ls
 }
 
-// connectOptions are the core subresources whose requests are CONNECTs,
-// with the kind of their options (the rest.Connecter storages of pods,
-// services and nodes), and whether the rest of the path is the options'
-// path (NewConnectOptions' subpath).
-var connectOptions = map[string]struct {
-	kind    string
-	subpath bool
-}{
-	"pods/attach": {"PodAttachOptions", false}, "pods/exec": {"PodExecOptions", false}, "pods/portforward": {"PodPortForwardOptions", false},
-	"pods/proxy": {"PodProxyOptions", true}, "services/proxy": {"ServiceProxyOptions", true}, "nodes/proxy": {"NodeProxyOptions", true},
-}
-
 // admitEvent reviews a request that admission would have seen: a write, or
 // a CONNECT. It fills res.Admission, or res.NotReviewed with why.
 func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEvent, user authenticationv1.UserInfo, uri *url.URL) {
@@ -424,14 +415,14 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		code = e.ResponseStatus.Code
 	}
 	req := request{
-		group: ref.APIGroup, version: ref.APIVersion, resource: ref.Resource, subresource: ref.Subresource,
-		name: ref.Name, namespace: ref.Namespace, userInfo: user, dryRun: res.DryRun,
+		resource:    schema.GroupVersionResource{Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource},
+		subresource: ref.Subresource, name: ref.Name, namespace: ref.Namespace, userInfo: user, dryRun: res.DryRun, hasMeta: true,
 	}
-	if ref.Resource == "namespaces" && ref.APIGroup == "" {
+	if req.resource == namespacesResource {
 		req.namespace = "" // a Namespace is cluster-scoped; call sends its own name
 	}
 	var op admissionv1.Operation
-	connect, isConnect := connectOptions[ref.Resource+"/"+ref.Subresource]
+	connect, isConnect := connectSubresources[ref.Resource+"/"+ref.Subresource]
 	switch {
 	case isConnect && ref.APIGroup == "":
 		op = admissionv1.Connect
@@ -459,7 +450,7 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		return
 	}
 	req.operation = admissionregistrationv1.OperationType(op)
-	if p.hooks != nil && !slices.ContainsFunc(p.hooks, func(h webhook) bool { return h.rulesMatch(req) }) {
+	if p.hooks != nil && !slices.ContainsFunc(p.hooks, func(h webhook) bool { return h.rulesMayMatch(req, p.catalog) }) {
 		p.sum.notSent++ // no webhook of -config is sent such requests, whatever the object
 		return
 	}
@@ -469,14 +460,15 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		req.options = e.RequestObject
 	}
 
+	var object, oldObject *unstructured.Unstructured
 	why := ""
 	switch op {
 	case admissionv1.Connect:
-		req.object = connectObject(connect.kind, connect.subpath, uri, ref)
+		object, req.hasMeta, req.options = connectObject(connect.kind, connect.subpath, uri, ref), false, nil
 	case admissionv1.Create, admissionv1.Update:
-		why = p.objectOf(res, &req, e, op, code)
+		object, oldObject, why = p.objectOf(res, &req, e, op, code)
 	case admissionv1.Delete:
-		req.oldObject, why = p.oldObjectOf(res, req)
+		oldObject, why = p.oldObjectOf(res, req)
 		if why != "" {
 			why = "the object as stored before the delete is unknown: " + why
 		}
@@ -486,9 +478,9 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		p.sum.notReviewed++
 		return
 	}
-	source := req.object
+	source := object
 	if source == nil {
-		source = req.oldObject
+		source = oldObject
 	}
 	req.kind = source.GroupVersionKind()
 	if req.kind.Kind == "" || req.kind.Version == "" {
@@ -499,9 +491,35 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	if op == admissionv1.Create && ref.Subresource == "" {
 		req.name = source.GetName() // "" for generateName: named after admission (rest.BeforeCreate)
 	}
+	if object != nil {
+		req.object, _ = json.Marshal(object.Object)
+		req.labels = object.GetLabels()
+	}
+	if oldObject != nil {
+		req.oldObject, _ = json.Marshal(oldObject.Object)
+		req.oldLabels = oldObject.GetLabels()
+	}
 	p.setNamespaceLabels(&req)
-	var out result
-	p.admit(ctx, &out, req)
+	calls, unsure := p.match(req)
+	combos := assumptions(unsure)
+	if combos == nil {
+		res.NotReviewed = fmt.Sprintf("it depends on %d things replay does not know", len(unsure))
+		p.sum.notReviewed++
+		return
+	}
+	var runs []variantRun
+	for _, combo := range combos {
+		run := variantRun{assumed: combo, unsure: unsure}
+		var chosen []invocation
+		for _, c := range calls {
+			if combo.holds(c.unsure) {
+				chosen = append(chosen, c)
+			}
+		}
+		p.admit(ctx, &run.res, req, chosen)
+		runs = append(runs, run)
+	}
+	out := combine(runs, nil, req.namespace)
 	out.Source, out.APIVersion, out.Kind, out.Namespace, out.Name = "", source.GetAPIVersion(), source.GetKind(), req.namespace, req.name
 	if out.Mutate != nil {
 		out.Mutate.Patch = withoutValues(out.Mutate.Patch)
@@ -517,61 +535,60 @@ var exemptResources = map[string]bool{
 	"mutatingadmissionpolicies": true, "mutatingadmissionpolicybindings": true,
 }
 
-// objectOf sets the object of a CREATE or an UPDATE, and an UPDATE's
-// oldObject, or says why it cannot. The object is requestObject; for a
+// objectOf is the object of a CREATE or an UPDATE, and an UPDATE's
+// oldObject, or why it cannot be had. The object is requestObject; for a
 // PATCH, whose requestObject is the patch, it is the patch applied to the
 // earlier stored version when the patch's type can be told (a JSON Patch,
 // or a merge patch that no strategic merge reads otherwise), else the
 // object as stored (responseObject), which every mutation has already
 // changed.
-func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op admissionv1.Operation, code int32) string {
+func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op admissionv1.Operation, code int32) (object, oldObject *unstructured.Unstructured, why string) {
 	if len(e.RequestObject) == 0 && len(e.ResponseObject) == 0 {
-		return cmpOr(objectsLeftOut(e), "the event holds no object")
+		return nil, nil, cmpOr(objectsLeftOut(e), "the event holds no object")
 	}
 	if op == admissionv1.Update {
 		var why string
-		if req.oldObject, why = p.oldObjectOf(res, *req); why != "" {
+		if oldObject, why = p.oldObjectOf(res, *req); why != "" {
 			res.OldObject = "unknown: " + why
 		}
 	}
 	if e.Verb != "patch" {
 		if len(e.RequestObject) == 0 {
-			return cmpOr(objectsLeftOut(e), "the event holds no requestObject")
+			return nil, nil, cmpOr(objectsLeftOut(e), "the event holds no requestObject")
 		}
 		obj, err := objectFrom(e.RequestObject)
 		if err != nil {
-			return "requestObject " + err.Error()
+			return nil, nil, "requestObject " + err.Error()
 		}
-		req.object = obj
-		if op == admissionv1.Update && req.oldObject != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() != req.oldObject.GetResourceVersion() {
+		if op == admissionv1.Update && oldObject != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() != oldObject.GetResourceVersion() {
 			// An update names the version it replaces: another is not it.
-			res.OldObject = fmt.Sprintf("unknown: the update replaces resourceVersion %s, the log's last stored version is %s", obj.GetResourceVersion(), req.oldObject.GetResourceVersion())
-			req.oldObject = nil
+			res.OldObject = fmt.Sprintf("unknown: the update replaces resourceVersion %s, the log's last stored version is %s", obj.GetResourceVersion(), oldObject.GetResourceVersion())
+			oldObject = nil
 		}
-		return ""
+		return obj, oldObject, ""
 	}
-	if len(e.RequestObject) > 0 && req.oldObject != nil {
-		if patched, how := applyPatch(req.oldObject, e.RequestObject); patched != nil {
-			req.object, res.Object = patched, "the patch ("+how+") applied to the version stored at "+res.OldObject
-			return ""
+	if len(e.RequestObject) > 0 && oldObject != nil {
+		if patched, how := applyPatch(oldObject, e.RequestObject); patched != nil {
+			res.Object = "the patch (" + how + ") applied to the version stored at " + res.OldObject
+			return patched, oldObject, ""
 		}
 	}
 	if len(e.ResponseObject) > 0 && code >= 200 && code < 300 {
 		obj, err := objectFrom(e.ResponseObject)
 		if err != nil {
-			return "responseObject " + err.Error()
+			return nil, nil, "responseObject " + err.Error()
 		}
-		req.object, req.admitted = obj, true
+		req.admitted = true
 		res.Object = "the object as stored (responseObject): after the patch and every mutation, which /mutate then sees already made"
-		return ""
+		return obj, oldObject, ""
 	}
 	switch {
 	case len(e.RequestObject) == 0:
-		return cmpOr(objectsLeftOut(e), "the event has no requestObject")
-	case req.oldObject == nil:
-		return "the patch's pre-image, the version stored before it, is not in the log" + strings.TrimPrefix(res.OldObject, "unknown")
+		return nil, nil, cmpOr(objectsLeftOut(e), "the event has no requestObject")
+	case oldObject == nil:
+		return nil, nil, "the patch's pre-image, the version stored before it, is not in the log" + strings.TrimPrefix(res.OldObject, "unknown")
 	}
-	return "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
+	return nil, nil, "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
 }
 
 // objectsLeftOut says why an event holds no objects, if it can.
@@ -592,12 +609,15 @@ func objectsLeftOut(e *auditEvent) string {
 // oldObjectOf is the version of req's object the log last showed stored,
 // and res.OldObject says where; or why it is unknown.
 func (p *replayer) oldObjectOf(res *replayResult, req request) (*unstructured.Unstructured, string) {
-	key := versionKey(req.group, req.resource, req.namespace, req.name)
+	key := versionKey(req.resource.Group, req.resource.Resource, req.namespace, req.name)
 	if req.subresource != "" && req.subresource != "status" {
-		return nil, fmt.Sprintf("the log stores %s, not their %s", req.resource, req.subresource)
+		return nil, fmt.Sprintf("the log stores %s, not their %s", req.resource.Resource, req.subresource)
 	}
-	v, dropped := p.versions.get(key)
+	v, dropped, writtenAt := p.versions.get(key)
 	switch {
+	case writtenAt != nil:
+		p.sum.oldUnknown++
+		return nil, fmt.Sprintf("%s wrote it, and the log does not hold what it stored (a write at level Request or Metadata)", writtenAt)
 	case v != nil:
 		obj, err := objectFrom(v.raw)
 		if err != nil {
@@ -623,9 +643,12 @@ func versionKey(group, resource, namespace, name string) string {
 	return group + "/" + resource + "/" + namespace + "/" + name
 }
 
+// objectFrom reads an object of the log, its numbers as written.
 func objectFrom(raw json.RawMessage) (*unstructured.Unstructured, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
 	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+	if err := dec.Decode(&m); err != nil || m == nil {
 		return nil, fmt.Errorf("is not a JSON object")
 	}
 	return &unstructured.Unstructured{Object: m}, nil
@@ -813,12 +836,18 @@ func (p *replayer) changes(res *replayResult) []string {
 			}
 		}
 		switch {
+		case now == "unknown":
+			// Its verdict depends on what the log does not hold: a
+			// namespace's labels, or matchConditions.
+			p.sum.cannotCompare++
+			p.sum.verdictUnknown++
+			changes = append(changes, changeNotKnown)
 		case len(a.Webhooks) == 0 && p.hooks != nil:
 			// Not sent to the webhook: nothing to compare.
 		case strings.HasPrefix(res.OldObject, "unknown"):
 			// Reviewed without the oldObject the apiserver sent: its
 			// changes are said, but it is no proof of agreement or not.
-			p.sum.notCompared++
+			p.sum.cannotCompare++
 		case t.Admission == "admitted" || (t.Admission == "denied" && ours):
 			if slices.ContainsFunc(changes, func(c string) bool {
 				return c == changeRefused || c == changeErrors || c == changeAdmitted || c == changeMessage
@@ -878,19 +907,159 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 		p.versions.put(key, e.ResponseObject, at)
 	case e.Verb == "delete":
 		p.versions.remove(key)
+	case e.Verb != "get":
+		// A write the log holds no result of: the version kept is no
+		// longer the one stored, and a later write must not take it as
+		// its oldObject, nor apply its patch to it.
+		p.versions.writtenBlind(key, at)
 	}
-	if ref.Resource == "namespaces" && ref.APIGroup == "" {
-		ns := stored
-		if ns == nil && e.Verb != "delete" && e.Verb != "get" {
-			ns, _ = objectFrom(e.RequestObject)
+	if ref.Resource == "namespaces" && ref.APIGroup == "" && ref.Subresource == "" {
+		p.rememberNamespace(at, e, stored)
+	}
+}
+
+// rememberNamespace keeps the labels of a Namespace a write or a get of it
+// shows, which a later request's namespaceSelector reads; or, when the log
+// does not hold what the write made of them, that they are not known from
+// then on: a stale label set would judge a namespaceSelector wrong, in
+// either direction.
+func (p *replayer) rememberNamespace(at logLine, e *auditEvent, stored *unstructured.Unstructured) {
+	name := e.ObjectRef.Name
+	if stored != nil {
+		name = stored.GetName()
+	}
+	sent, _ := objectFrom(e.RequestObject)
+	if name == "" && sent != nil {
+		name = sent.GetName() // a create's, whose URL names none
+	}
+	if name == "" {
+		return
+	}
+	known := func(labels map[string]string) {
+		delete(p.unknownNamespaces, name)
+		if _, ok := p.namespaces[name]; ok || len(p.namespaces) < maxNamespaceLabels {
+			p.namespaces[name] = labels
 		}
-		switch {
-		case e.Verb == "delete" && stored == nil:
-			delete(p.namespaces, name)
-		case ns != nil && ns.GetName() != "":
-			if _, ok := p.namespaces[ns.GetName()]; ok || len(p.namespaces) < maxNamespaceLabels {
-				p.namespaces[ns.GetName()] = ns.GetLabels()
+	}
+	unknown := func(why string) {
+		delete(p.namespaces, name)
+		if len(p.unknownNamespaces) < maxNamespaceLabels {
+			p.unknownNamespaces[name] = fmt.Sprintf("%s: %s, so the Namespace %s's labels since are not known: audit the writes of namespaces at RequestResponse", at, why, name)
+		}
+	}
+	mutated := len(p.then(e).PatchedBy) > 0
+	switch {
+	case stored != nil:
+		known(stored.GetLabels())
+	case e.Verb == "get":
+	case e.Verb == "delete":
+		delete(p.namespaces, name)
+		delete(p.unknownNamespaces, name)
+	case len(e.RequestObject) == 0:
+		unknown(fmt.Sprintf("a %s of it at level %s, without its objects", e.Verb, e.Level))
+	case mutated:
+		unknown(fmt.Sprintf("a %s of it that a mutating webhook patched, without the object as stored", e.Verb))
+	case e.Verb != "patch":
+		if sent == nil {
+			unknown(fmt.Sprintf("a %s of it whose requestObject is not an object", e.Verb))
+		} else {
+			known(sent.GetLabels())
+		}
+	default:
+		labels, ok := p.namespaces[name]
+		if !ok {
+			if _, isUnknown := p.unknownNamespaces[name]; !isUnknown {
+				return // not known before either; said when a request needs them
+			}
+			unknown("a patch of it, its labels not known before")
+			return
+		}
+		after, ok := patchedLabels(labels, e.RequestObject)
+		if !ok {
+			unknown("a patch of it that replay cannot apply to its labels (a strategic merge with directives, an apply, or a JSON Patch of other paths)")
+			return
+		}
+		known(after)
+	}
+}
+
+// patchedLabels applies a PATCH's requestObject to a Namespace's labels,
+// when what it does to them can be told from the patch alone: a JSON
+// Patch whose operations are all below /metadata/labels, or none is; a
+// merge patch (or a strategic merge one without directives, the same on a
+// map) that names metadata.labels or does not. An apply configuration
+// (apiVersion and kind) is not applied: field ownership decides what it
+// removes.
+func patchedLabels(labels map[string]string, patch json.RawMessage) (map[string]string, bool) {
+	trimmed := bytes.TrimSpace(patch)
+	doc, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		var ops []struct {
+			Path, From string
+		}
+		if json.Unmarshal(trimmed, &ops) != nil {
+			return nil, false
+		}
+		touches, all := false, true
+		for _, op := range ops {
+			for _, path := range []string{op.Path, op.From} {
+				switch {
+				case path == "":
+				case strings.HasPrefix(path, "/metadata/labels/") || path == "/metadata/labels":
+					touches = true
+				case path == "/metadata" || path == "":
+					return nil, false
+				default:
+					all = false
+				}
 			}
 		}
+		if !touches {
+			return labels, true
+		}
+		if !all {
+			return nil, false
+		}
+		after, err := jsonpatch.Apply(doc, trimmed)
+		if err != nil {
+			return nil, false
+		}
+		return labelsOf(after)
 	}
+	var m map[string]any
+	if json.Unmarshal(trimmed, &m) != nil || m == nil {
+		return nil, false
+	}
+	if _, ok := m["kind"]; ok {
+		if _, ok := m["apiVersion"]; ok {
+			return nil, false
+		}
+	}
+	meta, hasMeta := m["metadata"]
+	if !hasMeta {
+		return labels, true
+	}
+	metaMap, _ := meta.(map[string]any)
+	if _, ok := metaMap["labels"]; !ok && meta != nil {
+		return labels, true
+	}
+	if !plainMergePatch(m) {
+		return nil, false
+	}
+	var d map[string]any
+	_ = json.Unmarshal(doc, &d)
+	after, _ := json.Marshal(mergePatch(d, map[string]any{"metadata": meta}))
+	return labelsOf(after)
+}
+
+func labelsOf(doc []byte) (map[string]string, bool) {
+	var o struct {
+		Metadata struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(doc, &o) != nil {
+		return nil, false
+	}
+	return o.Metadata.Labels, true
 }

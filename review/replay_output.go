@@ -36,16 +36,22 @@ type replaySummary struct {
 	admission               map[string]int // by describe's label
 	notReviewed, notSent    int
 	agree, disagree         int
-	notCompared             int
-	authorization           map[string]int // by verdict
-	authorizationNotSent    map[string]int // by reason
-	refusals                []string
-	refusalCount            int
-	changes                 map[string]int
-	oldFound, oldUnknown    int
-	oldDropped              int
-	earlierStage            int
-	failed                  bool
+	notCompared             int // refused then before the webhooks, or no response: nothing to compare
+	// cannotCompare are the writes whose verdict then and now cannot be
+	// compared, for what the log does not hold: verdictUnknown of them
+	// because the verdict now depends on it (a namespace's labels), the
+	// rest for an unknown oldObject.
+	cannotCompare, verdictUnknown int
+	interrupted                   error
+	authorization                 map[string]int // by verdict
+	authorizationNotSent          map[string]int // by reason
+	refusals                      []string
+	refusalCount                  int
+	changes                       map[string]int
+	oldFound, oldUnknown          int
+	oldDropped                    int
+	earlierStage                  int
+	failed                        bool
 }
 
 // replayAuditLogs is `webhook review -audit-log`.
@@ -77,8 +83,14 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 			return
 		}
 		c.add(at, e)
-	}, progress.read)
-	c.flush()
+	}, progress.read, func() bool { return ctx.Err() != nil })
+	if ctx.Err() != nil {
+		// Stopped by a signal: what waits for its ResponseComplete is not
+		// replayed.
+		p.sum.interrupted = context.Cause(ctx)
+	} else {
+		c.flush()
+	}
 	progress.done()
 	if werr != nil {
 		return werr
@@ -92,10 +104,14 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 	}
 	p.writeSummary(summaryTo, o)
 	switch {
+	case p.sum.interrupted != nil:
+		return &ExitError{Code: exitInterrupted}
 	case p.sum.unreadableCount > 0:
-		return &ExitError{Code: 2}
+		return &ExitError{Code: exitUsage}
 	case p.sum.failed:
-		return &ExitError{Code: 1}
+		return &ExitError{Code: exitRefused}
+	case p.sum.cannotCompare > 0:
+		return &ExitError{Code: exitUnknown}
 	}
 	return nil
 }
@@ -387,13 +403,17 @@ func changeWords(c string, res replayResult) string {
 func (p *replayer) writeSummary(w io.Writer, o options) {
 	s := &p.sum
 	fmt.Fprintf(w, "replayed %d requests from %s\n", s.events, strings.Join(o.auditLogs, ", "))
+	if s.interrupted != nil {
+		fmt.Fprintf(w, "interrupted (%v): the rest of the log was not read, nor the requests still waiting for their ResponseComplete\n", s.interrupted)
+	}
 	reviewed := 0
 	for _, n := range s.admission {
 		reviewed += n
 	}
 	fmt.Fprintf(w, "admission: %d reviewed%s; %d not reviewed; %d not sent to the webhook\n", reviewed, counted(s.admission,
 		"admitted", "patched", "warned", "denied", "not idempotent", "error"), s.notReviewed, s.notSent)
-	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d not compared (refused then before or beside the webhook, no response, or oldObject unknown)\n", s.agree, s.disagree, s.notCompared)
+	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d cannot be compared (%d whose verdict now depends on what the log does not hold, %d whose oldObject it does not hold); %d not compared (refused then before or beside the webhook, or no response)\n",
+		s.agree, s.disagree, s.cannotCompare, s.verdictUnknown, s.cannotCompare-s.verdictUnknown, s.notCompared)
 	fmt.Fprintf(w, "  oldObject: %d found in the log, %d not in it, %d dropped from the cache\n", s.oldFound, s.oldUnknown, s.oldDropped)
 	sent := 0
 	for _, n := range s.authorization {

@@ -634,24 +634,24 @@ func TestVersionCache(t *testing.T) {
 	}
 	c.put("k/a", version(100), logLine{"f", 2}) // stored again: now the most recent
 	c.put("k/d", version(100), logLine{"f", 3})
-	if v, dropped := c.get("k/b"); v != nil || !dropped {
+	if v, dropped, _ := c.get("k/b"); v != nil || !dropped {
 		t.Errorf("k/b: got %v, dropped %v; want it dropped, the least recently stored", v, dropped)
 	}
-	if v, _ := c.get("k/a"); v == nil || v.at.line != 2 {
+	if v, _, _ := c.get("k/a"); v == nil || v.at.line != 2 {
 		t.Errorf("k/a: got %+v, want the version of line 2", v)
 	}
-	if v, dropped := c.get("k/never"); v != nil || dropped {
+	if v, dropped, _ := c.get("k/never"); v != nil || dropped {
 		t.Errorf("k/never: got %v, dropped %v; want neither", v, dropped)
 	}
 	if c.bytes > c.maxBytes || c.len() != 3 || c.droppedCount != 1 {
 		t.Errorf("got %d bytes of %d, %d versions, %d dropped; want at most the limit, 3, 1", c.bytes, c.maxBytes, c.len(), c.droppedCount)
 	}
 	c.put("k/huge", version(int(c.maxBytes)), logLine{"f", 4})
-	if v, dropped := c.get("k/huge"); v != nil || !dropped || c.len() != 3 {
+	if v, dropped, _ := c.get("k/huge"); v != nil || !dropped || c.len() != 3 {
 		t.Errorf("a version larger than the cache: got %v, dropped %v, %d kept; want it not kept, the others kept", v, dropped, c.len())
 	}
 	c.remove("k/a")
-	if v, dropped := c.get("k/a"); v != nil || dropped {
+	if v, dropped, _ := c.get("k/a"); v != nil || dropped {
 		t.Errorf("a deleted object: got %v, dropped %v; want it forgotten", v, dropped)
 	}
 
@@ -750,7 +750,7 @@ webhooks:
 
 // TestReplayWithoutOldObject: an update whose oldObject the log does not
 // hold is reviewed without it, its refusal still reported, but its
-// verdict is no proof of agreement or not: it is not compared.
+// verdict is no proof of agreement or not: it cannot be compared.
 func TestReplayWithoutOldObject(t *testing.T) {
 	line := auditEventLine("update", "/api/v1/namespaces/ns/configmaps/bad-cm", 200, ref("", "v1", "configmaps", "ns", "bad-cm", ""), map[string]any{
 		"requestObject": configMap("ns", "bad-cm", "7", nil)})
@@ -758,8 +758,8 @@ func TestReplayWithoutOldObject(t *testing.T) {
 	if !slices.Equal(results[0].Changes, []string{changeRefused}) || code != 1 {
 		t.Errorf("got changes %v, exit %d; want would-now-be-refused, 1", results[0].Changes, code)
 	}
-	if !strings.Contains(summary, "agrees with the log on 0, differs on 0; 1 not compared") {
-		t.Errorf("the summary:\n%s\nwant the update not compared", summary)
+	if !strings.Contains(summary, "agrees with the log on 0, differs on 0; 1 cannot be compared (0 whose verdict now depends on what the log does not hold, 1 whose oldObject it does not hold)") {
+		t.Errorf("the summary:\n%s\nwant the update counted as one that cannot be compared", summary)
 	}
 }
 
@@ -885,4 +885,85 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestReplayNamespaceLabelledLater: a Namespace labelled after its
+// creation, by a patch the log records at level Request (the patch, not
+// the result), as `kubectl label` sends one. Replay applies the patch to
+// the labels it knew, so that a namespaceSelector on the new label is
+// judged on it, not on the labels of the create; once a write of the
+// Namespace leaves its labels unknown (at level Metadata, a patch replay
+// cannot apply), a write its namespaceSelector decides is not judged from
+// stale labels: its verdict is not known, it is counted as one that
+// cannot be compared, and the exit status is 3.
+func TestReplayNamespaceLabelledLater(t *testing.T) {
+	config := validateConfig(`{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}`,
+		"  namespaceSelector: {matchLabels: {enforced: \"true\"}}\n")
+	configFile := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(configFile, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	namespace := func(labels map[string]any) map[string]any {
+		meta := map[string]any{"name": "team", "resourceVersion": "1"}
+		if labels != nil {
+			meta["labels"] = labels
+		}
+		return map[string]any{"kind": "Namespace", "apiVersion": "v1", "metadata": meta}
+	}
+	nsRef := ref("", "v1", "namespaces", "", "team", "")
+	patchNamespace := func(level string, patch any) string {
+		more := map[string]any{"level": level, "requestObject": patch}
+		if level == "Metadata" {
+			more["requestObject"] = nil
+		}
+		return auditEventLine("patch", "/api/v1/namespaces/team", 200, nsRef, more)
+	}
+	deniedCreate := func(name string) string {
+		line := auditEventLine("create", "/api/v1/namespaces/team/configmaps", 403, ref("", "v1", "configmaps", "team", name, ""), map[string]any{
+			"requestObject": configMap("", name, "", nil)})
+		var e map[string]any
+		_ = json.Unmarshal([]byte(line), &e)
+		e["responseStatus"] = map[string]any{"code": 403, "status": "Failure", "reason": "Forbidden",
+			"message": fmt.Sprintf(`admission webhook "valid.example.com" denied the request: %s is bad`, name)}
+		b, _ := json.Marshal(e)
+		return string(b)
+	}
+	created := auditEventLine("create", "/api/v1/namespaces", 201, ref("", "v1", "namespaces", "", "team", ""), map[string]any{
+		"requestObject": namespace(nil), "responseObject": namespace(nil)})
+
+	for _, tc := range []struct {
+		name  string
+		label string // the line that labels the namespace
+		// known: the write after it is judged, and agrees with the log.
+		known bool
+	}{
+		{"a merge patch at Request", patchNamespace("Request", map[string]any{"metadata": map[string]any{"labels": map[string]any{"enforced": "true"}}}), true},
+		{"a JSON Patch at Request", patchNamespace("Request", []any{map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]any{"enforced": "true"}}}), true},
+		{"an update at Request", auditEventLine("update", "/api/v1/namespaces/team", 200, nsRef, map[string]any{"level": "Request", "requestObject": namespace(map[string]any{"enforced": "true"})}), true},
+		{"a patch at Metadata", patchNamespace("Metadata", nil), false},
+		{"a strategic merge patch with a directive", patchNamespace("Request", map[string]any{"metadata": map[string]any{"labels": map[string]any{"$patch": "replace", "enforced": "true"}}}), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			results, summary, code := replayRun(t, &fakeWebhook{}, []string{created, tc.label, deniedCreate("bad-cm")}, "-config", configFile)
+			got := results[len(results)-1]
+			if tc.known {
+				if got.Admission == nil || got.Admission.Verdict != "denied" || len(got.Changes) != 0 || code != 0 ||
+					!strings.Contains(summary, "agrees with the log on 1, differs on 0; 0 cannot be compared") {
+					t.Errorf("got %+v, changes %v, exit %d:\n%s\nwant it denied now as then, the labels patched", got.Admission, got.Changes, code, summary)
+				}
+				return
+			}
+			if got.Admission == nil || got.Admission.Verdict != "unknown" || !slices.Contains(got.Changes, changeNotKnown) || code != exitUnknown ||
+				!strings.Contains(got.Admission.Unknown, "the labels of the namespace team match enforced=true") || !strings.Contains(got.Admission.Unknown, "labels since are not known") ||
+				!strings.Contains(summary, "1 cannot be compared (1 whose verdict now depends on what the log does not hold") {
+				t.Errorf("got %+v, changes %v, exit %d:\n%s\nwant its verdict not known, said, counted, exit 3", got.Admission, got.Changes, code, summary)
+			}
+		})
+	}
+
+	// A namespace the log never stored: its labels are not known either.
+	results, _, code := replayRun(t, &fakeWebhook{}, []string{deniedCreate("bad-cm")}, "-config", configFile)
+	if a := results[0].Admission; a == nil || a.Verdict != "unknown" || !strings.Contains(a.Unknown, "the log holds no version of the Namespace team") || code != exitUnknown {
+		t.Errorf("a namespace the log never stored: got %+v, exit %d", a, code)
+	}
 }

@@ -29,9 +29,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -39,9 +37,27 @@ import (
 	"github.com/example/webhook/jsonpatch"
 )
 
+// The exit statuses of review, which Run's ExitError carries.
+const (
+	// exitRefused: an object is denied, errors, is not idempotent or
+	// differs on dry run; a replayed request would now be refused.
+	exitRefused = 1
+	// exitUsage: bad usage, or input that cannot be read.
+	exitUsage = 2
+	// exitUnknown: nothing was reviewed (the input holds no object), or
+	// a verdict depends on what the input does not say (a scope, a
+	// namespace's labels, matchConditions; in a replay, a write whose
+	// verdict then and now cannot be compared), and nothing was refused.
+	exitUnknown = 3
+	// exitInterrupted: SIGINT or SIGTERM stopped it, as a shell reports a
+	// command Ctrl-C stopped.
+	exitInterrupted = 130
+)
+
 // ExitError is an error that ends the program with Code: 1 when an object
 // is denied, errors, is not idempotent or differs on dry run; 2 for bad
-// usage or input that cannot be read.
+// usage or input that cannot be read; 3 when nothing was reviewed or a
+// verdict is not known; 130 when a signal stopped it.
 type ExitError struct {
 	Code int
 	Err  error // printed unless nil
@@ -59,6 +75,10 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // ExitCode is the status to exit with.
 func (e *ExitError) ExitCode() int { return e.Code }
 
+func usageError(format string, a ...any) error {
+	return &ExitError{Code: exitUsage, Err: fmt.Errorf(format, a...)}
+}
+
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -69,45 +89,72 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type options struct {
 	files, old, configs, groups listFlag
 	operation                   string
+	subresource, connectQuery   string // -operation CONNECT's
 	user, namespace, output     string
 	verbose                     bool
-	resources                   map[string]string // kind → plural, from -resource
-	auditLogs                   listFlag          // -audit-log: replay these instead of reviewing manifests
+	resources                   map[string]resourceFlag // kind → plural and scope, from -resource
+	apiResources                string                  // -api-resources: kubectl api-resources -o wide
+	auditLogs                   listFlag                // -audit-log: replay these instead of reviewing manifests
 	auditCacheBytes             int64
+}
+
+// connectSubresources are the subresources whose requests are CONNECTs,
+// the kinds of their options (the rest.Connecter storages of pods,
+// services and nodes), and whether the rest of the path is the options'
+// path (NewConnectOptions' subpath).
+var connectSubresources = map[string]struct {
+	kind    string
+	subpath bool
+}{
+	"pods/attach": {"PodAttachOptions", false}, "pods/exec": {"PodExecOptions", false}, "pods/portforward": {"PodPortForwardOptions", false},
+	"pods/proxy": {"PodProxyOptions", true}, "services/proxy": {"ServiceProxyOptions", true}, "nodes/proxy": {"NodeProxyOptions", true},
 }
 
 // Run is `webhook review`. flags holds the webhook's policy flags and
 // -validation-action, which main.go registered; Run adds its own, parses
 // args, and then calls routes for the webhook's routes, built from them.
+// It reads manifests from files or stdin and writes its verdicts to
+// stdout, as it goes; it stops when ctx is done, with what it did so far.
+// The error is an *ExitError for any outcome but every object admitted.
 func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	flags.SetOutput(stderr)
 	var o options
 	flags.Var(&o.files, "f", "manifest `file`, directory (its *.yaml, *.yml, *.json) or - for stdin; YAML or JSON, several documents, Lists as kubectl prints them (repeatable)")
 	flags.Var(&o.old, "old", "with -operation UPDATE: the objects as they were, paired by kind, namespace and name (`file`, repeatable)")
 	flags.Var(&o.configs, "config", "webhook configurations `file` (deploy/webhooks.yaml): send each object only to the webhooks whose rules and selectors match it; without it every object goes to /mutate and /validate (repeatable)")
-	flags.StringVar(&o.operation, "operation", "CREATE", "the request's `operation`: CREATE, UPDATE (with -old) or DELETE")
+	flags.StringVar(&o.operation, "operation", "CREATE", "the request's `operation`: CREATE, UPDATE (with -old), DELETE, or CONNECT (with -subresource)")
+	flags.StringVar(&o.subresource, "subresource", "", "with -operation CONNECT: `exec`, attach, portforward or proxy; each object of -f is the Pod (a Service or Node for proxy) connected to")
+	flags.StringVar(&o.connectQuery, "connect-query", "", "with -operation CONNECT: the request's `query`, as kubectl sends it, such as command=sh&stdin=true&tty=true for exec")
 	flags.StringVar(&o.user, "user", "webhook-review", "userInfo.username of every request")
 	flags.Var(&o.groups, "group", "userInfo.groups of every request (repeatable; default system:authenticated)")
 	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
 	flags.StringVar(&o.output, "o", "text", "output `format`: text or json")
 	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
+	flags.StringVar(&o.apiResources, "api-resources", "", "`file` of kubectl api-resources -o wide: the resource and scope of each kind of the cluster, for custom resources whose CustomResourceDefinition is not in -f")
 	flags.Var(&o.auditLogs, "audit-log", "replay the apiserver's audit log `file` (JSON lines; - for stdin; rotated files, gzip or not, oldest first) instead of manifests: each request as the review and the SubjectAccessReview the apiserver would have sent, beside what it did then (repeatable; docs/review.md)")
 	flags.Int64Var(&o.auditCacheBytes, "audit-cache-bytes", defaultVersionCacheBytes, "with -audit-log: the most `bytes` of stored versions kept for the oldObject of later updates and deletes; the oldest go first, and the summary says how many")
 	resources := &listFlag{}
-	flags.Var(resources, "resource", "`Kind=plural`: the resource of a kind whose plural is not the apiserver's guess (lowercase, +s, +es after s, y→ies) (repeatable)")
+	flags.Var(resources, "resource", "`Kind=plural` or Kind=plural,Cluster (or ,Namespaced): the resource, and the scope, of a kind that neither -f's CustomResourceDefinitions nor -api-resources name (repeatable)")
 	if err := flags.Parse(args); err != nil {
-		return &ExitError{Code: 2, Err: err}
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &ExitError{Code: exitUsage} // flag has printed the error and the usage
 	}
 	if flags.NArg() > 0 {
-		return &ExitError{Code: 2, Err: fmt.Errorf("review: unexpected argument %q: give files with -f", flags.Arg(0))}
+		return usageError("review: unexpected argument %q: give files with -f", flags.Arg(0))
 	}
-	o.resources = map[string]string{}
+	o.resources = map[string]resourceFlag{}
 	for _, r := range *resources {
-		kind, plural, ok := strings.Cut(r, "=")
-		if !ok || kind == "" || plural == "" {
-			return &ExitError{Code: 2, Err: fmt.Errorf("-resource %q: want Kind=plural, such as Widget=widgets", r)}
+		kind, rest, ok := strings.Cut(r, "=")
+		plural, scope, _ := strings.Cut(rest, ",")
+		if !ok || kind == "" || plural == "" || (scope != "" && scope != "Cluster" && scope != "Namespaced") {
+			return usageError("-resource %q: want Kind=plural, such as Widget=widgets, or Kind=plural,Cluster or Kind=plural,Namespaced", r)
 		}
-		o.resources[kind] = plural
+		o.resources[kind] = resourceFlag{plural: plural, scope: scope}
+	}
+	if o.output != "text" && o.output != "json" {
+		return usageError("-o %q: want text or json", o.output)
 	}
 	if len(o.auditLogs) > 0 {
 		return runReplay(ctx, flags, o, stdin, stdout, stderr, routes)
@@ -118,60 +165,62 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	op := admissionv1.Operation(strings.ToUpper(o.operation))
 	switch {
 	case len(o.files) == 0:
-		return &ExitError{Code: 2, Err: errors.New("review: -f is required: the manifests to review")}
-	case op != admissionv1.Create && op != admissionv1.Update && op != admissionv1.Delete:
-		return &ExitError{Code: 2, Err: fmt.Errorf("-operation %q: want CREATE, UPDATE or DELETE", o.operation)}
+		return usageError("review: -f is required: the manifests to review")
+	case op != admissionv1.Create && op != admissionv1.Update && op != admissionv1.Delete && op != admissionv1.Connect:
+		return usageError("-operation %q: want CREATE, UPDATE, DELETE or CONNECT", o.operation)
 	case op == admissionv1.Update && len(o.old) == 0:
-		return &ExitError{Code: 2, Err: errors.New("-operation UPDATE needs -old: the objects as they were, which an UPDATE carries as oldObject")}
+		return usageError("-operation UPDATE needs -old: the objects as they were, which an UPDATE carries as oldObject")
 	case op != admissionv1.Update && len(o.old) > 0:
-		return &ExitError{Code: 2, Err: errors.New("-old is for -operation UPDATE")}
-	case o.output != "text" && o.output != "json":
-		return &ExitError{Code: 2, Err: fmt.Errorf("-o %q: want text or json", o.output)}
+		return usageError("-old is for -operation UPDATE")
+	case op == admissionv1.Connect && !slices.Contains([]string{"exec", "attach", "portforward", "proxy"}, o.subresource):
+		return usageError("-operation CONNECT needs -subresource exec, attach, portforward or proxy: what is connected to (kubectl exec, attach, port-forward, or a proxy)")
+	case op != admissionv1.Connect && (o.subresource != "" || o.connectQuery != ""):
+		return usageError("-subresource and -connect-query are for -operation CONNECT: review reviews whole objects otherwise")
 	}
+	query, err := url.ParseQuery(o.connectQuery)
+	if err != nil {
+		return usageError("-connect-query %q: %v", o.connectQuery, err)
+	}
+	r, err := newReviewer(o, routes)
+	if err != nil {
+		return err
+	}
+	r.op, r.connectQuery = op, query
+	in, err := expandInputs(o.files, stdin)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	defer in.close()
+	if err := r.learn(in); err != nil {
+		return usageError("%v", err)
+	}
+	if op == admissionv1.Update {
+		if err := r.readOld(); err != nil {
+			return err
+		}
+	}
+	return r.run(ctx, in, stdout, stderr)
+}
+
+// newReviewer reads what every review needs: -config's webhooks, the
+// catalog of kinds with -api-resources and -resource.
+func newReviewer(o options, routes func() http.Handler) (*reviewer, error) {
 	var hooks []webhook
 	if len(o.configs) > 0 {
 		var err error
 		if hooks, err = readConfigs(o.configs); err != nil {
-			return &ExitError{Code: 2, Err: err}
+			return nil, usageError("%v", err)
 		}
 	}
-	docs := readInputs(o.files, stdin)
-	olds := map[string]*unstructured.Unstructured{}
-	unreadable := false
-	for _, d := range readInputs(o.old, nil) {
-		if d.err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", d.source, d.err)
-			unreadable = true
-			continue
-		}
-		olds[objectKey(d.obj, o.namespaceOf(d.obj))] = d.obj
+	cat, err := newCatalog()
+	if err != nil {
+		return nil, err
 	}
-	r := &reviewer{o: o, op: op, hooks: hooks, handler: routes(), namespaces: map[string]map[string]string{}}
-	for _, d := range docs {
-		if d.obj != nil && d.obj.GetKind() == "Namespace" && d.obj.GetAPIVersion() == "v1" {
-			r.namespaces[d.obj.GetName()] = d.obj.GetLabels()
-		}
+	for kind, f := range o.resources {
+		cat.plurals[kind] = f
 	}
-
-	var results []result
-	for _, d := range docs {
-		if d.err != nil {
-			unreadable = true
-			results = append(results, result{Source: d.source, Verdict: "error", Error: d.err.Error()})
-			continue
-		}
-		results = append(results, r.review(ctx, d, olds))
-	}
-	if err := write(stdout, o, op, results); err != nil {
-		return err
-	}
-	switch {
-	case unreadable:
-		return &ExitError{Code: 2}
-	case slices.ContainsFunc(results, func(r result) bool { return r.failed() }):
-		return &ExitError{Code: 1}
-	}
-	return nil
+	r := &reviewer{o: o, hooks: hooks, handler: routes(), catalog: cat, namespaces: map[string]map[string]string{}}
+	return r, nil
 }
 
 // runReplay is Run with -audit-log: the flags that describe a manifest's
@@ -179,37 +228,126 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	var conflicting []string
 	flags.Visit(func(f *flag.Flag) {
-		if slices.Contains([]string{"f", "old", "operation", "user", "group", "namespace", "resource"}, f.Name) {
+		if slices.Contains([]string{"f", "old", "operation", "subresource", "connect-query", "user", "group", "namespace", "resource"}, f.Name) {
 			conflicting = append(conflicting, "-"+f.Name)
 		}
 	})
 	switch {
 	case len(conflicting) > 0:
-		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-log replays each request as the log records it: %s do not apply", strings.Join(conflicting, ", "))}
-	case o.output != "text" && o.output != "json":
-		return &ExitError{Code: 2, Err: fmt.Errorf("-o %q: want text or json", o.output)}
+		return usageError("-audit-log replays each request as the log records it: %s do not apply", strings.Join(conflicting, ", "))
 	case o.auditCacheBytes < 0:
-		return &ExitError{Code: 2, Err: fmt.Errorf("-audit-cache-bytes %d: want zero (keep no stored version) or more", o.auditCacheBytes)}
+		return usageError("-audit-cache-bytes %d: want zero (keep no stored version) or more", o.auditCacheBytes)
 	}
-	var hooks []webhook
-	if len(o.configs) > 0 {
-		var err error
-		if hooks, err = readConfigs(o.configs); err != nil {
-			return &ExitError{Code: 2, Err: err}
+	r, err := newReviewer(o, routes)
+	if err != nil {
+		return err
+	}
+	if o.apiResources != "" {
+		if err := r.catalog.readAPIResources(o.apiResources); err != nil {
+			return usageError("%v", err)
 		}
 	}
-	r := &reviewer{o: o, hooks: hooks, handler: routes(), namespaces: map[string]map[string]string{}}
 	return replayAuditLogs(ctx, r, o, stdin, stdout, stderr)
 }
 
-func (o options) namespaceOf(obj *unstructured.Unstructured) string {
-	switch {
-	case obj.GetNamespace() != "":
-		return obj.GetNamespace()
-	case isClusterScoped(obj.GetKind()):
-		return ""
+// reviewer reviews documents against the webhook's routes. Once learn has
+// run, nothing in it changes while objects are reviewed, by several
+// goroutines; a replay, one goroutine, changes namespaces as it goes.
+type reviewer struct {
+	o            options
+	op           admissionv1.Operation
+	connectQuery url.Values
+	hooks        []webhook // from -config; nil sends every object to /mutate and /validate
+	handler      http.Handler
+	catalog      *catalog
+	namespaces   map[string]map[string]string // the labels of the Namespaces in the input
+	// unknownNamespaces are the namespaces whose labels a replay knows it
+	// does not know, and why.
+	unknownNamespaces map[string]string
+	replaying         bool
+	olds              map[string]*parsedObject // -old, by objectKey
+}
+
+// learn is the first pass over the input: the CustomResourceDefinitions,
+// then -api-resources, and the Namespaces' labels.
+func (r *reviewer) learn(in *inputs) error {
+	var crdErr error
+	err := in.scan(func(u unit) {
+		if !u.isJSON && bytes.Contains(u.raw, []byte("CustomResourceDefinition")) {
+			// A CustomResourceDefinition is mostly its schemas, which
+			// this pass does not read: read without them, it is a few
+			// hundred bytes. The second pass reads it whole.
+			u.raw = withoutSchemas(u.raw)
+		}
+		objs, _ := parseUnit(u)
+		for _, obj := range objs {
+			switch {
+			case obj.head.Kind == "CustomResourceDefinition" && obj.head.APIVersion == "apiextensions.k8s.io/v1":
+				var crd crdDocument
+				if json.Unmarshal(obj.json, &crd) == nil {
+					if err := r.catalog.addCRD(crd, obj.source); err != nil && crdErr == nil {
+						crdErr = fmt.Errorf("%s: %w", obj.source, err)
+					}
+				}
+			case obj.head.Kind == "Namespace" && obj.head.APIVersion == "v1":
+				r.namespaces[obj.head.Metadata.Name] = obj.head.Metadata.Labels
+			}
+		}
+	})
+	if err != nil {
+		return err
 	}
-	return o.namespace
+	if r.o.apiResources != "" {
+		if err := r.catalog.readAPIResources(r.o.apiResources); err != nil {
+			return err
+		}
+	}
+	return crdErr
+}
+
+// readOld reads -old, whole: the objects an UPDATE replaces.
+func (r *reviewer) readOld() error {
+	in, err := expandInputs(r.o.old, nil)
+	if err != nil {
+		return usageError("-old: %v", err)
+	}
+	defer in.close()
+	if err := in.scan(func(unit) {}); err != nil {
+		return usageError("-old: %v", err)
+	}
+	r.olds = map[string]*parsedObject{}
+	var problems []string
+	err = in.each(func(u unit) {
+		objs, errs := parseUnit(u)
+		for _, e := range errs {
+			problems = append(problems, fmt.Sprintf("%s: %v", e.source, e.err))
+		}
+		for i := range objs {
+			r.olds[r.objectKey(&objs[i])] = &objs[i]
+		}
+	}, func() bool { return false })
+	if err == nil && len(problems) > 0 {
+		err = errors.New(strings.Join(problems, "\n"))
+	}
+	if err != nil {
+		return usageError("-old: %v", err)
+	}
+	return nil
+}
+
+// objectKey pairs an object with its old version (-old): kind, namespace
+// (as written, or -namespace for a namespaced kind that names none) and
+// name.
+func (r *reviewer) objectKey(obj *parsedObject) string {
+	ns := obj.head.Metadata.Namespace
+	if k, err := r.catalog.lookup(obj.gvk()); err == nil && k.scope != "" {
+		if !k.namespaced() {
+			ns = ""
+		} else if ns == "" {
+			ns = r.o.namespace
+		}
+	}
+	return strings.Join([]string{obj.head.APIVersion, obj.head.Kind, ns, obj.head.Metadata.Name}, "/")
 }
 
 // result is what the apiserver would do with one document.
@@ -219,16 +357,24 @@ type result struct {
 	Kind       string          `json:"kind,omitempty"`
 	Namespace  string          `json:"namespace,omitempty"`
 	Name       string          `json:"name,omitempty"`
-	Verdict    string          `json:"verdict"` // admitted, denied, error; for a SubjectAccessReview allowed, denied, no-opinion
+	Verdict    string          `json:"verdict"` // admitted, denied, error, unknown; for a SubjectAccessReview allowed, denied, no-opinion
 	Mutate     *mutateResult   `json:"mutate,omitempty"`
 	Validate   *validateResult `json:"validate,omitempty"`
 	DryRunSame *bool           `json:"dryRunSame,omitempty"`
 	Webhooks   []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
-	Notes      []string        `json:"notes,omitempty"`
-	Error      string          `json:"error,omitempty"`
-	Reason     string          `json:"reason,omitempty"` // a SubjectAccessReview's
+	// Requests are the AdmissionRequests the webhooks are sent, as what
+	// (the kind and resource, under matchPolicy Equivalent another
+	// version's), the first of each webhook.
+	Requests []sentRequest `json:"requests,omitempty"`
+	Notes    []string      `json:"notes,omitempty"`
+	Error    string        `json:"error,omitempty"`
+	Reason   string        `json:"reason,omitempty"` // a SubjectAccessReview's
+	// Unknown says, of a verdict review does not know, what it depends
+	// on and what it would be either way.
+	Unknown string `json:"unknown,omitempty"`
 
 	before, after json.RawMessage // the object, and as patched, for -v
+	unreadable    bool            // the document could not be read: exit status 2
 }
 
 type mutateResult struct {
@@ -246,83 +392,543 @@ type validateResult struct {
 	DeniedBy         string            `json:"deniedBy,omitempty"` // with -config: the webhook that denied it
 }
 
+// sentRequest is what of an AdmissionRequest says what was sent: the
+// object only for a CONNECT, whose object is its options.
+type sentRequest struct {
+	Webhook     string                      `json:"webhook,omitempty"`
+	Route       string                      `json:"route"`
+	Operation   string                      `json:"operation"`
+	Kind        metav1.GroupVersionKind     `json:"kind"`
+	Resource    metav1.GroupVersionResource `json:"resource"`
+	SubResource string                      `json:"subResource,omitempty"`
+	Namespace   string                      `json:"namespace,omitempty"`
+	Name        string                      `json:"name,omitempty"`
+	Object      json.RawMessage             `json:"object,omitempty"`
+}
+
 // failed reports whether the result makes the exit status 1.
 func (r result) failed() bool {
 	return r.Verdict == "denied" || r.Verdict == "error" || (r.Mutate != nil && !r.Mutate.Idempotent) || (r.DryRunSame != nil && !*r.DryRunSame)
 }
 
-// reviewer reviews documents against the webhook's routes.
-type reviewer struct {
-	o          options
-	op         admissionv1.Operation
-	hooks      []webhook // from -config; nil sends every object to /mutate and /validate
-	handler    http.Handler
-	namespaces map[string]map[string]string // the labels of the Namespaces in the input
-}
-
-func (r *reviewer) review(ctx context.Context, d document, olds map[string]*unstructured.Unstructured) result {
-	obj := d.obj
-	res := result{Source: d.source, APIVersion: obj.GetAPIVersion(), Kind: obj.GetKind(), Name: obj.GetName()}
-	if obj.GetKind() == "SubjectAccessReview" {
-		return r.authorize(ctx, res, obj)
+// review is what the apiserver would do with one object of the input.
+func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
+	res := result{Source: obj.source, APIVersion: obj.head.APIVersion, Kind: obj.head.Kind, Namespace: obj.head.Metadata.Namespace, Name: obj.head.Metadata.Name}
+	if res.Name == "" && obj.head.Metadata.GenerateName != "" {
+		res.Name = obj.head.Metadata.GenerateName + "*"
 	}
-	res.Namespace = r.o.namespaceOf(obj)
-	var old *unstructured.Unstructured
-	if r.op == admissionv1.Update {
-		if old = olds[objectKey(obj, res.Namespace)]; old == nil {
-			res.Verdict, res.Error = "error", fmt.Sprintf("no old object for %s %s in -old: an UPDATE carries the object as it was", obj.GetKind(), qualified(res.Namespace, obj.GetName()))
+	if obj.head.Kind == "SubjectAccessReview" && strings.HasPrefix(obj.head.APIVersion, "authorization.k8s.io/") {
+		res.Verdict, res.Reason, res.Error = r.askAuthorize(ctx, obj.json)
+		return res
+	}
+	info, err := r.catalog.lookup(obj.gvk())
+	if err != nil {
+		res.Verdict, res.Error = "error", err.Error()
+		return res
+	}
+	switch info.scope {
+	case "Cluster":
+		res.Namespace = ""
+	case "Namespaced":
+		res.Namespace = cmpOr(res.Namespace, r.o.namespace)
+	}
+	resource, sub := info.resource, ""
+	if r.op == admissionv1.Connect {
+		sub = r.o.subresource
+		if _, ok := connectSubresources[resource.Resource+"/"+sub]; !ok || resource.Group != "" {
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s has no %s to CONNECT to: -subresource %s is of pods (proxy: of pods, services and nodes)", info.resource.Resource, sub, sub)
 			return res
 		}
 	}
-	req := r.manifestRequest(obj, old, res.Namespace)
-	first := r.admit(ctx, &res, req)
-	// As kubectl diff and apply --dry-run=server send it: a webhook with
-	// sideEffects None must answer the same.
-	req.dryRun, req.options = true, operationOptions(r.op, url.Values{"dryRun": {"All"}})
-	dry := r.admit(ctx, &result{Namespace: res.Namespace}, req)
-	if res.Verdict != "error" {
-		same := first == dry
-		res.DryRunSame = &same
+	if why := exempt(info.kind, resource); why != "" && r.op != admissionv1.Connect {
+		res.Verdict, res.Notes = "admitted", []string{why}
+		return res
 	}
-	return res
+	if verb := verbOf(r.op, sub); info.verbs != nil && sub == "" && !slices.Contains(info.verbs, verb) {
+		res.Verdict, res.Error = "error", fmt.Sprintf("the apiserver does not %s %s (it serves the verbs %s)", verb, resource.Resource, strings.Join(info.verbs, ", "))
+		return res
+	}
+	var old *parsedObject
+	if r.op == admissionv1.Update {
+		if old = r.olds[r.objectKey(obj)]; old == nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("no old object for %s %s in -old: an UPDATE carries the object as it was", obj.head.Kind, qualified(res.Namespace, res.Name))
+			return res
+		}
+	}
+
+	// What review does not know: the scope of a kind no source names,
+	// which namespace's labels a namespaceSelector reads, and whether
+	// matchConditions hold. Each way it could be is reviewed; when they
+	// agree the verdict is known.
+	scopes := []string{info.scope}
+	if info.scope == "" {
+		scopes = []string{"Namespaced", "Cluster"}
+	}
+	var runs []variantRun
+	for _, scope := range scopes {
+		req, err := r.manifestRequest(obj, old, info, scope)
+		if err != nil {
+			res.Verdict, res.Error = "error", err.Error()
+			return res
+		}
+		calls, unsure := r.match(req)
+		combos := assumptions(unsure)
+		if combos == nil {
+			var whats []string
+			for _, u := range unsure {
+				whats = append(whats, u.what)
+			}
+			res.Verdict, res.Unknown = "unknown", fmt.Sprintf("it depends on %d things review does not know: whether %s", len(unsure), strings.Join(whats, "; whether "))
+			return res
+		}
+		for _, combo := range combos {
+			run := variantRun{res: res, scope: scope, assumed: combo, unsure: unsure}
+			run.res.Namespace = req.namespace
+			chosen := calls[:0:0]
+			for _, c := range calls {
+				if combo.holds(c.unsure) {
+					chosen = append(chosen, c)
+				}
+			}
+			first := r.admit(ctx, &run.res, req, chosen)
+			if r.op != admissionv1.Connect {
+				// As kubectl diff and apply --dry-run=server send it: a
+				// webhook with sideEffects None must answer the same.
+				dryReq := req
+				dryReq.dryRun, dryReq.options = true, operationOptions(r.op, url.Values{"dryRun": {"All"}})
+				dry := r.admit(ctx, &result{Namespace: req.namespace}, dryReq, chosen)
+				if run.res.Verdict != "error" {
+					same := first == dry
+					run.res.DryRunSame = &same
+				}
+			}
+			runs = append(runs, run)
+		}
+	}
+	if info.scope != "" {
+		info = nil
+	}
+	return combine(runs, info, obj.head.Metadata.Namespace)
+}
+
+// verbOf is the verb the apiserver authorizes an operation as.
+func verbOf(op admissionv1.Operation, sub string) string {
+	switch op {
+	case admissionv1.Update:
+		return "update"
+	case admissionv1.Delete:
+		return "delete"
+	case admissionv1.Connect:
+		return "create"
+	}
+	return "create"
 }
 
 // manifestRequest is the request of a manifest: obj written with -operation
-// by -user in -group, as the apiserver builds it (the resource its
-// RESTMapper would name, the options of the operation).
-func (r *reviewer) manifestRequest(obj, old *unstructured.Unstructured, namespace string) request {
-	gvk := obj.GroupVersionKind()
-	resource := r.resourceOf(gvk)
-	req := request{
-		operation: admissionregistrationv1.OperationType(r.op), kind: gvk, group: gvk.Group, version: gvk.Version, resource: resource.Resource,
-		name: obj.GetName(), namespace: namespace, object: obj, oldObject: old,
-		userInfo: authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
-		options:  operationOptions(r.op, nil),
+// by -user in -group, as the apiserver builds it: the resource and scope
+// the catalog says (scope is the one assumed when it does not know), the
+// object's namespace set to the request's, or cleared for a cluster-scoped
+// kind (createHandler, rest.EnsureObjectNamespaceMatchesRequestNamespace),
+// the options of the operation.
+func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope string) (request, error) {
+	namespace := ""
+	if scope == "Namespaced" {
+		namespace = cmpOr(obj.head.Metadata.Namespace, r.o.namespace)
 	}
-	if r.op == admissionv1.Delete {
-		req.object, req.oldObject = nil, obj
+	req := request{
+		operation: admissionregistrationv1.OperationType(r.op), kind: info.kind, resource: info.resource,
+		name: obj.head.Metadata.Name, namespace: namespace, hasMeta: true,
+		userInfo:   authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
+		options:    operationOptions(r.op, nil),
+		conversion: info.conversion,
+	}
+	object, err := withNamespace(obj.json, obj.head.Metadata.Namespace, namespace)
+	if err != nil {
+		return req, err
+	}
+	switch r.op {
+	case admissionv1.Delete:
+		req.oldObject, req.oldLabels = object, obj.head.Metadata.Labels
+	case admissionv1.Connect:
+		s := connectSubresources[info.resource.Resource+"/"+r.o.subresource]
+		req.subresource, req.hasMeta = r.o.subresource, false
+		req.kind = info.subresources[r.o.subresource]
+		if req.kind.Empty() {
+			req.kind = schema.GroupVersionKind{Version: "v1", Kind: s.kind}
+		}
+		options := connectObject(s.kind, false, &url.URL{RawQuery: r.connectQuery.Encode()}, nil)
+		req.object, _ = json.Marshal(options.Object)
+		req.options = nil
+	default:
+		req.object, req.labels = object, obj.head.Metadata.Labels
+	}
+	if old != nil {
+		if req.oldObject, err = withNamespace(old.json, old.head.Metadata.Namespace, namespace); err != nil {
+			return req, err
+		}
+		req.oldLabels = old.head.Metadata.Labels
 	}
 	r.setNamespaceLabels(&req)
-	return req
+	return req, nil
+}
+
+// withNamespace is object with metadata.namespace set to namespace: added
+// when it names none, removed from a cluster-scoped object.
+func withNamespace(object []byte, has, namespace string) ([]byte, error) {
+	if has == namespace {
+		return object, nil
+	}
+	var op string
+	switch {
+	case namespace == "":
+		op = `[{"op":"remove","path":"/metadata/namespace"}]`
+	case has == "" && !bytes.Contains(object, []byte(`"metadata":`)):
+		b, _ := json.Marshal(map[string]string{"namespace": namespace})
+		op = `[{"op":"add","path":"/metadata","value":` + string(b) + `}]`
+	default:
+		b, _ := json.Marshal(namespace)
+		op = `[{"op":"add","path":"/metadata/namespace","value":` + string(b) + `}]`
+	}
+	out, err := jsonpatch.Apply(object, []byte(op))
+	if err != nil {
+		return nil, fmt.Errorf("the object's metadata is not an object: %w", err)
+	}
+	return out, nil
 }
 
 // setNamespaceLabels gives req the labels of the namespace a
-// namespaceSelector reads: a Namespace's own, or those of a Namespace the
-// input holds; otherwise it says they are unknown.
+// namespaceSelector reads: a Namespace's own, on its CREATE or UPDATE
+// (namespace/matcher.go, GetNamespaceLabels), or those of a Namespace the
+// input holds, or that the log stored last; otherwise it says they are
+// unknown, and how to make them known.
 func (r *reviewer) setNamespaceLabels(req *request) {
-	switch labels, ok := r.namespaces[req.namespace]; {
-	case req.resource == "namespaces" && req.group == "":
-		for _, o := range []*unstructured.Unstructured{req.object, req.oldObject} {
-			if o != nil {
-				req.namespaceLabels = o.GetLabels()
-				return
+	if req.resource == namespacesResource && req.subresource == "" &&
+		(req.operation == admissionregistrationv1.Create || req.operation == admissionregistrationv1.Update) {
+		req.namespaceLabels = req.labels
+		return
+	}
+	name := req.namespaceName()
+	if labels, ok := r.namespaces[name]; ok {
+		req.namespaceLabels = labels
+		return
+	}
+	req.namespaceLabelsUnknown = true
+	switch why, ok := r.unknownNamespaces[name]; {
+	case ok:
+		req.labelsHint = why
+	case r.replaying:
+		req.labelsHint = fmt.Sprintf("the log holds no version of the Namespace %s before this line: audit the writes of namespaces at RequestResponse, from the namespace's creation", name)
+	default:
+		req.labelsHint = fmt.Sprintf("give the Namespace %s in -f", name)
+	}
+}
+
+// match is the webhooks of -config req is sent to, in order, and as what,
+// and what that depends on that review does not know. Without -config it
+// is /mutate then /validate.
+func (r *reviewer) match(req request) (calls []invocation, unsure []unknown) {
+	if r.hooks == nil {
+		return []invocation{
+			{hook: webhook{mutating: true, route: "/mutate"}, resource: req.resource, kind: req.kind, subresource: req.subresource},
+			{hook: webhook{route: "/validate"}, resource: req.resource, kind: req.kind, subresource: req.subresource},
+		}, nil
+	}
+	for _, h := range r.hooks {
+		inv := h.invocation(req, r.catalog)
+		if inv == nil {
+			continue
+		}
+		calls = append(calls, *inv)
+		for _, u := range inv.unsure {
+			if !slices.Contains(unsure, u) {
+				unsure = append(unsure, u)
 			}
 		}
-	case ok:
-		req.namespaceLabels = labels
-	default:
-		req.namespaceLabelsUnknown = true
 	}
+	return calls, unsure
+}
+
+// admit runs one request through the webhooks in the apiserver's order:
+// each mutating webhook, its patch applied before the next, then each
+// mutating webhook again on the result (a patch then is not idempotent),
+// then every validating webhook on the patched object. It fills res, and
+// returns what a dry run must agree with.
+func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []invocation) string {
+	var mutating, validating []invocation
+	res.Webhooks, res.Requests = nil, nil
+	res.Notes = builtinNotes(req)
+	for _, c := range calls {
+		if c.hook.name != "" {
+			res.Webhooks = append(res.Webhooks, c.hook.name)
+		}
+		if c.kind != req.kind && c.hook.name != "" {
+			res.Notes = append(res.Notes, conversionNote(c, req))
+		}
+		if c.hook.mutating {
+			mutating = append(mutating, c)
+		} else {
+			validating = append(validating, c)
+		}
+	}
+	if len(mutating)+len(validating) == 0 {
+		res.Verdict = "admitted"
+		res.Notes = append(res.Notes, "no webhook of -config matches it: the apiserver does not call the webhook")
+		return "not sent"
+	}
+
+	current, old := req.object, req.oldObject
+	res.before = current
+	var ops []json.RawMessage
+	var warnings, patchedBy []string
+	for _, c := range mutating {
+		resp, err := r.call(ctx, res, c, req, current, old)
+		if err != nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", c.hook.route, err)
+			return res.Error
+		}
+		warnings = append(warnings, resp.Warnings...)
+		if !resp.Allowed {
+			res.Verdict = "denied"
+			res.Mutate = &mutateResult{Patch: json.RawMessage("[]"), Idempotent: true, Warnings: warnings}
+			res.Validate = &validateResult{Message: statusMessage(resp), DeniedBy: c.hook.name}
+			return "denied: " + res.Validate.Message
+		}
+		if len(resp.Patch) > 0 && current != nil && req.operation != admissionregistrationv1.Connect {
+			// The patch is of the object as the webhook was sent it, in its
+			// version; the next webhook is sent it in its own.
+			patched, err := jsonpatch.Apply(asVersion(current, c.kind, req.kind), resp.Patch)
+			if err != nil {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", c.hook.route, err)
+				return res.Error
+			}
+			if trimmed := bytes.TrimSpace(patched); len(trimmed) == 0 || trimmed[0] != '{' {
+				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object", c.hook.route)
+				return res.Error
+			}
+			patched = asVersion(patched, req.kind, c.kind)
+			// As the apiserver records it in the audit annotation
+			// mutation.webhook.admission.k8s.io/round_0_index_N: whether
+			// the object changed, not whether a patch came back. Both are
+			// JSON with their keys sorted (canonical).
+			if c.hook.name != "" && !bytes.Equal(current, patched) {
+				patchedBy = append(patchedBy, c.hook.name)
+			}
+			current = patched
+			var these []json.RawMessage
+			_ = json.Unmarshal(resp.Patch, &these)
+			ops = append(ops, these...)
+		}
+	}
+	patch, _ := json.Marshal(ops)
+	if len(ops) == 0 {
+		patch = []byte("[]")
+	}
+	res.after = current
+	// Each mutating webhook again, on what they made: when none changed
+	// the object it is sent what it was sent, and a policy answers the
+	// same again.
+	idempotent := true
+	if len(ops) > 0 {
+		for _, c := range mutating {
+			resp, err := r.call(ctx, nil, c, req, current, old)
+			if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
+				idempotent = false
+			}
+		}
+	}
+	if len(mutating) > 0 {
+		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings, PatchedBy: patchedBy}
+	}
+	res.Verdict = "admitted"
+	v := &validateResult{Allowed: true}
+	for _, c := range validating {
+		resp, err := r.call(ctx, res, c, req, current, old)
+		if err != nil {
+			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", c.hook.route, err)
+			return res.Error
+		}
+		v.Warnings = append(v.Warnings, resp.Warnings...)
+		for k, a := range resp.AuditAnnotations {
+			if v.AuditAnnotations == nil {
+				v.AuditAnnotations = map[string]string{}
+			}
+			v.AuditAnnotations[k] = a
+		}
+		if !resp.Allowed && v.Allowed {
+			v.Allowed, v.Message, v.DeniedBy = false, statusMessage(resp), c.hook.name
+			res.Verdict = "denied"
+		}
+	}
+	if len(validating) > 0 {
+		res.Validate = v
+	}
+	return fmt.Sprintf("%s %s %v %s", res.Verdict, patch, v.Allowed, v.Message)
+}
+
+// conversionNote says that a webhook is sent the request as another
+// version of its kind, and what review converts of the object.
+func conversionNote(c invocation, req request) string {
+	as := c.kind.GroupVersion().String() + " " + c.kind.Kind
+	how := "the apiserver converts the object; review changes its apiVersion only, and a policy that reads fields the versions name otherwise may decide otherwise in the cluster"
+	switch req.conversion {
+	case "None":
+		how = "its CustomResourceDefinition's conversion None changes the apiVersion only, as review does"
+	case "Webhook":
+		how = "its CustomResourceDefinition's conversion webhook converts the object; review changes its apiVersion only"
+	}
+	return fmt.Sprintf("%s is sent it as %s (matchPolicy Equivalent: its rules name %s): %s", c.hook.name, as, c.resource.GroupVersion(), how)
+}
+
+// asVersion is object, of kind from, as the apiserver converts it for a
+// webhook of kind to: its apiVersion (and kind) changed; the object itself
+// when they are one.
+func asVersion(object []byte, to, from schema.GroupVersionKind) []byte {
+	if to == from || object == nil {
+		return object
+	}
+	apiVersion, _ := json.Marshal(to.GroupVersion().String())
+	kind, _ := json.Marshal(to.Kind)
+	out, err := jsonpatch.Apply(object, []byte(`[{"op":"replace","path":"/apiVersion","value":`+string(apiVersion)+`},{"op":"replace","path":"/kind","value":`+string(kind)+`}]`))
+	if err != nil {
+		return object
+	}
+	return out
+}
+
+// call sends the AdmissionReview of req, with object and oldObject as
+// JSON (req's, or the object as the mutating webhooks before left it), to
+// the webhook c, as the apiserver builds it (k8s.io/apiserver/pkg/
+// admission/plugin/webhook/request/admissionreview.go,
+// CreateV1AdmissionReview): kind and resource as c is sent them, the
+// request's own as requestKind and requestResource. It records the
+// request in res, unless nil or already there, and returns the webhook's
+// answer: an error for anything but 200 and a review with the request's
+// uid.
+func (r *reviewer) call(ctx context.Context, res *result, c invocation, req request, object, oldObject []byte) (*admissionv1.AdmissionResponse, error) {
+	resource := metav1.GroupVersionResource(c.resource)
+	requestResource := metav1.GroupVersionResource(req.resource)
+	uid := types.UID(newUID())
+	userInfo := req.userInfo
+	if userInfo.Extra == nil {
+		userInfo.Extra = map[string]authenticationv1.ExtraValue{}
+	}
+	areq := &admissionv1.AdmissionRequest{
+		UID:                uid,
+		Kind:               metav1.GroupVersionKind(c.kind),
+		Resource:           resource,
+		SubResource:        req.subresource,
+		RequestKind:        ptr(metav1.GroupVersionKind(req.kind)),
+		RequestResource:    &requestResource,
+		RequestSubResource: req.subresource,
+		Name:               req.name,
+		Namespace:          req.namespace,
+		Operation:          admissionv1.Operation(req.operation),
+		UserInfo:           userInfo,
+		DryRun:             ptr(req.dryRun),
+		Options:            runtime.RawExtension{Raw: req.options},
+	}
+	// A Namespace is sent in its own namespace (create.go, createHandler).
+	if req.resource == namespacesResource {
+		areq.Namespace = req.name
+	}
+	if req.operation == admissionregistrationv1.Delete {
+		object = nil
+	}
+	if req.operation != admissionregistrationv1.Connect {
+		object, oldObject = asVersion(object, c.kind, req.kind), asVersion(oldObject, c.kind, req.kind)
+	}
+	if res != nil && !slices.ContainsFunc(res.Requests, func(s sentRequest) bool { return s.Webhook == c.hook.name && s.Route == c.hook.route }) {
+		sent := sentRequest{Webhook: c.hook.name, Route: c.hook.route, Operation: string(areq.Operation), Kind: areq.Kind, Resource: areq.Resource,
+			SubResource: areq.SubResource, Namespace: areq.Namespace, Name: areq.Name}
+		if req.operation == admissionregistrationv1.Connect {
+			sent.Object = object
+		}
+		res.Requests = append(res.Requests, sent)
+	}
+	body, err := reviewBody(areq, object, oldObject)
+	if err != nil {
+		return nil, err
+	}
+	out, err := r.post(ctx, c.hook.route, body)
+	if err != nil {
+		return nil, err
+	}
+	var review admissionv1.AdmissionReview
+	if err := json.Unmarshal(out, &review); err != nil || review.Response == nil {
+		return nil, fmt.Errorf("the answer is not an AdmissionReview: %.200s", out)
+	}
+	if review.Response.UID != uid {
+		return nil, fmt.Errorf("the answer's uid %q is not the request's %q: the apiserver refuses it", review.Response.UID, uid)
+	}
+	return review.Response, nil
+}
+
+// reviewBody encodes the AdmissionReview of areq with object and
+// oldObject, JSON already checked, written in as they are: encoding/json
+// would scan each again to check it.
+func reviewBody(areq *admissionv1.AdmissionRequest, object, oldObject []byte) ([]byte, error) {
+	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: areq})
+	if err != nil {
+		return nil, err
+	}
+	// "object":null and "oldObject":null can only be the members: inside
+	// a string every quote is escaped.
+	for _, m := range []struct {
+		key   string
+		value []byte
+	}{{`"object":null`, object}, {`"oldObject":null`, oldObject}} {
+		if len(m.value) == 0 {
+			continue
+		}
+		i := bytes.Index(body, []byte(m.key))
+		if i < 0 {
+			return nil, fmt.Errorf("encoding the review: no %s", m.key)
+		}
+		valueAt := i + len(m.key) - len("null")
+		spliced := make([]byte, 0, len(body)+len(m.value))
+		spliced = append(spliced, body[:valueAt]...)
+		spliced = append(spliced, m.value...)
+		body = append(spliced, body[valueAt+len("null"):]...)
+	}
+	return body, nil
+}
+
+// post sends body to route of the webhook's handler, in process, as the
+// apiserver POSTs it, and returns a 200's body.
+func (r *reviewer) post(ctx context.Context, route string, body []byte) ([]byte, error) {
+	hr := httptest.NewRequestWithContext(ctx, http.MethodPost, route+"?timeout=10s", bytes.NewReader(body))
+	hr.Header.Set("Content-Type", "application/json")
+	w := httptest.NewRecorder()
+	r.handler.ServeHTTP(w, hr)
+	if w.Code != http.StatusOK {
+		var s metav1.Status
+		if json.Unmarshal(w.Body.Bytes(), &s) == nil && s.Message != "" {
+			return nil, fmt.Errorf("HTTP %d: %s", w.Code, s.Message)
+		}
+		return nil, fmt.Errorf("HTTP %d: %.200s", w.Code, w.Body.String())
+	}
+	return w.Body.Bytes(), nil
+}
+
+// askAuthorize sends body, a SubjectAccessReview, to /authorize and says
+// what it answered: its verdict ("allowed", "denied" or "no-opinion") and
+// reason, or "error" and why.
+func (r *reviewer) askAuthorize(ctx context.Context, body []byte) (verdict, reason, problem string) {
+	out, err := r.post(ctx, "/authorize", body)
+	if err != nil {
+		return "error", "", "/authorize: " + err.Error()
+	}
+	var sar authorizationv1.SubjectAccessReview
+	if err := json.Unmarshal(out, &sar); err != nil {
+		return "error", "", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", out)
+	}
+	switch {
+	case sar.Status.Denied:
+		return "denied", sar.Status.Reason, ""
+	case sar.Status.Allowed:
+		return "allowed", sar.Status.Reason, ""
+	}
+	return "no-opinion", sar.Status.Reason, ""
 }
 
 // operationOptions is the options object of an operation as the apiserver
@@ -352,239 +958,6 @@ func operationOptions(op admissionv1.Operation, query url.Values) []byte {
 	}
 	b, _ := json.Marshal(options)
 	return b
-}
-
-// admit runs one request through the webhooks in the apiserver's order:
-// each mutating webhook, its patch applied before the next, then each
-// mutating webhook again on the result (a patch then is not idempotent),
-// then every validating webhook on the patched object. It fills res, and
-// returns what a dry run must agree with.
-func (r *reviewer) admit(ctx context.Context, res *result, req request) string {
-	var mutating, validating []webhook // to call, in order
-	if r.hooks == nil {
-		mutating, validating = []webhook{{mutating: true, route: "/mutate"}}, []webhook{{route: "/validate"}}
-	}
-	res.Webhooks, res.Notes = nil, builtinNotes(req)
-	for _, h := range r.hooks {
-		ok, notes := h.matches(req)
-		if !ok {
-			continue
-		}
-		res.Webhooks = append(res.Webhooks, h.name)
-		res.Notes = append(res.Notes, notes...)
-		if h.mutating {
-			mutating = append(mutating, h)
-		} else {
-			validating = append(validating, h)
-		}
-	}
-	if len(mutating)+len(validating) == 0 {
-		res.Verdict = "admitted"
-		res.Notes = append(res.Notes, "no webhook of -config matches it: the apiserver does not call the webhook")
-		return "not sent"
-	}
-
-	// The object as each webhook is sent it, encoded once per change:
-	// the apiserver encodes it once per webhook, replay once per patch.
-	var current, old []byte
-	if req.object != nil {
-		current, _ = json.Marshal(req.object.Object)
-	}
-	if req.oldObject != nil {
-		old, _ = json.Marshal(req.oldObject.Object)
-	}
-	res.before = current
-	var ops []json.RawMessage
-	var warnings, patchedBy []string
-	for _, h := range mutating {
-		resp, err := r.call(ctx, h.route, req, current, old)
-		if err != nil {
-			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
-			return res.Error
-		}
-		warnings = append(warnings, resp.Warnings...)
-		if !resp.Allowed {
-			res.Verdict = "denied"
-			res.Mutate = &mutateResult{Patch: json.RawMessage("[]"), Idempotent: true, Warnings: warnings}
-			res.Validate = &validateResult{Message: statusMessage(resp), DeniedBy: h.name}
-			return "denied: " + res.Validate.Message
-		}
-		if len(resp.Patch) > 0 && current != nil {
-			patched, err := jsonpatch.Apply(current, resp.Patch)
-			if err != nil {
-				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patch does not apply, and the apiserver fails the request: %v", h.route, err)
-				return res.Error
-			}
-			if trimmed := bytes.TrimSpace(patched); len(trimmed) == 0 || trimmed[0] != '{' {
-				res.Verdict, res.Error = "error", fmt.Sprintf("%s: the patched object is not an object", h.route)
-				return res.Error
-			}
-			// As the apiserver records it in the audit annotation
-			// mutation.webhook.admission.k8s.io/round_0_index_N: whether
-			// the object changed, not whether a patch came back. Both are
-			// encoded with their keys sorted.
-			if h.name != "" && !bytes.Equal(current, patched) {
-				patchedBy = append(patchedBy, h.name)
-			}
-			current = patched
-			var these []json.RawMessage
-			_ = json.Unmarshal(resp.Patch, &these)
-			ops = append(ops, these...)
-		}
-	}
-	patch, _ := json.Marshal(ops)
-	if len(ops) == 0 {
-		patch = []byte("[]")
-	}
-	res.after = current
-	idempotent := true
-	for _, h := range mutating {
-		if current == nil {
-			break
-		}
-		resp, err := r.call(ctx, h.route, req, current, old)
-		if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
-			idempotent = false
-		}
-	}
-	if len(mutating) > 0 {
-		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings, PatchedBy: patchedBy}
-	}
-	res.Verdict = "admitted"
-	v := &validateResult{Allowed: true}
-	for _, h := range validating {
-		resp, err := r.call(ctx, h.route, req, current, old)
-		if err != nil {
-			res.Verdict, res.Error = "error", fmt.Sprintf("%s: %v", h.route, err)
-			return res.Error
-		}
-		v.Warnings = append(v.Warnings, resp.Warnings...)
-		for k, a := range resp.AuditAnnotations {
-			if v.AuditAnnotations == nil {
-				v.AuditAnnotations = map[string]string{}
-			}
-			v.AuditAnnotations[k] = a
-		}
-		if !resp.Allowed && v.Allowed {
-			v.Allowed, v.Message, v.DeniedBy = false, statusMessage(resp), h.name
-			res.Verdict = "denied"
-		}
-	}
-	if len(validating) > 0 {
-		res.Validate = v
-	}
-	return fmt.Sprintf("%s %s %v %s", res.Verdict, patch, v.Allowed, v.Message)
-}
-
-// resourceOf is the resource of gvk: -resource's, or the apiserver's
-// RESTMapper's guess for a kind it knows no plural of
-// (meta.UnsafeGuessKindToResource), right for the built-in kinds.
-func (r *reviewer) resourceOf(gvk schema.GroupVersionKind) schema.GroupVersionResource {
-	if plural, ok := r.o.resources[gvk.Kind]; ok {
-		return gvk.GroupVersion().WithResource(plural)
-	}
-	plural, _ := meta.UnsafeGuessKindToResource(gvk)
-	return plural
-}
-
-// call sends the AdmissionReview of req, with object and oldObject as
-// JSON (req's, or the object as the mutating webhooks before left it), to
-// the webhook's route, as the apiserver builds it (k8s.io/apiserver/pkg/
-// admission/plugin/webhook/request/admissionreview.go,
-// CreateV1AdmissionReview), and returns the webhook's answer: an error for
-// anything but 200 and a review with the request's uid.
-func (r *reviewer) call(ctx context.Context, route string, req request, object, oldObject []byte) (*admissionv1.AdmissionResponse, error) {
-	resource := metav1.GroupVersionResource{Group: req.group, Version: req.version, Resource: req.resource}
-	uid := types.UID(newUID())
-	userInfo := req.userInfo
-	if userInfo.Extra == nil {
-		userInfo.Extra = map[string]authenticationv1.ExtraValue{}
-	}
-	areq := &admissionv1.AdmissionRequest{
-		UID:                uid,
-		Kind:               metav1.GroupVersionKind(req.kind),
-		Resource:           resource,
-		SubResource:        req.subresource,
-		RequestKind:        ptr(metav1.GroupVersionKind(req.kind)),
-		RequestResource:    ptr(resource),
-		RequestSubResource: req.subresource,
-		Name:               req.name,
-		Namespace:          req.namespace,
-		Operation:          admissionv1.Operation(req.operation),
-		UserInfo:           userInfo,
-		DryRun:             ptr(req.dryRun),
-		Options:            runtime.RawExtension{Raw: req.options},
-		Object:             runtime.RawExtension{Raw: object},
-		OldObject:          runtime.RawExtension{Raw: oldObject},
-	}
-	// A Namespace is sent in its own namespace (create.go, createHandler).
-	if req.resource == "namespaces" && req.group == "" {
-		areq.Namespace = req.name
-	}
-	if req.operation == admissionregistrationv1.Delete {
-		areq.Object.Raw = nil
-	}
-	body, err := json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: areq})
-	if err != nil {
-		return nil, err
-	}
-	out, err := r.post(ctx, route, body)
-	if err != nil {
-		return nil, err
-	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(out, &review); err != nil || review.Response == nil {
-		return nil, fmt.Errorf("the answer is not an AdmissionReview: %.200s", out)
-	}
-	if review.Response.UID != uid {
-		return nil, fmt.Errorf("the answer's uid %q is not the request's %q: the apiserver refuses it", review.Response.UID, uid)
-	}
-	return review.Response, nil
-}
-
-// post sends body to route of the webhook's handler, in process, as the
-// apiserver POSTs it, and returns a 200's body.
-func (r *reviewer) post(ctx context.Context, route string, body []byte) ([]byte, error) {
-	hr := httptest.NewRequestWithContext(ctx, http.MethodPost, route+"?timeout=10s", bytes.NewReader(body))
-	hr.Header.Set("Content-Type", "application/json")
-	w := httptest.NewRecorder()
-	r.handler.ServeHTTP(w, hr)
-	if w.Code != http.StatusOK {
-		var s metav1.Status
-		if json.Unmarshal(w.Body.Bytes(), &s) == nil && s.Message != "" {
-			return nil, fmt.Errorf("HTTP %d: %s", w.Code, s.Message)
-		}
-		return nil, fmt.Errorf("HTTP %d: %.200s", w.Code, w.Body.String())
-	}
-	return w.Body.Bytes(), nil
-}
-
-// authorize sends a SubjectAccessReview document to /authorize.
-func (r *reviewer) authorize(ctx context.Context, res result, obj *unstructured.Unstructured) result {
-	body, _ := json.Marshal(obj.Object)
-	res.Verdict, res.Reason, res.Error = r.askAuthorize(ctx, body)
-	return res
-}
-
-// askAuthorize sends body, a SubjectAccessReview, to /authorize and says
-// what it answered: its verdict ("allowed", "denied" or "no-opinion") and
-// reason, or "error" and why.
-func (r *reviewer) askAuthorize(ctx context.Context, body []byte) (verdict, reason, problem string) {
-	out, err := r.post(ctx, "/authorize", body)
-	if err != nil {
-		return "error", "", "/authorize: " + err.Error()
-	}
-	var sar authorizationv1.SubjectAccessReview
-	if err := json.Unmarshal(out, &sar); err != nil {
-		return "error", "", fmt.Sprintf("/authorize: the answer is not a SubjectAccessReview: %.200s", out)
-	}
-	switch {
-	case sar.Status.Denied:
-		return "denied", sar.Status.Reason, ""
-	case sar.Status.Allowed:
-		return "allowed", sar.Status.Reason, ""
-	}
-	return "no-opinion", sar.Status.Reason, ""
 }
 
 func statusMessage(resp *admissionv1.AdmissionResponse) string {

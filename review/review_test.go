@@ -172,7 +172,6 @@ func TestBadInput(t *testing.T) {
 		{"not YAML", "kind: [unclosed\n", nil, "bad#1: error: not YAML or JSON"},
 		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", nil, "bad#1: error: the document has no kind"},
 		{"no apiVersion", "kind: ConfigMap\nmetadata: {name: x}\n", nil, "bad#1: error: the document has no apiVersion"},
-		{"a List of nothing", `{"apiVersion": "v1", "kind": "List", "items": []}`, nil, "bad#1: error: the List holds no items"},
 		{"an item without a kind in a List", `{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "x"}}]}`, nil, "bad#1[0]: error: the document has no apiVersion or kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,7 +189,12 @@ func TestBadInput(t *testing.T) {
 		{nil, "-f is required"},
 		{[]string{"-f", "DIR/x.yaml", "-operation", "UPDATE"}, "needs -old"},
 		{[]string{"-f", "DIR/x.yaml", "-old", "DIR/x.yaml"}, "-old is for -operation UPDATE"},
-		{[]string{"-f", "DIR/x.yaml", "-operation", "PATCH"}, "want CREATE, UPDATE or DELETE"},
+		{[]string{"-f", "DIR/x.yaml", "-operation", "PATCH"}, "want CREATE, UPDATE, DELETE or CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-operation", "CONNECT"}, "needs -subresource exec, attach, portforward or proxy"},
+		{[]string{"-f", "DIR/x.yaml", "-subresource", "exec"}, "are for -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget=widgets,Sideways"}, "want Kind=plural"},
+		{[]string{"-f", "DIR/x.yaml", "-api-resources", "DIR/missing"}, "-api-resources"},
+		{[]string{"-f", "DIR/x.yaml", "stray"}, "unexpected argument"},
 		{[]string{"-f", "DIR/x.yaml", "-o", "yaml"}, "want text or json"},
 		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget"}, "want Kind=plural"},
 		{[]string{"-f", "DIR/missing.yaml"}, "no such file"},
@@ -318,7 +322,7 @@ func TestRequestAsTheAPIServerBuildsIt(t *testing.T) {
 		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\n",
 		"apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n",
 		"apiVersion: example.com/v1\nkind: Octopus\nmetadata: {name: o, namespace: sea}\n"}, "---\n")}
-	reviewRun(t, f, "", files, "-f", "DIR/x.yaml", "-namespace", "mine", "-user", "jane", "-group", "devs", "-resource", "Octopus=octopodes")
+	reviewRun(t, f, "", files, "-f", "DIR/x.yaml", "-namespace", "mine", "-user", "jane", "-group", "devs", "-resource", "Octopus=octopodes,Namespaced")
 	got := map[string]*admissionv1.AdmissionRequest{}
 	uids := map[string]bool{}
 	for _, r := range f.requests {
@@ -349,7 +353,6 @@ webhooks:
   rules: [{apiGroups: [apps], apiVersions: [v1], operations: [CREATE], resources: [deployments], scope: Namespaced}]
   objectSelector: {matchLabels: {inject: "yes"}}
   namespaceSelector: {matchLabels: {team: a}}
-  matchConditions: [{name: c, expression: "true"}]
   sideEffects: None
   admissionReviewVersions: [v1]
 `
@@ -364,18 +367,34 @@ webhooks:
 	}, "---\n")
 	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"config.yaml": config, "objects.yaml": objects}, "-f", "DIR/objects.yaml", "-config", "DIR/config.yaml")
 	for _, want := range []string{
-		"Deployment a-ns/selected: patched", "m.example.com: 1 matchConditions not evaluated",
+		"Deployment a-ns/selected: patched",
 		"Deployment a-ns/not-labelled: admitted\n  note: no webhook of -config matches it",
 		"Deployment b-ns/other-ns: admitted\n  note: no webhook of -config matches it",
-		"Deployment c-ns/unknown-ns: patched (1 operation)\n  note: m.example.com: namespaceSelector not evaluated (give the Namespace c-ns in -f)",
+		"Deployment c-ns/unknown-ns: unknown: patched (1 operation) if the labels of the namespace c-ns match team=a; admitted otherwise (give the Namespace c-ns in -f)",
 		"ConfigMap a-ns/cm: admitted\n  note: no webhook of -config matches it",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if code != 0 {
-		t.Errorf("got exit %d, want 0", code)
+	if code != exitUnknown {
+		t.Errorf("got exit %d, want %d: a verdict is not known", code, exitUnknown)
+	}
+
+	// A namespace whose labels are not known, but whatever they are the
+	// verdict is one: it is known, and a note says what was not.
+	noPatch := strings.Replace(config, "inject: \"yes\"", "never: \"true\"", 1)
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"config.yaml": noPatch, "d.yaml": deployment("d", "c-ns", "")}, "-f", "DIR/d.yaml", "-config", "DIR/config.yaml")
+	if code != 0 || !strings.Contains(out, "Deployment c-ns/d: admitted\n") {
+		t.Errorf("got exit %d:\n%s\nwant 0, admitted", code, out)
+	}
+
+	// matchConditions are CEL review does not evaluate: a verdict that
+	// depends on them is not known.
+	conditional := strings.Replace(config, "  sideEffects: None", "  matchConditions: [{name: c, expression: \"true\"}]\n  sideEffects: None", 1)
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"config.yaml": conditional, "objects.yaml": objects}, "-f", "DIR/objects.yaml", "-config", "DIR/config.yaml")
+	if want := "Deployment a-ns/selected: unknown: patched (1 operation) if the matchConditions of m.example.com hold; admitted otherwise (matchConditions are CEL, which review does not evaluate)"; code != exitUnknown || !strings.Contains(out, want) {
+		t.Errorf("got exit %d:\n%s\nwant %d and %q", code, out, exitUnknown, want)
 	}
 }
 

@@ -49,10 +49,14 @@ type versionCache struct {
 	dropped map[uint64]struct{}
 	// droppedCount is every version let go, remembered or not.
 	droppedCount int
+	// blind are the objects written by a request whose result the log
+	// does not hold (up to maxDroppedKeys), and the line that wrote them.
+	blind map[uint64]logLine
 }
 
 func newVersionCache(maxBytes int64) *versionCache {
-	return &versionCache{maxBytes: maxBytes, byKey: map[string]*list.Element{}, lru: list.New(), seed: maphash.MakeSeed(), dropped: map[uint64]struct{}{}}
+	return &versionCache{maxBytes: maxBytes, byKey: map[string]*list.Element{}, lru: list.New(), seed: maphash.MakeSeed(),
+		dropped: map[uint64]struct{}{}, blind: map[uint64]logLine{}}
 }
 
 func (c *versionCache) cost(v *storedVersion) int64 {
@@ -80,6 +84,16 @@ func (c *versionCache) put(key string, raw []byte, at logLine) {
 		c.drop(old.key)
 	}
 	delete(c.dropped, maphash.String(c.seed, key))
+	delete(c.blind, maphash.String(c.seed, key))
+}
+
+// writtenBlind forgets key's version: at wrote the object, and the log
+// does not hold what it stored.
+func (c *versionCache) writtenBlind(key string, at logLine) {
+	c.remove(key)
+	if h := maphash.String(c.seed, key); len(c.blind) < maxDroppedKeys {
+		c.blind[h] = at
+	}
 }
 
 func (c *versionCache) drop(key string) {
@@ -90,13 +104,17 @@ func (c *versionCache) drop(key string) {
 }
 
 // get returns the stored version of key, or nil and whether the cache let
-// it go.
-func (c *versionCache) get(key string) (v *storedVersion, dropped bool) {
+// it go, or the line that wrote it without its result.
+func (c *versionCache) get(key string) (v *storedVersion, dropped bool, writtenAt *logLine) {
 	if e, ok := c.byKey[key]; ok {
-		return e.Value.(*storedVersion), false
+		return e.Value.(*storedVersion), false, nil
 	}
-	_, dropped = c.dropped[maphash.String(c.seed, key)]
-	return nil, dropped
+	h := maphash.String(c.seed, key)
+	if at, ok := c.blind[h]; ok {
+		return nil, false, &at
+	}
+	_, dropped = c.dropped[h]
+	return nil, dropped, nil
 }
 
 // remove forgets key's version: the object was deleted.

@@ -1,0 +1,116 @@
+package review
+
+// Reviewing the objects of the input as they are read, on every CPU, and
+// writing each verdict in the input's order as soon as it and those before
+// it are done: the first verdict of a 50 MB List within a second, in
+// memory bounded by a few objects.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+)
+
+// maxAhead is how many units, per worker, may be read ahead of the one the
+// writer waits for: enough to keep the workers busy while one large
+// object is reviewed, and a bound on the objects held at once.
+const maxAhead = 4
+
+// reviewedUnit is what came of one unit: its verdicts, and what could not
+// be read; or that it holds nothing.
+type reviewedUnit struct {
+	results []result
+	empty   string
+	source  string
+}
+
+// run reviews every object of in and writes what the apiserver would do
+// with each. It stops when ctx is done, writing what was done before.
+func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer) error {
+	w := newWriter(stdout, stderr, r.o, r.op)
+	workers := runtime.GOMAXPROCS(0)
+	type job struct {
+		u    unit
+		done chan reviewedUnit
+	}
+	work := make(chan job)
+	ordered := make(chan job, workers*maxAhead)
+	for range workers {
+		go func() {
+			for j := range work {
+				j.done <- r.reviewUnit(ctx, j.u)
+			}
+		}()
+	}
+	var readErr error
+	go func() {
+		defer close(ordered)
+		defer close(work)
+		readErr = in.each(func(u unit) {
+			j := job{u: u, done: make(chan reviewedUnit, 1)}
+			ordered <- j
+			work <- j
+		}, func() bool { return ctx.Err() != nil })
+	}()
+	w.begin()
+	for j := range ordered {
+		out := <-j.done
+		if ctx.Err() != nil {
+			continue // interrupted: what is done after the signal is not said
+		}
+		if out.empty != "" {
+			w.empty(out.source, out.empty)
+		}
+		for _, res := range out.results {
+			if err := w.write(res); err != nil {
+				return err
+			}
+		}
+	}
+	if readErr != nil {
+		return usageError("%v", readErr)
+	}
+	return w.end(ctx)
+}
+
+// reviewUnit reads a unit and reviews what it holds.
+func (r *reviewer) reviewUnit(ctx context.Context, u unit) reviewedUnit {
+	out := reviewedUnit{source: u.source, empty: u.empty}
+	if ctx.Err() != nil {
+		return out
+	}
+	objs, bad, empty := parseUnitOrEmpty(u)
+	out.empty = empty
+	for _, b := range bad {
+		out.results = append(out.results, result{Source: b.source, Verdict: "error", Error: b.err.Error(), unreadable: true})
+	}
+	for i := range objs {
+		out.results = append(out.results, r.review(ctx, &objs[i]))
+	}
+	if len(bad) > 0 && len(objs) > 0 {
+		// A List read whole: its items in order, whatever could not be
+		// read among them.
+		sortBySource(out.results)
+	}
+	return out
+}
+
+// sortBySource orders the results of a List's items by their index.
+func sortBySource(results []result) {
+	index := func(s string) int {
+		var n int
+		for i := len(s) - 1; i >= 0; i-- {
+			if s[i] == '[' {
+				fmt.Sscanf(s[i:], "[%d]", &n)
+				return n
+			}
+		}
+		return 0
+	}
+	for i := 1; i < len(results); i++ {
+		for j := i; j > 0 && index(results[j].Source) < index(results[j-1].Source); j-- {
+			results[j], results[j-1] = results[j-1], results[j]
+		}
+	}
+}
