@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -259,24 +260,62 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	return cfg, nil
 }
 
+// commandsUsage is what `webhook help` says, and `webhook -h` before the
+// server's flags.
+const commandsUsage = `webhook is a Kubernetes admission and authorization webhook.
+
+Usage:
+  webhook [flags]            serve /mutate, /validate, /authorize and /ping (webhook -h: the flags)
+  webhook certs [flags]      make a CA and a serving certificate (webhook certs -h)
+  webhook doctor -f FILE     check webhook configurations as the apiserver calls them (webhook doctor -h)
+  webhook review -f FILE     the policy's verdict on manifests, or on an audit log, without a cluster (webhook review -h)
+  webhook help [COMMAND]     this, or a command's flags
+
+Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
+(docs/troubleshooting.md, docs/review.md).
+
+`
+
+// usageError is a command line the server cannot run with: exit status 2,
+// as for every subcommand's, and as package flag exits.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+func (e usageError) ExitCode() int { return 2 }
+
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully, returning instead of exiting so that tests drive it. `webhook
 // certs` (package certs), `webhook doctor` (package doctor) and `webhook
 // review` (package review; both read stdin for a file named "-") run
-// instead when named.
+// instead when named, and `webhook help` says what there is. A command
+// line it cannot run with is an error whose ExitCode is 2.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "certs" {
-		return certs.Run(args[1:], time.Now(), stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "certs":
+			return certs.Run(args[1:], time.Now(), stdout, stderr)
+		case "doctor":
+			return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
+		case "review":
+			return runReview(ctx, args[1:], stdin, stdout, stderr)
+		case "help":
+			if len(args) > 1 && slices.Contains([]string{"certs", "doctor", "review"}, args[1]) {
+				return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
+			}
+			_, err := io.WriteString(stdout, commandsUsage)
+			return err
+		}
 	}
-	if len(args) > 0 && args[0] == "doctor" {
-		return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
-	}
-	if len(args) > 0 && args[0] == "review" {
-		return runReview(ctx, args[1:], stdin, stdout, stderr)
+	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--h" }) {
+		_, _ = io.WriteString(stderr, commandsUsage)
 	}
 	cfg, err := parseFlags(args, getenv, stderr)
-	if err != nil {
+	if errors.Is(err, flag.ErrHelp) {
 		return err
+	}
+	if err != nil {
+		return usageError{err}
 	}
 	var logHandler slog.Handler = slog.NewTextHandler(stderr, nil)
 	if cfg.logFormat == "json" {

@@ -420,3 +420,34 @@ func testEnv(key string) string {
 	}
 	return ""
 }
+
+// TestUsageExitStatus: a command line that cannot run exits 2, whichever
+// command it is for, as package flag's own errors do; -h and help exit 0,
+// listing the commands.
+func TestUsageExitStatus(t *testing.T) {
+	for _, args := range [][]string{
+		{"-no-such-flag"}, {"-tls-min-version", "1.1"}, {"stray"},
+		{"certs"}, {"certs", "-no-such-flag"}, {"certs", "-hosts", "a", "-service", "b"},
+		{"doctor"}, {"doctor", "-no-such-flag"},
+		{"review"}, {"review", "-no-such-flag"},
+	} {
+		t.Chdir(t.TempDir())
+		err := run(context.Background(), args, testEnv, nil, io.Discard, io.Discard)
+		var exit interface{ ExitCode() int }
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("webhook %q: got %v, want exit status 2", args, err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, testEnv, nil, &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "webhook review -f FILE") {
+		t.Errorf("webhook help: got %v, %q; want the commands", err, stdout.String())
+	}
+	if err := run(context.Background(), []string{"-h"}, testEnv, nil, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(stderr.String(), "webhook doctor -f FILE") || !strings.Contains(stderr.String(), "-listen") {
+		t.Errorf("webhook -h: got %v, %q; want the commands and the server's flags", err, stderr.String())
+	}
+	stderr.Reset()
+	if err := run(context.Background(), []string{"help", "review"}, testEnv, nil, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-audit-log") {
+		t.Errorf("webhook help review: got %v, %q; want review's flags", err, stderr.String())
+	}
+}

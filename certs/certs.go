@@ -186,9 +186,19 @@ const (
 	defaultCAValidity = 10 * 365 * 24 * time.Hour
 )
 
+// usageError is a command line certs cannot run with: exit status 2, as
+// for the webhook's other commands.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
+
+// ExitCode is the status to exit with.
+func (e usageError) ExitCode() int { return 2 }
+
 // Run is `webhook certs`: it writes ca.crt, ca.Key, tls.crt and tls.Key
 // into -dir and prints the base64 caBundle on stdout. An existing CA in -dir
 // is kept, so issuing a new serving certificate leaves caBundle unchanged.
+// A command line it cannot run with is an error whose ExitCode is 2.
 func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook certs", flag.ContinueOnError)
 	flags.SetOutput(stderr)
@@ -199,10 +209,13 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	validity := flags.Duration("validity", defaultServingValidity, "serving certificate `lifetime`")
 	caValidity := flags.Duration("ca-validity", defaultCAValidity, "lifetime of a new CA")
 	if err := flags.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	if flags.NArg() > 0 {
-		return fmt.Errorf("certs: unexpected argument %q", flags.Arg(0))
+		return usageError{fmt.Errorf("certs: unexpected argument %q", flags.Arg(0))}
 	}
 	var names []string
 	for _, h := range strings.Split(*hosts, ",") {
@@ -212,15 +225,15 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case len(names) > 0 && *service != "":
-		return errors.New("certs: give -hosts or -service, not both")
+		return usageError{errors.New("certs: give -hosts or -service, not both")}
 	case len(names) == 0 && *service == "":
-		return errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace")
+		return usageError{errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace")}
 	case len(names) == 0:
 		svc, ns := *service, *namespace
 		names = []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
 	}
 	if *validity <= 0 || *caValidity <= 0 {
-		return errors.New("certs: -validity and -ca-validity must be positive")
+		return usageError{errors.New("certs: -validity and -ca-validity must be positive")}
 	}
 
 	if err := os.MkdirAll(*dir, 0o755); err != nil {
