@@ -8,6 +8,7 @@
 package doctor
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -207,6 +208,10 @@ var configDecoder = func() runtime.Decoder {
 // readWebhooks reads every webhook of every configuration in r: YAML or
 // JSON, one object, several documents, or a List. Objects of other kinds
 // are skipped and named in skipped, by kind only: one may be a Secret.
+// caBundlePlaceholder is what deploy/webhooks.yaml has for caBundle until
+// deploy/render.sh fills it in.
+const caBundlePlaceholder = "__CA_BUNDLE__"
+
 func readWebhooks(r io.Reader) (hooks []webhookUnderTest, skipped []string, err error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, yamlLookahead)
 	for doc := 1; ; doc++ {
@@ -218,6 +223,12 @@ func readWebhooks(r io.Reader) (hooks []webhookUnderTest, skipped []string, err 
 		}
 		if len(raw.Raw) == 0 || string(raw.Raw) == "null" {
 			continue // an empty document, such as a trailing ---
+		}
+		if bytes.Contains(raw.Raw, []byte(caBundlePlaceholder)) {
+			// deploy/webhooks.yaml as it is committed: its caBundle would
+			// not decode ("illegal base64 data"), and says nothing of a
+			// deployed webhook.
+			return nil, nil, fmt.Errorf("document %d: caBundle is the placeholder %s, which deploy/render.sh replaces with the CA it makes: check what render.sh writes (deploy/render.sh in-cluster out/, then webhook doctor -f out/webhooks.yaml), or what the cluster holds (kubectl get validatingwebhookconfiguration NAME -o yaml | webhook doctor -f -)", doc, caBundlePlaceholder)
 		}
 		h, s, err := decodeWebhooks(raw.Raw)
 		if err != nil {

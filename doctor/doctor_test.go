@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -860,6 +861,17 @@ data: {tls.key: c2VjcmV0LWtleS1tYXRlcmlhbA==}
 			}
 		})
 	}
+
+	t.Run("deploy/webhooks.yaml, its caBundle a placeholder", func(t *testing.T) {
+		committed, err := os.ReadFile(filepath.Join("..", "deploy", "webhooks.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _, err = readWebhooks(bytes.NewReader(committed))
+		if err == nil || !strings.Contains(err.Error(), "caBundle is the placeholder __CA_BUNDLE__") || !strings.Contains(err.Error(), "deploy/render.sh") || strings.Contains(err.Error(), "base64") {
+			t.Errorf("got %v, want the placeholder and render.sh named, not base64", err)
+		}
+	})
 
 	t.Run("defaults are the apiserver's", func(t *testing.T) {
 		hooks, _, err := readWebhooks(strings.NewReader(mutatingYAML))
