@@ -848,7 +848,18 @@ func parseUnit(u unit) ([]parsedObject, []unreadable) {
 }
 
 // parseUnitOrEmpty is parseUnit, and what holds nothing: an empty List.
+// Every error of what cannot be read names its line in the file.
 func parseUnitOrEmpty(u unit) ([]parsedObject, []unreadable, string) {
+	objs, bad, empty := readUnit(u)
+	for i, b := range bad {
+		if u.line > 0 && !strings.Contains(b.err.Error(), "line ") {
+			bad[i].err = fmt.Errorf("line %d: %w", u.line, b.err)
+		}
+	}
+	return objs, bad, empty
+}
+
+func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	if u.err != nil {
 		return nil, []unreadable{{u.source, u.err}}, ""
 	}

@@ -317,7 +317,7 @@ items:
 		"-f", "DIR/l.yaml", "-f", "DIR/t.yaml", "-f", "DIR/l.json")
 	for _, want := range []string{
 		"l.yaml#1[0]: ConfigMap ns/one: patched",
-		"l.yaml#1[1]: error: the document has no apiVersion or kind",
+		"l.yaml#1[1]: error: line 8: the document has no apiVersion or kind",
 		"l.yaml#1[2]: error: not YAML or JSON: line 12:",
 		"t.yaml#1[0]: Deployment ns/typed: patched",
 		"l.json#1[0]: Secret ns/j1: patched",

@@ -770,6 +770,9 @@ func connectObject(kind string, subpath bool, uri *url.URL, ref *objectReference
 			obj["ports"] = ports
 		}
 	}
+	if p := q.Get("path"); p != "" && strings.HasSuffix(kind, "ProxyOptions") {
+		obj["path"] = p
+	}
 	if subpath {
 		marker := "/" + ref.Name + "/" + ref.Subresource
 		if i := strings.Index(uri.Path, marker); i >= 0 {

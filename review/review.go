@@ -395,15 +395,17 @@ type validateResult struct {
 // sentRequest is what of an AdmissionRequest says what was sent: the
 // object only for a CONNECT, whose object is its options.
 type sentRequest struct {
-	Webhook     string                      `json:"webhook,omitempty"`
-	Route       string                      `json:"route"`
-	Operation   string                      `json:"operation"`
-	Kind        metav1.GroupVersionKind     `json:"kind"`
-	Resource    metav1.GroupVersionResource `json:"resource"`
-	SubResource string                      `json:"subResource,omitempty"`
-	Namespace   string                      `json:"namespace,omitempty"`
-	Name        string                      `json:"name,omitempty"`
-	Object      json.RawMessage             `json:"object,omitempty"`
+	Webhook         string                      `json:"webhook,omitempty"`
+	Route           string                      `json:"route"`
+	Operation       string                      `json:"operation"`
+	Kind            metav1.GroupVersionKind     `json:"kind"`
+	Resource        metav1.GroupVersionResource `json:"resource"`
+	SubResource     string                      `json:"subResource,omitempty"`
+	RequestKind     metav1.GroupVersionKind     `json:"requestKind"`
+	RequestResource metav1.GroupVersionResource `json:"requestResource"`
+	Namespace       string                      `json:"namespace,omitempty"`
+	Name            string                      `json:"name,omitempty"`
+	Object          json.RawMessage             `json:"object,omitempty"`
 }
 
 // failed reports whether the result makes the exit status 1.
@@ -726,9 +728,10 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 	res.after = current
 	// Each mutating webhook again, on what they made: when none changed
 	// the object it is sent what it was sent, and a policy answers the
-	// same again.
+	// same again. A dry run is compared by its verdict and patch, and
+	// does not ask again.
 	idempotent := true
-	if len(ops) > 0 {
+	if len(ops) > 0 && !req.dryRun {
 		for _, c := range mutating {
 			resp, err := r.call(ctx, nil, c, req, current, old)
 			if err == nil && resp.Allowed && len(resp.Patch) > 0 && string(resp.Patch) != "[]" {
@@ -839,7 +842,7 @@ func (r *reviewer) call(ctx context.Context, res *result, c invocation, req requ
 	}
 	if res != nil && !slices.ContainsFunc(res.Requests, func(s sentRequest) bool { return s.Webhook == c.hook.name && s.Route == c.hook.route }) {
 		sent := sentRequest{Webhook: c.hook.name, Route: c.hook.route, Operation: string(areq.Operation), Kind: areq.Kind, Resource: areq.Resource,
-			SubResource: areq.SubResource, Namespace: areq.Namespace, Name: areq.Name}
+			SubResource: areq.SubResource, RequestKind: *areq.RequestKind, RequestResource: *areq.RequestResource, Namespace: areq.Namespace, Name: areq.Name}
 		if req.operation == admissionregistrationv1.Connect {
 			sent.Object = object
 		}

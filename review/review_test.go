@@ -169,10 +169,10 @@ func TestBadInput(t *testing.T) {
 		args          []string
 		want          string
 	}{
-		{"not YAML", "kind: [unclosed\n", nil, "bad#1: error: not YAML or JSON"},
-		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", nil, "bad#1: error: the document has no kind"},
-		{"no apiVersion", "kind: ConfigMap\nmetadata: {name: x}\n", nil, "bad#1: error: the document has no apiVersion"},
-		{"an item without a kind in a List", `{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "x"}}]}`, nil, "bad#1[0]: error: the document has no apiVersion or kind"},
+		{"not YAML", "kind: [unclosed\n", nil, "bad#1: error: not YAML or JSON: line 1:"},
+		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", nil, "bad#1: error: line 1: the document has no kind"},
+		{"no apiVersion", "kind: ConfigMap\nmetadata: {name: x}\n", nil, "bad#1: error: line 1: the document has no apiVersion"},
+		{"an item without a kind in a List", `{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "x"}}]}`, nil, "bad#1[0]: error: line 1: the document has no apiVersion or kind"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{"good.yaml": deployment("good", "ns", ""), "bad": tc.content}
