@@ -41,6 +41,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/example/webhook/jsonfield"
 )
 
 // maxLineBytes bounds one line of a YAML file: a line is read whole, and
@@ -669,30 +671,7 @@ func (s *jsonSplitter) value(br *bufio.Reader, c byte) ([]byte, error) {
 	case '"':
 		return s.str(br)
 	case '{', '[':
-		var out []byte
-		depth := 1
-		for depth > 0 {
-			b, err := br.ReadByte()
-			if err != nil {
-				return nil, errJSONEnd
-			}
-			out = append(out, b)
-			switch b {
-			case '\n':
-				s.line++
-			case '"':
-				rest, err := s.str(br)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, rest...)
-			case '{', '[':
-				depth++
-			case '}', ']':
-				depth--
-			}
-		}
-		return out, nil
+		return s.scan(br, jsonScan{depth: 1})
 	}
 	var out []byte
 	for {
@@ -711,26 +690,71 @@ func (s *jsonSplitter) value(br *bufio.Reader, c byte) ([]byte, error) {
 // str reads the rest of a string after its opening quote, the closing
 // quote included.
 func (s *jsonSplitter) str(br *bufio.Reader) ([]byte, error) {
+	return s.scan(br, jsonScan{inString: true})
+}
+
+// jsonScan is where a scan of JSON text is: how deep in objects and
+// arrays, and whether in a string, just after a backslash.
+type jsonScan struct {
+	depth             int
+	inString, escaped bool
+}
+
+// scan reads from br, a buffer at a time, until the value it is in ends:
+// the string, when it starts in one at depth 0, or the object or array of
+// depth 1. It counts the lines it reads.
+func (s *jsonSplitter) scan(br *bufio.Reader, st jsonScan) ([]byte, error) {
 	var out []byte
 	for {
-		b, err := br.ReadByte()
-		if err != nil {
+		buf, err := br.Peek(max(1, br.Buffered()))
+		if len(buf) == 0 {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
 			return nil, errJSONEnd
 		}
-		out = append(out, b)
-		switch b {
-		case '\\':
-			e, err := br.ReadByte()
-			if err != nil {
-				return nil, errJSONEnd
-			}
-			out = append(out, e)
-		case '"':
+		n, done := st.advance(buf)
+		out = append(out, buf[:n]...)
+		s.line += bytes.Count(buf[:n], []byte("\n"))
+		_, _ = br.Discard(n)
+		if done {
 			return out, nil
-		case '\n':
-			s.line++
 		}
 	}
+}
+
+// advance scans buf from st, and says how many bytes it took and whether
+// the value ended there.
+func (st *jsonScan) advance(buf []byte) (int, bool) {
+	for i := 0; i < len(buf); i++ {
+		c := buf[i]
+		if st.inString {
+			switch {
+			case st.escaped:
+				st.escaped = false
+			case c == '\\':
+				st.escaped = true
+			case c == '"':
+				st.inString = false
+				if st.depth == 0 {
+					return i + 1, true
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			st.inString = true
+		case '{', '[':
+			st.depth++
+		case '}', ']':
+			st.depth--
+			if st.depth == 0 {
+				return i + 1, true
+			}
+		}
+	}
+	return len(buf), false
 }
 
 // skipSpace returns the next byte that is not white space.
@@ -911,7 +935,7 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 		}
 	}
 	obj := parsedObject{source: u.source, line: u.line, json: doc}
-	if err := json.Unmarshal(doc, &obj.head); err != nil {
+	if err := readHead(doc, &obj.head); err != nil {
 		return nil, []unreadable{{u.source, headError(err)}}, ""
 	}
 	if err := checkKind(obj.head); err != nil {
@@ -964,6 +988,32 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 		return json.Marshal(m)
 	}
 	return yaml.ToJSON(raw)
+}
+
+// readHead reads apiVersion, kind and metadata of doc, canonical JSON (its
+// keys sorted, each once, valid), and no further than the end of
+// metadata, which sorts before spec and status.
+func readHead(doc []byte, head *objectHead) error {
+	for _, m := range []struct {
+		key  string
+		into any
+	}{{"apiVersion", &head.APIVersion}, {"kind", &head.Kind}, {"metadata", &head.Metadata}} {
+		value, found, err := jsonfield.Top(doc, m.key)
+		if err != nil {
+			return err
+		}
+		if !found || string(value) == "null" {
+			continue
+		}
+		if err := json.Unmarshal(value, m.into); err != nil {
+			var typeErr *json.UnmarshalTypeError
+			if errors.As(err, &typeErr) {
+				typeErr.Field = strings.TrimSuffix(m.key+"."+typeErr.Field, ".")
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // canonicalJSON is raw with its keys sorted and its white space gone, its

@@ -311,8 +311,11 @@ items:
   - metadata: {name: typed, namespace: ns}
     spec: {replicas: 1}
 `
-	jsonList := `{"apiVersion":"v1","items":[{"metadata":{"name":"j1","namespace":"ns"}},` + "\n" +
-		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"j2","namespace":"ns"}}],"kind":"SecretList","metadata":{}}`
+	// Strings that hold what the scan of the items must not take for
+	// structure: brackets, a quote, a backslash.
+	jsonList := `{"apiVersion":"v1","items":[{"metadata":{"name":"j1","namespace":"ns","annotations":{"a":"}]\"{[\\"}}},` + "\r\n" +
+		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"j2","namespace":"ns"}}],"kind":"SecretList","metadata":{}}` + "\n" +
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after","namespace":"ns"}}`
 	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"l.yaml": yamlList, "t.yaml": typedList, "l.json": jsonList},
 		"-f", "DIR/l.yaml", "-f", "DIR/t.yaml", "-f", "DIR/l.json")
 	for _, want := range []string{
@@ -322,6 +325,7 @@ items:
 		"t.yaml#1[0]: Deployment ns/typed: patched",
 		"l.json#1[0]: Secret ns/j1: patched",
 		"l.json#1[1]: Secret ns/j2: patched",
+		"l.json#2: ConfigMap ns/after: patched",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +28,14 @@ const (
 	// progressEvery is how often, at most, progress is written to a
 	// terminal.
 	progressEvery = time.Second
+
+	// replayMemoryBytes is, beside -audit-cache-bytes, the Go heap's soft
+	// limit in a replay: the events being replayed (a line is at most
+	// maxEventBytes, typically a few KB), the requests waiting for their
+	// ResponseComplete, the Namespaces' labels, and the reviews in flight.
+	// With the binary's own pages (about 10 MiB) a million events peak
+	// within the cache plus 32 MiB (bench/README.md).
+	replayMemoryBytes = 20 << 20
 )
 
 // replaySummary is what the summary reports.
@@ -56,6 +65,12 @@ type replaySummary struct {
 
 // replayAuditLogs is `webhook review -audit-log`.
 func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reader, stdout, stderr io.Writer) error {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// What a replay holds is the cache, and a few events: collect
+		// before the heap grows to twice the cache (GOGC), so that the
+		// process stays within the cache's bytes and replayMemoryBytes.
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(o.auditCacheBytes + replayMemoryBytes))
+	}
 	p := newReplayer(r, o.auditCacheBytes)
 	p.sum.admission, p.sum.authorization, p.sum.authorizationNotSent, p.sum.changes = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
 	out := &replayOutput{w: stdout, json: o.output == "json", verbose: o.verbose}
