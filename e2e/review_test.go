@@ -181,17 +181,7 @@ func compareReview(t *testing.T, w *webhookServer, configs string, requests []*p
 func reviewOffline(t *testing.T, r *preparedRequest, configs string) reviewResult {
 	t.Helper()
 	dir := t.TempDir()
-	write := func(name string, obj *unstructured.Unstructured) string {
-		b, err := obj.MarshalJSON()
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(dir, name)
-		if err := os.WriteFile(path, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
+	write := func(name string, obj *unstructured.Unstructured) string { return writeObject(t, dir, name, obj) }
 	args := []string{"-operation", string(r.Operation), "-config", configs}
 	switch r.Operation {
 	case admissionregistrationv1.Delete:

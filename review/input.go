@@ -237,26 +237,35 @@ func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(do
 	}
 	defer fh.Close()
 	br := bufio.NewReaderSize(fh, 64<<10)
+	to := splitTo{name: f.name, plans: plans, emit: emit, item: item, plan: plan}
 	// As YAMLOrJSONDecoder decides: JSON when the first byte that is not
 	// white space is "{"; but not "{{", which no JSON begins with, and a
 	// Helm template does: read as YAML, each of its documents says so.
 	start, _ := br.Peek(4096)
 	if trimmed := bytes.TrimLeft(start, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
-		s := &jsonSplitter{name: f.name, plans: plans, emit: emit, item: item, plan: plan, line: 1}
+		s := &jsonSplitter{splitTo: to, line: 1}
 		return s.run(br)
 	}
-	s := &yamlSplitter{name: f.name, plans: plans, emit: emit, item: item, plan: plan}
+	s := &yamlSplitter{splitTo: to}
 	return s.run(br)
 }
 
-// yamlSplitter splits a YAML stream into documents, and a List's into
-// items, line by line.
-type yamlSplitter struct {
+// splitTo is what a splitter is given: the file's name, the first pass's
+// plans (nil in the first pass), and where it hands each unit (emit), or
+// in the first pass each item of a List (item) and each top level of a
+// document with items (plan).
+type splitTo struct {
 	name  string
 	plans map[int]listPlan
 	emit  func(unit)
 	item  func(doc int, u unit)
 	plan  func(doc int, p listPlan)
+}
+
+// yamlSplitter splits a YAML stream into documents, and a List's into
+// items, line by line.
+type yamlSplitter struct {
+	splitTo
 
 	line int // of the file, from 1
 
@@ -420,7 +429,7 @@ func (s *yamlSplitter) endItem() {
 // for the next.
 func (s *yamlSplitter) endDocument() {
 	defer func() {
-		*s = yamlSplitter{name: s.name, plans: s.plans, emit: s.emit, item: s.item, plan: s.plan, line: s.line, doc: s.doc}
+		*s = yamlSplitter{splitTo: s.splitTo, line: s.line, doc: s.doc}
 	}()
 	if !s.content {
 		return
@@ -492,11 +501,7 @@ func truncate(s string, n int) string {
 // List's into the elements of its "items", scanning bytes: strings,
 // escapes and nesting, and the keys of the top level.
 type jsonSplitter struct {
-	name  string
-	plans map[int]listPlan
-	emit  func(unit)
-	item  func(doc int, u unit)
-	plan  func(doc int, p listPlan)
+	splitTo
 
 	line int
 	doc  int
