@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"text/tabwriter"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -113,7 +115,7 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 		audited = append(audited, r.name())
 	}
 	listed, _ := json.Marshal(list)
-	audit := runReview(t, listed, "-f", "-", "-config", configs)
+	audit := runReview(t, listed, append([]string{"-f", "-", "-config", configs}, clusterContext(t, scope)...)...)
 	for _, name := range audited {
 		got := audit[name]
 		if got.Verdict != "admitted" || (got.Mutate != nil && len(got.Mutate.Patch) > 0) {
@@ -182,7 +184,7 @@ func reviewOffline(t *testing.T, r *preparedRequest, configs string) reviewResul
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name string, obj *unstructured.Unstructured) string { return writeObject(t, dir, name, obj) }
-	args := []string{"-operation", string(r.Operation), "-config", configs}
+	args := append([]string{"-operation", string(r.Operation), "-config", configs}, clusterContext(t, r.scope)...)
 	switch r.Operation {
 	case admissionregistrationv1.Delete:
 		args = append(args, "-f", write("object.json", r.Stored))
@@ -205,6 +207,52 @@ func reviewOffline(t *testing.T, r *preparedRequest, configs string) reviewResul
 		t.Fatalf("webhook review said nothing of %s: %v", r.name(), results)
 	}
 	return got
+}
+
+// clusterContext are webhook review's flags that tell it what the cluster
+// holds, as a user tells it: the scope's Namespace, whose labels its
+// webhooks' namespaceSelectors read (kubectl get namespace -o yaml), and
+// the kinds the apiserver serves, custom resources among them (kubectl
+// api-resources -o wide).
+func clusterContext(t *testing.T, s *testScope) []string {
+	t.Helper()
+	dir := t.TempDir()
+	ns, err := s.api.client.CoreV1().Namespaces().Get(context.Background(), s.namespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.APIVersion, ns.Kind = "v1", "Namespace"
+	b, err := json.Marshal(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsFile := filepath.Join(dir, "namespace.json")
+	writeText(t, nsFile, string(b))
+	return []string{"-f", nsFile, "-api-resources", apiResourcesFile(t, s.api, dir)}
+}
+
+// apiResourcesFile writes what `kubectl api-resources -o wide` prints of
+// a's discovery into dir, and returns its path.
+func apiResourcesFile(t *testing.T, a *apiServer, dir string) string {
+	t.Helper()
+	lists, err := a.client.Discovery().ServerPreferredResources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(w, "NAME\tSHORTNAMES\tAPIVERSION\tNAMESPACED\tKIND\tVERBS\tCATEGORIES")
+	for _, list := range lists {
+		for _, r := range list.APIResources {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%v\t%s\t%s\t%s\n", r.Name, strings.Join(r.ShortNames, ","), list.GroupVersion, r.Namespaced, r.Kind, strings.Join(r.Verbs, ","), strings.Join(r.Categories, ","))
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "api-resources.txt")
+	writeText(t, path, b.String())
+	return path
 }
 
 // runReview runs `webhook review -o json args` with the webhook binary
