@@ -157,7 +157,9 @@ func (in *inputs) close() {
 
 // scan is the first pass: it splits every file, records each List's kind,
 // and hands found the units whose text names a CustomResourceDefinition or
-// a Namespace (an item only once its document is known to be a List).
+// a Namespace (an item only once its document is known to be a List), as
+// it reads them: found must not keep a unit's text, whose buffer the next
+// unit reuses.
 func (in *inputs) scan(found func(unit)) error {
 	for _, f := range in.files {
 		plans := map[int]listPlan{}
@@ -173,6 +175,7 @@ func (in *inputs) scan(found func(unit)) error {
 				items, itemsOf = items[:0], doc
 			}
 			if mayDefine(item.raw) {
+				item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
 				items = append(items, item)
 			}
 		}, func(doc int, plan listPlan) {
@@ -269,18 +272,23 @@ type yamlSplitter struct {
 
 	line int // of the file, from 1
 
-	doc        int    // the number of the document being read, from 1: those with content
-	content    bool   // the document being read has content
-	docLine    int    // its first line of content
-	text       []byte // the document, or with items its top level but them
-	badSep     string // the document began with a separator kubectl refuses
-	inItems    bool   // reading the items of a List
-	itemsDone  bool
-	seqIndent  int    // the column of the items' "-", once seen; -1 before
-	itemText   []byte // the item being read
-	itemLine   int
-	itemCount  int
-	listByText bool // the document's items block was found
+	doc       int    // the number of the document being read, from 1: those with content
+	content   bool   // the document being read has content
+	docLine   int    // its first line of content
+	text      []byte // the document, or with items its top level but them
+	badSep    string // the document began with a separator kubectl refuses
+	inItems   bool   // reading the items of a List
+	itemsDone bool
+	seqIndent int    // the column of the items' "-", once seen; -1 before
+	itemText  []byte // the item being read
+	inItem    bool
+	itemLine  int
+	// spareText and spareItem are, in the first pass, the buffers of the
+	// last document and item, which were read before this one began: the
+	// next take them over.
+	spareText, spareItem []byte
+	itemCount            int
+	listByText           bool // the document's items block was found
 }
 
 func (s *yamlSplitter) run(br *bufio.Reader) error {
@@ -368,12 +376,15 @@ func (s *yamlSplitter) startContent() {
 	s.content = true
 	s.doc++
 	s.docLine = s.line
+	if s.plans == nil {
+		s.text, s.spareText = s.spareText[:0], nil
+	}
 }
 
 // takeItemLine reads a line of a List's items block.
 func (s *yamlSplitter) takeItemLine(line []byte, blank bool) {
 	if blank {
-		if s.itemText != nil {
+		if s.inItem {
 			s.itemText = append(s.itemText, line...)
 		}
 		return
@@ -392,11 +403,14 @@ func (s *yamlSplitter) takeItemLine(line []byte, blank bool) {
 	switch {
 	case isEntry && indent == s.seqIndent:
 		s.endItem()
+		if s.plans == nil {
+			s.itemText, s.spareItem = s.spareItem[:0], nil
+		}
 		// The entry's "-" becomes a space, so that the item reads as a
 		// document of its own, at the same columns.
 		s.itemText = append(s.itemText, line...)
 		s.itemText[indent] = ' '
-		s.itemLine = s.line
+		s.itemLine, s.inItem = s.line, true
 	case indent > s.seqIndent:
 		s.itemText = append(s.itemText, line...)
 	default:
@@ -408,16 +422,17 @@ func (s *yamlSplitter) takeItemLine(line []byte, blank bool) {
 }
 
 func (s *yamlSplitter) endItem() {
-	if s.itemText == nil {
+	if !s.inItem {
 		return
 	}
 	u := unit{source: fmt.Sprintf("%s#%d[%d]", s.name, s.doc, s.itemCount), file: s.name, line: s.itemLine, raw: s.itemText}
 	s.itemCount++
-	s.itemText = nil
+	s.itemText, s.inItem = nil, false
 	if s.plans == nil {
 		if s.item != nil {
-			s.item(s.doc, u)
+			s.item(s.doc, u) // which copies what it keeps
 		}
+		s.spareItem = u.raw
 		return
 	}
 	p := s.plans[s.doc]
@@ -429,7 +444,7 @@ func (s *yamlSplitter) endItem() {
 // for the next.
 func (s *yamlSplitter) endDocument() {
 	defer func() {
-		*s = yamlSplitter{splitTo: s.splitTo, line: s.line, doc: s.doc}
+		*s = yamlSplitter{splitTo: s.splitTo, line: s.line, doc: s.doc, spareText: s.spareText, spareItem: s.spareItem}
 	}()
 	if !s.content {
 		return
@@ -464,6 +479,9 @@ func (s *yamlSplitter) endDocument() {
 		}
 	default:
 		s.emit(unit{source: source, file: s.name, line: s.docLine, raw: s.text})
+		if s.plans == nil {
+			s.spareText = s.text // read by now: the first pass reads as it goes
+		}
 	}
 }
 
@@ -478,8 +496,16 @@ func isItemsKey(line []byte) bool {
 }
 
 func isBlankOrComment(line []byte) bool {
-	t := bytes.TrimLeft(line, " \t\r\n")
-	return len(t) == 0 || t[0] == '#'
+	for _, c := range line {
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		case '#':
+			return true
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func indentOf(line []byte) int {

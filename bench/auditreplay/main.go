@@ -25,6 +25,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -113,17 +114,37 @@ func run() error {
 		cpu := time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 		fmt.Printf("| %s | %s | %d | %.0f | %.1f | %.0f | %.1f | %.1f | %d |\n", format, cache, *events, float64(size)/(1<<20), wall.Seconds(),
 			float64(*events)/wall.Seconds(), cpu.Seconds(), float64(usage.Maxrss)/1024, cmd.ProcessState.ExitCode())
-		b, _ := os.ReadFile(summary)
-		if format == "text" {
-			// The summary follows the lines; the refusals it names are
-			// many here.
-			if i := strings.LastIndex(string(b), "\nreplayed "); i >= 0 {
-				b = b[i:]
-			}
+		// The summary follows the lines, hundreds of MiB of them in text:
+		// read its end only. Read whole, it would make this process as
+		// large, and Linux counts the high-water mark of the process that
+		// starts the next replay (vfork, then exec) in that replay's
+		// ru_maxrss: the -o json row read 120 MiB, its own peak 95.
+		b, _ := tail(summary, 64<<10)
+		if i := strings.LastIndex(string(b), "\nreplayed "); i >= 0 && format == "text" {
+			b = b[i:]
 		}
 		fmt.Fprintf(os.Stderr, "the summary, -o %s:\n%s", format, b)
 	}
 	return nil
+}
+
+// tail is the last n bytes of the file at path, or all of a shorter one.
+func tail(path string, n int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if info.Size() > n {
+		if _, err := f.Seek(info.Size()-n, io.SeekStart); err != nil {
+			return nil, err
+		}
+	}
+	return io.ReadAll(f)
 }
 
 // writeLog writes the log and returns its size.
