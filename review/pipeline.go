@@ -3,19 +3,62 @@ package review
 // Reviewing the objects of the input as they are read, on every CPU, and
 // writing each verdict in the input's order as soon as it and those before
 // it are done: the first verdict of a 50 MB List within a second, in
-// memory bounded by a few objects.
+// memory bounded by the largest object and what is read ahead of the
+// verdict written (maxAheadBytes).
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 )
 
-// maxAhead is how many units, per worker, may be read ahead of the one the
-// writer waits for: enough to keep the workers busy while one large
-// object is reviewed, and a bound on the objects held at once.
-const maxAhead = 4
+const (
+	// maxAheadBytes bounds the text of the units read ahead of the one the
+	// writer waits for, and so what they hold once reviewed: while one
+	// large object is reviewed the other workers go on with the small ones
+	// after it. One unit larger than the bound is still read, alone.
+	maxAheadBytes = 8 << 20
+
+	// maxAheadUnits bounds their number, for inputs of many tiny units.
+	maxAheadUnits = 4096
+)
+
+// window is how much of the input is read ahead of what was written:
+// units and their bytes.
+type window struct {
+	mu    sync.Mutex
+	cond  *sync.Cond
+	bytes int64
+	units int
+}
+
+func newWindow() *window {
+	w := &window{}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// take waits until n more bytes fit, or nothing is held.
+func (w *window) take(n int64) {
+	w.mu.Lock()
+	for w.units > 0 && (w.bytes+n > maxAheadBytes || w.units >= maxAheadUnits) {
+		w.cond.Wait()
+	}
+	w.bytes += n
+	w.units++
+	w.mu.Unlock()
+}
+
+// give gives n bytes back.
+func (w *window) give(n int64) {
+	w.mu.Lock()
+	w.bytes -= n
+	w.units--
+	w.mu.Unlock()
+	w.cond.Signal()
+}
 
 // reviewedUnit is what came of one unit: its verdicts, and what could not
 // be read; or that it holds nothing.
@@ -34,8 +77,9 @@ func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer
 		u    unit
 		done chan reviewedUnit
 	}
-	work := make(chan job)
-	ordered := make(chan job, workers*maxAhead)
+	work := make(chan job, maxAheadUnits)
+	ordered := make(chan job, maxAheadUnits)
+	ahead := newWindow()
 	for range workers {
 		go func() {
 			for j := range work {
@@ -48,6 +92,7 @@ func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer
 		defer close(ordered)
 		defer close(work)
 		readErr = in.each(func(u unit) {
+			ahead.take(int64(len(u.raw)))
 			j := job{u: u, done: make(chan reviewedUnit, 1)}
 			ordered <- j
 			work <- j
@@ -56,6 +101,7 @@ func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer
 	w.begin()
 	for j := range ordered {
 		out := <-j.done
+		ahead.give(int64(len(j.u.raw)))
 		if ctx.Err() != nil {
 			continue // interrupted: what is done after the signal is not said
 		}
