@@ -288,7 +288,6 @@ type yamlSplitter struct {
 	// next take them over.
 	spareText, spareItem []byte
 	itemCount            int
-	listByText           bool // the document's items block was found
 }
 
 func (s *yamlSplitter) run(br *bufio.Reader) error {
@@ -356,7 +355,7 @@ func (s *yamlSplitter) take(line []byte) {
 	}
 	s.text = append(s.text, line...)
 	if !s.inItems && isItemsKey(line) && s.listable() {
-		s.inItems, s.seqIndent, s.listByText = true, -1, true
+		s.inItems, s.seqIndent = true, -1
 		s.text = s.text[:len(s.text)-len(line)]
 		s.text = append(s.text, "items: []\n"...)
 	}

@@ -29,13 +29,14 @@ const (
 	// terminal.
 	progressEvery = time.Second
 
-	// replayMemoryBytes is, beside -audit-cache-bytes, the Go heap's soft
-	// limit in a replay: the events being replayed (a line is at most
-	// maxEventBytes, typically a few KB), the requests waiting for their
-	// ResponseComplete, the Namespaces' labels, and the reviews in flight.
-	// With the binary's own pages (about 10 MiB) a million events peak
-	// within the cache plus 32 MiB (bench/README.md).
-	replayMemoryBytes = 20 << 20
+	// replayMemoryBytes is, beside -audit-cache-bytes, the Go runtime's
+	// soft memory limit in a replay: the events being replayed (a line is
+	// at most maxEventBytes, typically a few KB), the requests waiting for
+	// their ResponseComplete, the Namespaces' labels, and the reviews in
+	// flight, a few MiB in all. The kernel counts the binary's own pages
+	// beside it (13 MiB resident): a million events peak within the cache
+	// plus 32 MiB (bench/README.md).
+	replayMemoryBytes = 16 << 20
 )
 
 // replaySummary is what the summary reports.

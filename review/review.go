@@ -117,7 +117,7 @@ var connectSubresources = map[string]struct {
 // stdout, as it goes; it stops when ctx is done, with what it did so far.
 // The error is an *ExitError for any outcome but every object admitted.
 // With -audit-log, unless GOMEMLIMIT is set, it sets the Go runtime's soft
-// memory limit (debug.SetMemoryLimit) to -audit-cache-bytes plus 20 MiB
+// memory limit (debug.SetMemoryLimit) to -audit-cache-bytes plus 16 MiB
 // while it replays, and back when it returns.
 func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	flags.SetOutput(stderr)
