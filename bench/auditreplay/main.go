@@ -31,6 +31,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -102,7 +103,11 @@ func run() error {
 			cmd.Stdout = errFile
 		}
 		t0 := time.Now()
-		err = cmd.Run()
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		peak := watchPeak(cmd.Process.Pid)
+		err = cmd.Wait()
 		wall := time.Since(t0)
 		devnull.Close()
 		errFile.Close()
@@ -113,7 +118,7 @@ func run() error {
 		usage := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 		cpu := time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
 		fmt.Printf("| %s | %s | %d | %.0f | %.1f | %.0f | %.1f | %.1f | %d |\n", format, cache, *events, float64(size)/(1<<20), wall.Seconds(),
-			float64(*events)/wall.Seconds(), cpu.Seconds(), float64(usage.Maxrss)/1024, cmd.ProcessState.ExitCode())
+			float64(*events)/wall.Seconds(), cpu.Seconds(), float64(peak())/(1<<20), cmd.ProcessState.ExitCode())
 		// The summary follows the lines, hundreds of MiB of them in text:
 		// read its end only. Read whole, it would make this process as
 		// large, and Linux counts the high-water mark of the process that
@@ -126,6 +131,38 @@ func run() error {
 		fmt.Fprintf(os.Stderr, "the summary, -o %s:\n%s", format, b)
 	}
 	return nil
+}
+
+// watchPeak reads the peak resident memory of the process pid (VmHWM in
+// /proc/PID/status) every 100 ms until it exits, and returns a function
+// that gives the last read, in bytes. Not ru_maxrss: Linux counts in a
+// child's ru_maxrss the high-water mark of the parent it was started from
+// (vfork, then exec), and this process grows to about 100 MiB as it
+// writes the log, which the first replay's row then showed.
+func watchPeak(pid int) func() int64 {
+	var peak atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+			if err != nil {
+				return // exited
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+					var n int64
+					fmt.Sscanf(strings.TrimSpace(kb), "%d", &n)
+					peak.Store(max(peak.Load(), n<<10))
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() int64 {
+		<-done
+		return peak.Load()
+	}
 }
 
 // tail is the last n bytes of the file at path, or all of a shorter one.
