@@ -68,11 +68,11 @@ e2e-oldest:
 e2e-versions:
 	cd e2e && $(GO) run ./versions -run '$(E2E_GROUPS)'
 
-# Re-record testdata/*.json, testdata/authorization/*.json and
-# review/testdata/audit/e2e.log from a real kube-apiserver, then refresh
-# goldens.
+# Re-record testdata/*.json, testdata/authorization/*.json,
+# review/testdata/audit/e2e.log and review/apiresources.json from a real
+# kube-apiserver, then refresh goldens.
 capture:
-	cd e2e && $(GO) test -count=1 -run 'TestCapture|TestAuthorization|TestAuditReplay' -capture .
+	cd e2e && $(GO) test -count=1 -run 'TestCapture|TestAuthorization|TestAuditReplay|TestReviewAPIResources' -capture .
 	$(GO) test -run TestFixtures -update .
 
 run:
