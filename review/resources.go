@@ -28,9 +28,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -98,8 +100,24 @@ type resourceFlag struct {
 	plural, scope string
 }
 
-// newCatalog reads the built-in table.
+// builtinCatalog is the built-in table, read once: newCatalog copies it.
+var builtinCatalog = sync.OnceValues(readBuiltinCatalog)
+
+// newCatalog is a catalog of the built-in kinds, to which a review adds
+// its own: a copy of the table's, which is read once.
 func newCatalog() (*catalog, error) {
+	base, err := builtinCatalog()
+	if err != nil {
+		return nil, err
+	}
+	c := *base
+	c.byKind, c.byResource, c.classes = maps.Clone(base.byKind), maps.Clone(base.byResource), maps.Clone(base.classes)
+	c.builtinGroups, c.servedVersions, c.plurals = maps.Clone(base.builtinGroups), maps.Clone(base.servedVersions), map[string]resourceFlag{}
+	return &c, nil
+}
+
+// readBuiltinCatalog reads apiresources.json.
+func readBuiltinCatalog() (*catalog, error) {
 	var table struct {
 		KubeVersion string        `json:"kubeVersion"`
 		Resources   []apiResource `json:"resources"`
@@ -161,7 +179,8 @@ func (c *catalog) add(k *kindInfo) {
 	}
 	if _, ok := c.byResource[k.resource]; !ok {
 		c.byResource[k.resource] = k
-		c.classes[k.class] = append(c.classes[k.class], k.resource)
+		// Clipped: a copy of a catalog shares its slices with the table.
+		c.classes[k.class] = append(slices.Clip(c.classes[k.class]), k.resource)
 	}
 }
 
@@ -297,7 +316,7 @@ func (c *catalog) addCRD(crd crdDocument, source string) error {
 		}
 		c.byKind[k.kind] = k
 		c.byResource[gvr] = k
-		c.classes[class] = append(c.classes[class], gvr)
+		c.classes[class] = append(slices.Clip(c.classes[class]), gvr)
 	}
 	return nil
 }
