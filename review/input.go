@@ -35,7 +35,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -847,16 +846,6 @@ func jsonError(u unit, err error) error {
 		return fmt.Errorf("not JSON: line %d: %s", line, syntax.Error())
 	}
 	return fmt.Errorf("not JSON: the document beginning at line %d: %w", u.line, err)
-}
-
-// keysOf lists a small map's keys, sorted, for a message.
-func keysOf[V any](m map[string]V) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // parsedObject is a unit read: one object, as canonical JSON (its keys

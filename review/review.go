@@ -449,7 +449,7 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 		res.Verdict, res.Notes = "admitted", []string{why}
 		return res
 	}
-	if verb := verbOf(r.op, sub); info.verbs != nil && sub == "" && !slices.Contains(info.verbs, verb) {
+	if verb := verbOf(r.op); info.verbs != nil && sub == "" && !slices.Contains(info.verbs, verb) {
 		res.Verdict, res.Error = "error", fmt.Sprintf("the apiserver does not %s %s (it serves the verbs %s)", verb, resource.Resource, strings.Join(info.verbs, ", "))
 		return res
 	}
@@ -516,15 +516,14 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 	return combine(runs, info, obj.head.Metadata.Namespace)
 }
 
-// verbOf is the verb the apiserver authorizes an operation as.
-func verbOf(op admissionv1.Operation, sub string) string {
+// verbOf is the verb the apiserver serves an operation on a whole object
+// as: discovery lists a resource's verbs.
+func verbOf(op admissionv1.Operation) string {
 	switch op {
 	case admissionv1.Update:
 		return "update"
 	case admissionv1.Delete:
 		return "delete"
-	case admissionv1.Connect:
-		return "create"
 	}
 	return "create"
 }
