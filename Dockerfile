@@ -7,7 +7,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 # The sources .dockerignore lets in: the root package and the packages one
-# folder below it (doctor/), without tests.
+# folder below it (doctor/), without tests, and what they embed.
 COPY . ./
 # Static (no cgo), no paths of this machine in the binary, no symbol tables.
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /webhook .
