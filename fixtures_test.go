@@ -291,7 +291,7 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
 func newTestReviews(logger *slog.Logger) *handlers {
-	bodies := body.NewReader(defaultMaxInflightBytes)
+	bodies := body.NewBudget(defaultMaxInflightBytes)
 	return &handlers{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
 }
 

@@ -62,7 +62,7 @@ func routes(reviews *handlers, p policy, action validationAction, checkClient fu
 type handlers struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
-	bodies  *body.Reader
+	bodies  *body.Budget
 }
 
 // admission serves an admission route: an AdmissionReview decided by admit

@@ -92,18 +92,19 @@ const (
 	// the apiserver's, opens another connection when one's streams are
 	// taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
-	// HTTP/1.1 one: one small body, body.SmallBytes.
+	// HTTP/1.1 one: one small body, body.UnbudgetedBytes.
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = body.SmallBytes
+	http2StreamBufferBytes    = body.UnbudgetedBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// body.SmallBytes) held at once, as read and until answered. Decoding a
-	// review takes about three times its size, and the heap grows to twice
-	// what is live before a collection, so this, with maxConnections, keeps
-	// the shipped Deployment under its 64Mi limit under any load
-	// (bench/README.md measures it), while body.MaxBytes always fits.
+	// body.UnbudgetedBytes) held at once, as read and until answered.
+	// Decoding a review takes about three times its size, and the heap
+	// grows to twice what is live before a collection, so this, with
+	// maxConnections, keeps the shipped Deployment under its 64Mi limit
+	// under any load (bench/README.md measures it), while body.MaxBytes
+	// always fits.
 	defaultMaxInflightBytes = 8 << 20
 
 	// memoryLimitBase is, with -max-inflight-bytes, the Go runtime's soft
@@ -116,17 +117,14 @@ const (
 	// flags:
 	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
 	//                     a goroutine's stack; bench/README.md)  16 MiB
-	//   large bodies      the one being read, body.MaxBytes, and
-	//                     the buffer it outgrew, half that, as it
-	//                     is copied                           10.5 MiB
-	//   small bodies      one of body.SmallBytes per connection
-	//                     at most: a small body, or the first
-	//                     part of a large one waiting in line    4 MiB
+	//   small bodies      one of body.UnbudgetedBytes per connection
+	//                     at most                                4 MiB
+	//   newcomers         limits.MaxWaiting sockets waiting for a
+	//                     place (bench/README.md)                1 MiB
 	//   the runtime's own                                       ~3 MiB
-	// about 33.5 MiB. The body being read holds its 7 MiB in the budget
-	// as well, which the limit adds, so 32 MiB, the base, covers the rest
-	// with room; the budget adds what reviews being answered hold.
-	// Buffers kept for the next large body (body.Reader's) are not in it:
+	// about 24 MiB: 32 MiB, the base, covers it with room. Large bodies'
+	// buffers are all in the budget, which the limit adds.
+	// Buffers kept for the next large body (body.Budget's) are not in it:
 	// like garbage, the GC frees them near the limit, within two
 	// collections. The kernel counts the binary's own pages too (10 MiB
 	// resident): a flood peaks at the limit plus those, 50-52 MiB
@@ -301,7 +299,7 @@ func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
 	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewReader(defaultMaxInflightBytes)}
+		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
 		return routes(reviews, p, action, anyClient)
 	})
@@ -313,7 +311,7 @@ type server struct {
 	logger      *slog.Logger
 	reviews     *http.Server
 	listener    *limits.Listener
-	bodies      *body.Reader // the review routes', whose refusals the log sums up
+	bodies      *body.Budget // the review routes', whose refusals the log sums up
 	metrics     *http.Server // nil without -metrics-listen
 	metricsLn   net.Listener // its listener
 	reloadables []interface{ reloadIfChanged() }
@@ -331,7 +329,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	bodies := body.NewReader(cfg.maxInflightBytes)
+	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.

@@ -20,7 +20,7 @@ const checkWindow = 20 * time.Millisecond
 const checkBytes = MinRate * int64(checkWindow) / int64(time.Second)
 
 // errPastDeadline is a body not read by its deadline (the request's, less
-// OverloadMargin): the server can no longer answer it in time.
+// AnswerMargin): the server can no longer answer it in time.
 var errPastDeadline = errors.New("the request body was not read before its deadline")
 
 // cutError is a body cut for its pace: reason is Stalled or TooSlow.
@@ -42,13 +42,10 @@ type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
 	conn     *http.ResponseController
 	deadline time.Time     // nothing is read past it; zero: none
+	declared int64         // the body's length; -1: unknown
 	ceiling  int64         // the most the body can be
 	waited   time.Duration // in Read, so far
 	received int64
-}
-
-func newPacedReader(body io.Reader, conn *http.ResponseController, deadline time.Time) pacedReader {
-	return pacedReader{body: body, conn: conn, deadline: deadline}
 }
 
 // Read reads into p, waiting at most until the client is out of time, or

@@ -79,7 +79,7 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
 			// A deadline, so that a check that never ends fails the test
 			// rather than hang it.
-			in := newPacedReader(conn, http.NewResponseController(conn), time.Now().Add(10*StallTimeout))
+			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Now().Add(10*StallTimeout)}
 			in.ceiling = tc.left
 			n, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
@@ -107,7 +107,7 @@ func TestSpentGraceIsChecked(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
-			in := newPacedReader(conn, http.NewResponseController(conn), time.Time{})
+			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Time{}}
 			in.ceiling, in.waited = MaxBytes, 2*StallTimeout // the grace, and more, spent
 			_, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
