@@ -35,7 +35,7 @@ import (
 // count and in time, and talks to loopback only.
 
 const (
-	largestBody    = 7 << 20 // the webhook's maxBodyBytes
+	largestBody    = 7 << 20 // the largest review the webhook reads (body.MaxBytes)
 	hostilePerKind = 16      // connections of each body kind
 	hostileConns   = 2000    // connections of the header and idle kinds
 	// attemptRate is how many connections a second the hostile clients
@@ -366,7 +366,7 @@ type slowClientsResult struct {
 	probeMax             time.Duration
 	probeFailedAt        []time.Duration // when each failed probe was sent, from the start of the load
 	attempts             int64
-	refused, atCapacity  float64 // the webhook's webhook_connections_closed_total
+	shed, forNewcomers   float64 // the webhook's webhook_connections_closed_total: shed, and stalled or idle
 	cpuSeconds           float64 // the webhook's, over the load
 	peakRSSMB            float64
 }
@@ -466,7 +466,7 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		cpuAfter, _ := cpuSeconds(wh.pid())
 		r.cpuSeconds = cpuAfter - cpuBefore
 		closed := scrapeClosed(metricsAddr)
-		r.refused, r.atCapacity = closed["refused"], closed["capacity"]
+		r.shed, r.forNewcomers = closed["shed"], closed["stalled"]+closed["idle"]
 		r.peakRSSMB, err = peakRSS(wh.pid())
 		for _, neighbour := range neighbours {
 			_ = syscall.Kill(-neighbour.Process.Pid, syscall.SIGKILL)
@@ -476,8 +476,8 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200 (%d new connections), p99 %s, failures %q; slow %q; /ping %d/%d, at most %s, failed at %v; %d attempts, %.0f refused, %.0f closed at capacity; webhook CPU %.1f s; peak RSS %.1f MiB\n",
-			r.load, r.steadyOK, r.steadySent, r.steadyDials, r.steadyP99.Round(time.Millisecond), r.steadyFailures, r.steadySlow, r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.probeFailedAt, r.attempts, r.refused, r.atCapacity, r.cpuSeconds, r.peakRSSMB)
+		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200 (%d new connections), p99 %s, failures %q; slow %q; /ping %d/%d, at most %s, failed at %v; %d attempts, %.0f shed, %.0f closed for a newcomer; webhook CPU %.1f s; peak RSS %.1f MiB\n",
+			r.load, r.steadyOK, r.steadySent, r.steadyDials, r.steadyP99.Round(time.Millisecond), r.steadyFailures, r.steadySlow, r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.probeFailedAt, r.attempts, r.shed, r.forNewcomers, r.cpuSeconds, r.peakRSSMB)
 		results = append(results, r)
 	}
 	return results, costs, nil
@@ -817,7 +817,7 @@ func renderSlowClients(results []slowClientsResult, costs []connCost, opts slowC
 	if opts.steadyDelay > 0 {
 		fmt.Fprintf(&b, "Each of the steady client's writes, its handshake's included, arrives %s after it is made (-steady-delay), as from an apiserver far away or busy.\n\n", opts.steadyDelay)
 	}
-	fmt.Fprintf(&b, "| hostile load | steady 200s | success | p50 ms | p99 ms | steady's new connections | /ping answered | /ping slowest ms | connection attempts | refused before TLS | closed at the cap | webhook CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| hostile load | steady 200s | success | p50 ms | p99 ms | steady's new connections | /ping answered | /ping slowest ms | connection attempts | shed while waiting | closed for a newcomer | webhook CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		conns := ""
 		for _, k := range hostileKinds {
@@ -826,7 +826,7 @@ func renderSlowClients(results []slowClientsResult, costs []connCost, opts slowC
 			}
 		}
 		fmt.Fprintf(&b, "| %s%s | %d/%d | %.2f %% | %.1f | %.1f | %d | %d/%d | %.0f | %d | %.0f | %.0f | %.1f | %.1f |\n", r.load, conns, r.steadyOK, r.steadySent,
-			100*float64(r.steadyOK)/float64(max(r.steadySent, 1)), ms(r.steadyP50), ms(r.steadyP99), r.steadyDials, r.probesOK, r.probes, ms(r.probeMax), r.attempts, r.refused, r.atCapacity, r.cpuSeconds, r.peakRSSMB)
+			100*float64(r.steadyOK)/float64(max(r.steadySent, 1)), ms(r.steadyP50), ms(r.steadyP99), r.steadyDials, r.probesOK, r.probes, ms(r.probeMax), r.attempts, r.shed, r.forNewcomers, r.cpuSeconds, r.peakRSSMB)
 	}
 	for _, r := range results {
 		for _, f := range r.steadyFailures {

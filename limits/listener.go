@@ -30,8 +30,14 @@ const (
 	// (client-go's MaxIdleConnsPerHost).
 	KeptAliveAllowance = 32
 
-	// MaxWaiting is how many newcomers may wait for a place.
-	MaxWaiting = 1024
+	// MaxWaiting is how many newcomers may wait for a place: as many as
+	// Linux's default backlog (net.core.somaxconn) would hold. The
+	// apiserver dials for each call that finds no idle connection, and a
+	// call takes the first connection to come free, so its dials outnumber
+	// its calls: 1,000 writes through two webhooks left 1,282 waiting, and
+	// the newest shed, with 1,024 (e2e TestBurstServed). Each costs the
+	// process about 1 KiB (bench/README.md).
+	MaxWaiting = 4096
 
 	// HandshakeTimeout bounds a TLS handshake: the apiserver gives up on
 	// one after as long (client-go's TLSHandshakeTimeout).
