@@ -164,8 +164,6 @@ func checkCounted(t *testing.T, b *Budget, want map[string]uint64) {
 	}
 }
 
-
-
 func held(b *Budget) int64 {
 	used, _ := b.room.state()
 	return used
@@ -282,7 +280,6 @@ func TestTrickledBody(t *testing.T) {
 	}
 	checkCounted(t, s.b, map[string]uint64{TooSlow: 1})
 }
-
 
 // TestStalledAfterMostOfTheBody sends all of the largest body but its
 // last byte: it holds room for all of it, is cut as stalled, and gives its
@@ -436,9 +433,6 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 	checkCounted(t, s.b, nil)
 }
 
-
-
-
 // TestSlowReadIsNotTheClientsFault: a body whose deadline, less
 // AnswerMargin, comes while it is read, before its pace is spent, is
 // refused as overload: not 400 or 408, which would blame a client that
@@ -512,8 +506,6 @@ func TestTooLargeGivesBackItsRoom(t *testing.T) {
 	}
 }
 
-
-
 // TestBufferSize: a body's buffer is the smallest of bufferSizes that holds
 // it, at most half as large again, so a body holds little room it does not
 // use.
@@ -552,5 +544,3 @@ func TestBufferIsKept(t *testing.T) {
 		}
 	}
 }
-
-

@@ -79,7 +79,7 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
 			// A deadline, so that a check that never ends fails the test
 			// rather than hang it.
-			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Now().Add(10*StallTimeout)}
+			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Now().Add(10 * StallTimeout)}
 			in.ceiling = tc.left
 			n, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
