@@ -102,6 +102,7 @@ func run() error {
 	oneAddress := flag.Bool("one-address", false, "with -slow-clients, the steady client and the prober connect from the hostile clients' address, as behind a proxy that gives every client one; written to results/slow-clients-one-address.md")
 	steadyDelay := flag.Duration("steady-delay", 0, "with -slow-clients, each of the steady client's writes arrives this `long` after it is made, as from an apiserver far away or busy; written to results/slow-clients-far.md")
 	http2Flood := flag.Bool("http2", false, "with -slow-clients, run the webhook with -http2 against a flood of HTTP/2 streams; written to results/slow-clients-http2.md")
+	oneClient := flag.Bool("one-client", false, "run only the one-client rows (about a minute): one client sending 2,000 reviews at once, as the apiserver's burst, written to results/one-client.md")
 	overload := flag.Bool("overload", false, "run only the overload rows (about 4 minutes): the webhook on one core, its peak, then twice the peak offered, and 256 connections of 100 KB reviews; written to results/overload.md")
 	overloadFor := flag.Duration("overload-for", 15*time.Second, "how long each phase of an overload row runs")
 	busyNeighbour := flag.Int("busy-neighbour", 0, "with -slow-clients, processes spinning this many `cores` beside the webhook through each load, as a node's other Pods do; written to results/slow-clients-busy-N.md")
@@ -111,7 +112,7 @@ func run() error {
 		*out = filepath.Join(os.TempDir(), "webhook-bench-smoke")
 	}
 	wrk, err := exec.LookPath("wrk")
-	if err != nil && !*slowClients && !*overload {
+	if err != nil && !*slowClients && !*overload && !*oneClient {
 		return errors.New("wrk is not installed: apt-get install wrk (make bench does)")
 	}
 	root, err := filepath.Abs("..")
@@ -161,6 +162,16 @@ func run() error {
 		return err
 	}
 	certArgs := []string{"-tls-cert-file", filepath.Join(certs, "tls.crt"), "-tls-private-key-file", filepath.Join(certs, "tls.key")}
+	if *oneClient {
+		results, err := runOneClient(webhookBin, certArgs, filepath.Join(certs, "ca.crt"), filepath.Join(bodies, "deployment-2k.json"),
+			[]oneClientOptions{{reviews: 2000, rounds: 3}, {reviews: 2000, maxConns: 400, rounds: 3}})
+		if err != nil {
+			return err
+		}
+		report := renderOneClient(results)
+		fmt.Print(report)
+		return os.WriteFile(filepath.Join(*out, "one-client.md"), []byte(report), 0o644)
+	}
 	if *overload {
 		var results []overloadResult
 		// The 1 MB review offered twice the peak with the apiserver's
