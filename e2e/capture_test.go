@@ -259,12 +259,17 @@ func TestCapture(t *testing.T) {
 			return err
 		}},
 	}
+	inPlay := []schema.GroupVersionResource{appsv1.SchemeGroupVersion.WithResource("deployments"), widgetGVR,
+		corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithResource("secrets"),
+		corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithResource("namespaces"),
+		rbacv1.SchemeGroupVersion.WithResource("clusterroles")}
 	for _, f := range fixtures {
 		if f.setup != nil {
 			if err := f.setup(); err != nil {
 				t.Fatalf("%s: setup: %v", f.name, err)
 			}
 		}
+		waitForWatchCaches(t, dyn, inPlay)
 		rec.take()
 		if err := f.action(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
@@ -286,6 +291,31 @@ func TestCapture(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", path)
+	}
+}
+
+// waitForWatchCaches waits until the apiserver's watch cache of each of
+// gvrs has seen every write made so far. A write to an object starts from
+// the cache's copy of it (CacheDelegator.GuaranteedUpdate in
+// k8s.io/apiserver/pkg/storage/cacher/delegator.go): when that copy is
+// stale, as under load, admission runs on it, the write conflicts, and
+// etcd3's GuaranteedUpdate runs admission again on the stored object, so
+// a webhook is sent two reviews for one request (TestCapture once got
+// two for v1-namespace-delete, right after v1-namespace-update). A
+// consistent list reads etcd's current revision; a list not older than
+// it, from each cache, waits until that cache has seen it.
+func waitForWatchCaches(t *testing.T, dyn dynamic.Interface, gvrs []schema.GroupVersionResource) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gvr := range gvrs {
+		opts := metav1.ListOptions{ResourceVersion: now.GetResourceVersion(), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Limit: 1}
+		if _, err := dyn.Resource(gvr).List(ctx, opts); err != nil {
+			t.Fatalf("waiting for the apiserver's cache of %s to see revision %s: %v", gvr.Resource, now.GetResourceVersion(), err)
+		}
 	}
 }
 
