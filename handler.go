@@ -484,6 +484,7 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusForbidden:             metav1.StatusReasonForbidden,
 	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
 	http.StatusRequestTimeout:        metav1.StatusReasonTimeout,
+	http.StatusLengthRequired:        metav1.StatusReasonBadRequest,
 	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,

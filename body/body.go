@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -50,12 +49,6 @@ const (
 	// for its answer to arrive in time: decoding the largest review and
 	// answering it takes tens of milliseconds, more on a busy core.
 	AnswerMargin = 250 * time.Millisecond
-
-	// drainTime is how long the rest of a refused body may take to arrive
-	// and be dropped, so that its connection serves the client's next
-	// review rather than make it dial and shake hands again. The apiserver
-	// sends a body whole: the largest takes milliseconds to arrive.
-	drainTime = 100 * time.Millisecond
 )
 
 // BusyStatus answers a body that could not be read before its deadline,
@@ -98,8 +91,9 @@ type Budget struct {
 // NewBudget reads bodies within a budget of bytes of large ones. It must be
 // at least MaxBytes, or the largest body could never be read.
 func NewBudget(bytes int64) *Budget {
-	return &Budget{room: room{capacity: bytes, free: bytes, turn: make(chan struct{}, 1), freed: make(chan struct{}, 1)},
-		buffers: make([]sync.Pool, len(bufferSizes))}
+	b := &Budget{buffers: make([]sync.Pool, len(bufferSizes))}
+	b.room.init(bytes)
+	return b
 }
 
 // Body is a request body read whole. Its bytes, and the room they hold in
@@ -134,14 +128,13 @@ func (e *Error) Error() string { return e.Message }
 // answer with. It is safe for concurrent use. Read guarantees:
 //
 // Memory. A body of up to UnbudgetedBytes, most reviews, is read into a
-// buffer of its declared length (UnbudgetedBytes when unknown), allocated
-// before it arrives: one per connection, so the connection cap bounds them.
-// A larger body is first read for readBeforeRoom bytes at the pace; then
-// it takes room in the budget for a buffer that holds its declared length,
-// at most half as large again (MaxBytes when unknown), waiting for room
-// first come, first served; then it is read into that buffer, keeping the
-// room until Release. The budget is never exceeded, and a body waiting
-// for room holds none, so no two wait for each other.
+// buffer of its declared length, allocated before it arrives: one per
+// connection, so the connection cap bounds them. A larger body is first
+// read for readBeforeRoom bytes at the pace; then it takes room in the
+// budget for a buffer that holds it, at most half as large again, waiting
+// for room first come, first served; then it is read into that buffer,
+// keeping the room until Release. The budget is never exceeded, and a body
+// waiting for room holds none, so no two wait for each other.
 //
 // Pace. A body is cut, answered 408, when it sends nothing for
 // StallTimeout, or when the server has waited for it longer in all than
@@ -157,125 +150,89 @@ func (e *Error) Error() string { return e.Message }
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin, so that the answer can still arrive in time: a body
-// still waiting for room then, or still being read, is refused (NoRoom,
-// SlowRead), answered BusyStatus with a message that says why; never 400
-// or 408, which would blame the client.
+// still waiting for room then (NoRoom), or still being read (SlowRead), is
+// answered BusyStatus with a message that says why; never 400 or 408,
+// which would blame the client.
+//
+// Errors. A body is answered 413 when it declares more than MaxBytes, 411
+// when it declares no length (the apiserver always does), 408 when cut,
+// BusyStatus when refused, and 400 when it cannot be read (a reset
+// connection).
 //
 // The connection. Each read sets the connection's read deadline through
 // http.ResponseController: the pace's next, or the request's. A body read
-// to its end leaves it to net/http, which clears it as it starts its own
-// read for the next request (connReader.startBackgroundRead in
-// net/http/server.go). A refused body is read to its end and dropped if
-// it arrives within drainTime, keeping its connection for the client's
-// next review. Any other body not read to its end sets "Connection:
-// close" on w and the read deadline to now: nothing more is read from that
+// whole leaves it to net/http, which clears it as it starts its own read
+// for the next request (connReader.startBackgroundRead in
+// net/http/server.go). A body not read whole sets "Connection: close" on
+// w and the read deadline to now: nothing more is read from its
 // connection, which net/http closes once the answer is written.
-//
-// Errors. A body is answered 413 when it is over MaxBytes (when declared,
-// before a byte is read), 408 when cut, BusyStatus when refused, and 400
-// when it cannot be read at all (a broken chunked encoding, a reset
-// connection).
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
-	if r.ContentLength > MaxBytes {
-		return Body{}, stop(w, tooLarge())
+	switch {
+	case r.ContentLength > MaxBytes:
+		return Body{}, stop(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)})
+	case r.ContentLength < 0:
+		return Body{}, stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
 	}
 	readBy, _ := ctx.Deadline()
 	if !readBy.IsZero() {
 		readBy = readBy.Add(-AnswerMargin)
 	}
-	known := r.ContentLength >= 0
-	in := pacedReader{body: r.Body, conn: http.NewResponseController(w), deadline: readBy, declared: r.ContentLength, ceiling: r.ContentLength}
-	if !known {
-		in.ceiling = MaxBytes
-		in.body = http.MaxBytesReader(w, r.Body, MaxBytes)
-	}
-	firstBytes := min(in.ceiling, UnbudgetedBytes)
-	if known && in.ceiling > UnbudgetedBytes {
-		firstBytes = readBeforeRoom
-	}
-	first := make([]byte, firstBytes)
-	n, err := in.readFull(first)
-	switch {
-	case !known && errors.Is(err, io.EOF):
-		return Body{bytes: first[:n]}, nil // of unknown length, and small
-	case err != nil:
-		return Body{}, b.failed(w, &in, err)
-	case in.ceiling <= UnbudgetedBytes:
-		return Body{bytes: first}, nil
+	in := pacedReader{body: r.Body, conn: http.NewResponseController(w), deadline: readBy, length: r.ContentLength}
+	if in.length <= UnbudgetedBytes {
+		body := make([]byte, in.length)
+		if _, err := in.readFull(body); err != nil {
+			return Body{}, b.failed(w, &in, err)
+		}
+		return Body{bytes: body}, nil
 	}
 
-	// A large body: room for all of it, then the rest.
-	size := bufferSize(in.ceiling)
+	// A large body: its first KiB, room for all of it, then the rest.
+	first := make([]byte, readBeforeRoom)
+	if _, err := in.readFull(first); err != nil {
+		return Body{}, b.failed(w, &in, err)
+	}
+	size := bufferSize(in.length)
 	waitCtx, cancel := context.WithCancel(ctx)
 	if !readBy.IsZero() {
 		waitCtx, cancel = context.WithDeadline(ctx, readBy)
 	}
-	err = b.room.take(waitCtx, size)
+	err := b.room.take(waitCtx, size)
 	cancel()
 	if err != nil {
 		b.noRoom.Add(1)
-		return Body{}, b.refuse(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
+		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
 	}
-	body := append(b.buffer(size), first...)
-	for {
-		var n int
-		if known || len(body) < cap(body) {
-			// Of a known length, a read past its end is io.EOF.
-			n, err = in.Read(body[len(body):min(in.ceiling, int64(cap(body)))])
-			body = body[:len(body)+n]
-		} else if n, err = in.Read(make([]byte, 1)); n > 0 {
-			err = &http.MaxBytesError{Limit: MaxBytes} // of unknown length, it must end here
-		}
-		if errors.Is(err, io.EOF) && (!known || int64(len(body)) == in.ceiling) {
-			return Body{bytes: body, budget: b}, nil
-		}
-		if err != nil {
-			b.release(body)
-			return Body{}, b.failed(w, &in, err)
-		}
+	body := append(b.buffer(size), first...)[:in.length]
+	if _, err := in.readFull(body[readBeforeRoom:]); err != nil {
+		b.release(body)
+		return Body{}, b.failed(w, &in, err)
 	}
+	return Body{bytes: body, budget: b}, nil
 }
 
 // failed answers a body whose read failed with err: refused when its
-// deadline came, else cut, too large, or unreadable.
+// deadline came, else cut, or unreadable.
 func (b *Budget) failed(w http.ResponseWriter, in *pacedReader, err error) *Error {
 	var cut *cutError
 	switch {
 	case errors.Is(err, errPastDeadline):
 		b.slowRead.Add(1)
-		return b.refuse(w, in, fmt.Sprintf("its deadline came when %d of its bytes had arrived: its client sent it slowly, or the webhook was short of CPU", in.received))
-	case errors.As(err, new(*http.MaxBytesError)):
-		return stop(w, tooLarge())
+		return busy(w, in, fmt.Sprintf("its deadline came when %d of its bytes had arrived: its client sent it slowly, or the webhook was short of CPU", in.received))
+	case errors.As(err, &cut) && cut.reason == Stalled:
+		b.stalled.Add(1)
+		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	case errors.As(err, &cut):
-		if cut.reason == Stalled {
-			b.stalled.Add(1)
-		} else {
-			b.tooSlow.Add(1)
-		}
+		b.tooSlow.Add(1)
 		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	default:
 		return stop(w, &Error{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)})
 	}
 }
 
-func tooLarge() *Error {
-	return &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)}
-}
-
-// refuse answers a body refused because of why, which completes "was not
-// read because". The rest of the body is read and dropped if it arrives
-// within drainTime, and its connection kept for the client's next review;
-// else nothing more is read (stop).
-func (b *Budget) refuse(w http.ResponseWriter, in *pacedReader, why string) *Error {
-	review := "this review"
-	if in.declared >= 0 {
-		review = fmt.Sprintf("this %d-byte review", in.declared)
-	}
-	e := &Error{BusyStatus, fmt.Sprintf("the webhook is busy: %s was not read because %s; retry the request", review, why)}
-	if in.drain(drainTime) {
-		return e
-	}
-	return stop(w, e)
+// busy answers a body refused because of why, which completes "was not
+// read because".
+func busy(w http.ResponseWriter, in *pacedReader, why string) *Error {
+	return stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
 }
 
 // stop ends a body not read to its end: nothing more is read from its

@@ -198,31 +198,20 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 	small := bytes.Repeat([]byte("s"), 5000)
 	large := bytes.Repeat([]byte("l"), 100<<10)
 	for _, tc := range []struct {
-		name    string
-		body    []byte
-		chunked bool
-		want    int64
+		name string
+		body []byte
+		want int64
 	}{
-		{"small", small, false, 0},
-		{"small of unknown length", small, true, 0},
+		{"small", small, 0},
 		// Room for the first buffer size that holds it: 128 KiB for the
 		// 100 KiB body, 96 KiB being too small.
-		{"large", large, false, 128 << 10},
-		// Without a length, room for the largest.
-		{"large of unknown length", large, true, MaxBytes},
+		{"large", large, 128 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, MaxBytes)
 			var holding int64 = -1
 			s.answered = func(Body, *http.Request) { holding = held(s.b) }
-			var a answer
-			if tc.chunked {
-				conn := s.send(t, "10s", -1)
-				fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(tc.body), tc.body)
-				a = readAnswer(t, conn)
-			} else {
-				a = s.post(t, "10s", tc.body)
-			}
+			a := s.post(t, "10s", tc.body)
 			if a.code != http.StatusOK || a.body != strconv.Itoa(len(tc.body)) || holding != tc.want {
 				t.Errorf("got HTTP %d %q, holding %d bytes once read; want 200 %d, holding %d", a.code, a.body, holding, len(tc.body), tc.want)
 			}
@@ -480,29 +469,26 @@ func TestContextOutlivesTheReadDeadlines(t *testing.T) {
 	}
 }
 
-// TestTooLargeGivesBackItsRoom: a body of unknown length that goes past
-// MaxBytes is refused once its buffer is full, and gives back all the room
-// it took; one that declares more is refused before a byte is read.
-func TestTooLargeGivesBackItsRoom(t *testing.T) {
-	s := newTestServer(t, MaxBytes)
-	conn := s.send(t, "30s", -1)
-	go func() {
-		chunk := bytes.Repeat([]byte{' '}, 1<<20)
-		for range 8 {
-			if _, err := fmt.Fprintf(conn, "%x\r\n%s\r\n", len(chunk), chunk); err != nil {
-				return
+// TestLengthChecked: a body that declares more than MaxBytes, or no length
+// at all, is refused before a byte is read, saying why, and closes its
+// connection.
+func TestLengthChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		length int
+		code   int
+		says   string
+	}{
+		{"too large", MaxBytes + 1, http.StatusRequestEntityTooLarge, strconv.Itoa(MaxBytes)},
+		{"chunked", -1, http.StatusLengthRequired, "Content-Length"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestServer(t, MaxBytes)
+			a := readAnswer(t, s.send(t, "30s", tc.length))
+			if a.code != tc.code || !strings.Contains(a.body, tc.says) || !a.close {
+				t.Errorf("got HTTP %d %q (Connection: close %v), want %d saying %q, closing the connection", a.code, a.body, a.close, tc.code, tc.says)
 			}
-		}
-	}()
-	a := readAnswer(t, conn)
-	if a.code != http.StatusRequestEntityTooLarge || !strings.Contains(a.body, strconv.Itoa(MaxBytes)) || !a.close {
-		t.Errorf("chunked: got HTTP %d %q (Connection: close %v), want 413 naming %d, closing the connection", a.code, a.body, a.close, MaxBytes)
-	}
-	if used := held(s.b); used != 0 {
-		t.Errorf("%d bytes still held after the refusal", used)
-	}
-	if a := readAnswer(t, s.send(t, "30s", MaxBytes+1)); a.code != http.StatusRequestEntityTooLarge {
-		t.Errorf("declared: got HTTP %d %q, want 413", a.code, a.body)
+		})
 	}
 }
 

@@ -23,10 +23,8 @@ func bufferSize(n int64) int64 {
 }
 
 // buffer is an empty buffer of size, one of bufferSizes: a kept one if
-// there is one. Its old bytes, which may be another review's Secret, are
-// past its length: a body is only ever appended to or read into, so each
-// of its bytes is written before it is read, and nothing may reslice a
-// body past its length.
+// there is one. Its old bytes may be another review's Secret: Read fills
+// every byte of a body before it returns it.
 func (b *Budget) buffer(size int64) []byte {
 	if kept, ok := b.buffers[slices.Index(bufferSizes, size)].Get().(*[]byte); ok {
 		return (*kept)[:0]

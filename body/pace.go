@@ -42,8 +42,7 @@ type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
 	conn     *http.ResponseController
 	deadline time.Time     // nothing is read past it; zero: none
-	declared int64         // the body's length; -1: unknown
-	ceiling  int64         // the most the body can be
+	length   int64         // the body's, declared
 	waited   time.Duration // in Read, so far
 	received int64
 }
@@ -81,7 +80,7 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 // that does not is cut checkWindow after its time ran out, or StallTimeout
 // after on a starved server.
 func (c *pacedReader) check(p []byte, reason string) (int, error) {
-	need := int(min(checkBytes, c.ceiling-c.received, int64(len(p))))
+	need := int(min(checkBytes, c.length-c.received, int64(len(p))))
 	got := 0
 	due := time.Now().Add(checkWindow)
 	lateUntil := time.Now().Add(StallTimeout)
@@ -126,31 +125,12 @@ func (c *pacedReader) readBy(p []byte, due time.Time) (int, error) {
 	return n, err
 }
 
-// drain reads the rest of the body and drops it, for at most limit, and
-// reports whether it reached its end.
-func (c *pacedReader) drain(limit time.Duration) bool {
-	if by := time.Now().Add(limit); c.deadline.IsZero() || by.Before(c.deadline) {
-		c.deadline = by
-	}
-	var scratch [4 << 10]byte
-	for {
-		_, err := c.Read(scratch[:])
-		switch {
-		case errors.Is(err, io.EOF):
-			return true
-		case err != nil:
-			return false
-		}
-	}
-}
-
 // readFull fills p, or fails.
 func (c *pacedReader) readFull(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		m, err := c.Read(p[n:])
-		n += m
-		if err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
+		if n += m; err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
 			return n, err
 		}
 	}

@@ -80,7 +80,7 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 			// A deadline, so that a check that never ends fails the test
 			// rather than hang it.
 			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Now().Add(10 * StallTimeout)}
-			in.ceiling = tc.left
+			in.length = tc.left
 			n, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
 			switch {
@@ -108,7 +108,7 @@ func TestSpentGraceIsChecked(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
 			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Time{}}
-			in.ceiling, in.waited = MaxBytes, 2*StallTimeout // the grace, and more, spent
+			in.length, in.waited = MaxBytes, 2*StallTimeout // the grace, and more, spent
 			_, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
 			if got := errors.As(err, &cut) && cut.reason == TooSlow; got != tc.wantCut {

@@ -11,33 +11,33 @@ import (
 // small bodies cannot starve a large one. Once room is given back, they
 // are served in order.
 func TestRoomFirstComeFirstServed(t *testing.T) {
-	r := &NewBudget(100).room
-	if err := r.take(context.Background(), 60); err != nil {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 60*roomUnit); err != nil {
 		t.Fatal(err)
 	}
 	order := make(chan string, 2)
 	go func() {
-		if r.take(context.Background(), 80) == nil {
+		if r.take(context.Background(), 80*roomUnit) == nil {
 			order <- "large"
 		}
 	}()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
 	go func() {
-		if r.take(context.Background(), 20) == nil {
+		if r.take(context.Background(), 20*roomUnit) == nil {
 			order <- "small"
 		}
 	}()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 2 })
 	select {
 	case got := <-order:
-		t.Fatalf("the %s take was served while 60 of 100 were held, want both to wait: the small one behind the large", got)
+		t.Fatalf("the %s take was served while 60 of 100 units were held, want both to wait: the small one behind the large", got)
 	case <-time.After(50 * time.Millisecond):
 	}
-	r.give(60)
+	r.give(60 * roomUnit)
 	if first := <-order; first != "large" {
 		t.Errorf("served first: %s, want the large take, which came first", first)
 	}
-	r.give(80)
+	r.give(80 * roomUnit)
 	if second := <-order; second != "small" {
 		t.Errorf("served second: %s, want the small take", second)
 	}
@@ -46,20 +46,20 @@ func TestRoomFirstComeFirstServed(t *testing.T) {
 // TestRoomGivesUpAtItsDeadline: a take that finds no room by ctx's end
 // fails, takes nothing, and lets the next in.
 func TestRoomGivesUpAtItsDeadline(t *testing.T) {
-	r := &NewBudget(100).room
-	if err := r.take(context.Background(), 100); err != nil {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := r.take(ctx, 10); err == nil {
+	if err := r.take(ctx, 10*roomUnit); err == nil {
 		t.Fatal("a take with no room before its deadline succeeded, want it to fail")
 	}
-	r.give(100)
+	r.give(100 * roomUnit)
 	if held, _ := r.state(); held != 0 {
 		t.Errorf("%d held after the failed take and the give, want 0", held)
 	}
-	if err := r.take(context.Background(), 100); err != nil {
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
 		t.Errorf("the next take: %v, want room", err)
 	}
 }

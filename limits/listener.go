@@ -17,8 +17,7 @@ import (
 
 const (
 	// Grace is how long, in all, a connection may make the server wait for
-	// its part of the TLS handshake: the apiserver and the kubelet send
-	// theirs within milliseconds.
+	// its part of the TLS handshake: the apiserver sends its own at once.
 	Grace = 250 * time.Millisecond
 
 	// IdleGrace is how long an unused connection is spared: under load
@@ -26,17 +25,16 @@ const (
 	IdleGrace = 500 * time.Millisecond
 
 	// KeptAliveAllowance is how many unused connections an address may
-	// keep and be spared. Go's transport, the apiserver's, keeps at most 25
-	// (client-go's MaxIdleConnsPerHost).
+	// keep and be spared. Go's transport, the apiserver's, keeps at most
+	// 25 (client-go's MaxIdleConnsPerHost).
 	KeptAliveAllowance = 32
 
 	// MaxWaiting is how many newcomers may wait for a place: as many as
-	// Linux's default backlog (net.core.somaxconn) would hold. The
-	// apiserver dials for each call that finds no idle connection, and a
-	// call takes the first connection to come free, so its dials outnumber
-	// its calls: 1,000 writes through two webhooks left 1,282 waiting, and
-	// the newest shed, with 1,024 (e2e TestBurstServed). Each costs the
-	// process about 1 KiB (bench/README.md).
+	// Linux's default backlog (net.core.somaxconn) holds. The apiserver
+	// dials for every call that finds no idle connection, and the call
+	// takes the first to come free, so its dials outnumber its calls: 1,000
+	// writes left 1,282 waiting, and the newest shed, with 1,024 (e2e
+	// TestBurstServed).
 	MaxWaiting = 4096
 
 	// HandshakeTimeout bounds a TLS handshake: the apiserver gives up on
@@ -44,38 +42,37 @@ const (
 	HandshakeTimeout = 10 * time.Second
 )
 
-// Listener accepts connections, completes their TLS handshakes, and holds
-// at most max of them open. Its guarantees:
+// Listener accepts connections, does their TLS handshakes, and holds at
+// most max of them open. It guarantees:
 //
 // A connection that behaves is never closed to make room for another. It
-// behaves while it completes its handshake without making the server wait
-// Grace in all; while it is served; and while it is unused (kept alive
-// between requests, or with no whole request header yet) by a client
-// keeping at most KeptAliveAllowance unused. The apiserver's always do.
+// behaves while it does its handshake without making the server wait Grace
+// in all; while it is served; and while it is unused (kept alive between
+// requests, or with no whole request header yet) by a client that keeps
+// at most KeptAliveAllowance unused. The apiserver's always behave.
 //
-// A newcomer that finds no place waits for one, in the process, holding
+// A newcomer that finds no place waits for one in the process, holding
 // only its socket: the Listener takes every newcomer from the kernel as it
-// comes, so that none waits there behind a flood. Places go to the
-// newcomers of the address holding the fewest connections first, in order
-// of arrival, and no address holds more than max less a sixteenth: the
-// kubelet's probe, or another apiserver, finds one during any one client's
-// burst. When more than MaxWaiting wait, the newest of the address with
-// the most waiting is closed ("shed").
+// comes, so that none waits there behind a flood. Places go first to the
+// newcomers of the address holding the fewest connections, in order of
+// arrival, and no address holds more than max less a sixteenth, so that
+// the kubelet's probe, or another apiserver, finds one during any one
+// client's burst. When more than MaxWaiting wait, the newest of the
+// address with the most waiting is closed ("shed").
 //
 // Only for a waiting newcomer is a connection closed, and only one that
-// misbehaves: "stalled", its handshake has made the server wait Grace; or
+// misbehaves: "stalled", its handshake has made the server wait Grace, or
 // "idle", unused for IdleGrace while its address keeps more than
-// KeptAliveAllowance unused. It is of another address than the newcomer's,
-// for a client's own newcomers wait for its own connections; but when one
-// address alone holds connections, as behind a proxy, its own may be
-// closed, as that is the only way to find a client's among a flood's. A
-// handshake's waiting counts only the server's time in Read for the
-// client, never time it was short of CPU. A connection closed for a
-// newcomer had no request being served: none is ever cut short.
+// KeptAliveAllowance unused. It is another address's, as a client's own
+// newcomers wait for its own connections; but when one address alone
+// holds connections, as behind a proxy, its own may be closed, the only
+// way to find a client's among a flood's. A handshake's waiting counts
+// only the server's time in Read, never time it was short of CPU. No
+// connection being served is ever closed.
 //
 // A handshake that fails, or lasts HandshakeTimeout, closes its
 // connection. Accept returns each connection once its handshake is done,
-// as a *tls.Conn (the TCP connection, without a TLS configuration): serve
+// as a *tls.Conn (without a TLS configuration, the TCP connection): serve
 // it with http.Server.Serve, not ServeTLS, and set the server's ConnState
 // to the Listener's. Close closes the connections Accept has not returned.
 type Listener struct {
@@ -113,7 +110,7 @@ type conn struct {
 	l      *Listener
 	source netip.Addr
 	phase  atomic.Int32
-	since  time.Time // under l.mu: when it became unused
+	since  time.Time // when it came to its phase, under l.mu
 	// The server's waiting in Read in the handshake, and when the Read
 	// waiting now began (since l.epoch; 0 when none is).
 	waited, readingSince atomic.Int64
@@ -146,7 +143,7 @@ func (l *Listener) Addr() net.Addr { return l.raw.Addr() }
 // Close stops accepting, and closes the newcomers waiting and those in
 // their handshake.
 func (l *Listener) Close() error {
-	l.once.Do(func() { l.err = net.ErrClosed; close(l.done) })
+	l.stop(net.ErrClosed)
 	err := l.raw.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -164,6 +161,8 @@ func (l *Listener) Close() error {
 	l.queued = 0
 	return err
 }
+
+func (l *Listener) stop(err error) { l.once.Do(func() { l.err = err; close(l.done) }) }
 
 // Stats is what a Listener holds, and has closed by reason ("shed",
 // "stalled", "idle", and "handshake" for one that failed), for the metrics.
@@ -195,15 +194,13 @@ func (l *Listener) acceptAll() {
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			time.Sleep(backoff)
 			continue
-		}
-		if err != nil {
-			l.once.Do(func() { l.err = err; close(l.done) })
+		} else if err != nil {
+			l.stop(err)
 			return
 		}
 		backoff = 0
 		l.mu.Lock()
-		source := sourceOf(nc)
-		l.waiting[source] = append(l.waiting[source], nc)
+		l.waiting[sourceOf(nc)] = append(l.waiting[sourceOf(nc)], nc)
 		if l.queued++; l.queued > MaxWaiting {
 			var most netip.Addr
 			for addr, q := range l.waiting {
@@ -221,8 +218,8 @@ func (l *Listener) acceptAll() {
 	}
 }
 
-// keepRoom gives places to the newcomers waiting as places come free, or
-// as connections come to misbehave.
+// keepRoom gives waiting newcomers places as places come free, or as
+// connections come to misbehave.
 func (l *Listener) keepRoom() {
 	for {
 		l.mu.Lock()
@@ -263,8 +260,8 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 		var next netip.Addr
 		var victim *conn
 		found := false
-		for addr, q := range l.waiting {
-			if len(q) == 0 || openBy[addr] >= l.perAddress || found && openBy[addr] >= openBy[next] {
+		for addr := range l.waiting {
+			if openBy[addr] >= l.perAddress || found && openBy[addr] >= openBy[next] {
 				continue
 			}
 			if len(l.conns) < l.max {
@@ -277,19 +274,14 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 			return true
 		}
 		if victim != nil {
-			reason := "stalled"
-			if phase(victim.phase.Load()) == unused {
-				reason = "idle"
-			}
-			l.closed[reason]++
+			l.closed[map[phase]string{handshaking: "stalled", unused: "idle"}[phase(victim.phase.Load())]]++
 			victim.releaseLocked()
-			// The raw connection, without TLS's close_notify, which
-			// could block on a client that does not read.
+			// The raw connection: TLS's close_notify could block on a
+			// client that does not read.
 			victim.Conn.Close()
 		}
-		nc := l.waiting[next][0]
+		c := &conn{Conn: l.waiting[next][0], l: l, source: next}
 		l.dequeueLocked(next, l.waiting[next][1:])
-		c := &conn{Conn: nc, l: l, source: next}
 		l.conns[c] = true
 		if l.tlsConfig == nil {
 			c.setPhaseLocked(unused)
@@ -310,30 +302,25 @@ func (l *Listener) dequeueLocked(source netip.Addr, rest []net.Conn) {
 }
 
 // victimLocked returns a connection that misbehaves, of another address
-// than source unless alone, or nil: of those unused, the one unused the
+// than source unless alone, or nil; of those unused, the one unused the
 // longest.
 func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) *conn {
 	now := time.Since(l.epoch)
 	var victim *conn
 	for c := range l.conns {
-		if c.source == source && !alone {
-			continue
-		}
-		switch phase(c.phase.Load()) {
-		case handshaking:
-			if c.waitedBy(now) >= Grace {
-				return c
-			}
-		case unused:
-			if time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance && (victim == nil || c.since.Before(victim.since)) {
-				victim = c
-			}
+		switch {
+		case c.source == source && !alone: // the newcomer waits for its own
+		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= Grace:
+			return c
+		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&
+			(victim == nil || c.since.Before(victim.since)):
+			victim = c
 		}
 	}
 	return victim
 }
 
-// handshake completes c's TLS handshake, and hands c to Accept.
+// handshake does c's TLS handshake, and hands c to Accept.
 func (l *Listener) handshake(c *conn) {
 	tc := tls.Server(c, l.tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
