@@ -141,9 +141,9 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_inflight_bytes", "", float64(b.HeldBytes))
 		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for room in the budget.")
 		sample(w, "webhook_inflight_waiting_requests", "", float64(b.Waiting))
-		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: waiting for room in the budget (no_room), or while the body was read (slow_read).")
+		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: at once, as the large reviews waiting ahead would outlast it (long_queue), waiting for room in the budget (no_room), or while the body was read (slow_read).")
 		var refused uint64
-		for _, reason := range []string{body.NoRoom, body.SlowRead} {
+		for _, reason := range []string{body.LongQueue, body.NoRoom, body.SlowRead} {
 			sample(w, "webhook_overload_refusals_total", `reason="`+reason+`"`, float64(b.Refused[reason]))
 			refused += b.Refused[reason]
 		}
@@ -215,7 +215,7 @@ func logRefusals(logger *slog.Logger, stats func() body.Stats, interval time.Dur
 // attributes by reason; none when nothing was.
 func refusalsSince(before, after body.Stats) []slog.Attr {
 	var refused, cut []any
-	for _, reason := range []string{body.NoRoom, body.SlowRead} {
+	for _, reason := range []string{body.LongQueue, body.NoRoom, body.SlowRead} {
 		if n := after.Refused[reason] - before.Refused[reason]; n > 0 {
 			refused = append(refused, slog.Uint64(reason, n))
 		}

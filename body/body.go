@@ -65,10 +65,11 @@ const BusyStatus = http.StatusTooManyRequests
 
 // Why a body was refused or cut: the metrics' reason labels.
 const (
-	NoRoom   = "no_room"   // BusyStatus: its deadline came while it waited for room
-	SlowRead = "slow_read" // BusyStatus: its deadline came while it was read
-	Stalled  = "stalled"   // 408: it sent nothing for StallTimeout
-	TooSlow  = "too_slow"  // 408: it arrived slower than MinRate, after its grace
+	LongQueue = "long_queue" // BusyStatus: at once, as it could not have room by its deadline
+	NoRoom    = "no_room"    // BusyStatus: its deadline came while it waited for room
+	SlowRead  = "slow_read"  // BusyStatus: its deadline came while it was read
+	Stalled   = "stalled"    // 408: it sent nothing for StallTimeout
+	TooSlow   = "too_slow"   // 408: it arrived slower than MinRate, after its grace
 )
 
 // Budget reads request bodies, those over UnbudgetedBytes within a budget of
@@ -85,7 +86,7 @@ type Budget struct {
 	// the runtime's soft memory limit bounds it with the rest of the heap.
 	buffers []sync.Pool
 
-	noRoom, slowRead, stalled, tooSlow atomic.Uint64
+	longQueue, noRoom, slowRead, stalled, tooSlow atomic.Uint64
 }
 
 // NewBudget reads bodies within a budget of bytes of large ones. It must be
@@ -151,8 +152,12 @@ func (e *Error) Error() string { return e.Message }
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin, so that the answer can still arrive in time: a body
 // still waiting for room then (NoRoom), or still being read (SlowRead), is
-// answered BusyStatus with a message that says why; never 400 or 408,
-// which would blame the client.
+// refused. And a large body that, at the pace room has come back over the
+// last whole second that bodies waited for it, would wait for room, behind
+// what the bodies waiting ahead of it want, more than half the time it has
+// left, is refused at once (LongQueue). A refusal is answered BusyStatus
+// with a message that says why; never 400 or 408, which would blame the
+// client.
 //
 // Errors. A body is answered 413 when it declares more than MaxBytes, 411
 // when it declares no length (the apiserver always does), 408 when cut,
@@ -198,7 +203,12 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 	err := b.room.take(waitCtx, size)
 	cancel()
-	if err != nil {
+	var long *errLongQueue
+	switch {
+	case errors.As(err, &long):
+		b.longQueue.Add(1)
+		return Body{}, busy(w, &in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.room.capacity))
+	case err != nil:
 		b.noRoom.Add(1)
 		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
 	}
@@ -248,7 +258,7 @@ type Stats struct {
 	BudgetBytes int64             // the budget of large bodies
 	HeldBytes   int64             // of it, held now
 	Waiting     int               // large bodies waiting for room
-	Refused     map[string]uint64 // bodies answered BusyStatus, by reason: NoRoom, SlowRead
+	Refused     map[string]uint64 // bodies answered BusyStatus, by reason: LongQueue, NoRoom, SlowRead
 	Cut         map[string]uint64 // bodies answered 408: Stalled, TooSlow
 }
 
@@ -256,6 +266,6 @@ type Stats struct {
 func (b *Budget) Stats() Stats {
 	held, waiting := b.room.state()
 	return Stats{BudgetBytes: b.room.capacity, HeldBytes: held, Waiting: waiting,
-		Refused: map[string]uint64{NoRoom: b.noRoom.Load(), SlowRead: b.slowRead.Load()},
+		Refused: map[string]uint64{LongQueue: b.longQueue.Load(), NoRoom: b.noRoom.Load(), SlowRead: b.slowRead.Load()},
 		Cut:     map[string]uint64{Stalled: b.stalled.Load(), TooSlow: b.tooSlow.Load()}}
 }

@@ -156,7 +156,7 @@ func checkRefused(t *testing.T, a answer, why string, closed bool) {
 func checkCounted(t *testing.T, b *Budget, want map[string]uint64) {
 	t.Helper()
 	s := b.Stats()
-	for _, reason := range []string{NoRoom, SlowRead, Stalled, TooSlow} {
+	for _, reason := range []string{LongQueue, NoRoom, SlowRead, Stalled, TooSlow} {
 		got := s.Refused[reason] + s.Cut[reason]
 		if got != want[reason] {
 			t.Errorf("bodies refused or cut as %s: got %d, want %d", reason, got, want[reason])

@@ -2,6 +2,7 @@ package body
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -61,5 +62,40 @@ func TestRoomGivesUpAtItsDeadline(t *testing.T) {
 	}
 	if err := r.take(context.Background(), 100*roomUnit); err != nil {
 		t.Errorf("the next take: %v, want room", err)
+	}
+}
+
+// TestLongQueueRefusedAtOnce: behind bodies waiting for room, a body that
+// would wait, at the pace room has come back, more than half the time it
+// has left is refused at once; one with the time to wait waits.
+func TestLongQueueRefusedAtOnce(t *testing.T) {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+		t.Fatal(err)
+	}
+	r.pace = 10 * roomUnit // a second
+	ahead := make(chan error, 1)
+	go func() { ahead <- r.take(context.Background(), 10*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+
+	// 20 units at 10 a second: 2 s of waiting.
+	short, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	// Had it waited, no room coming back, its deadline would have ended it.
+	var long *errLongQueue
+	if err := r.take(short, 10*roomUnit); !errors.As(err, &long) {
+		t.Fatalf("a body with 3 s left behind 2 s of waiting: got %v, want it refused at once as a long queue", err)
+	}
+	roomy, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- r.take(roomy, 10*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 2 })
+	r.give(100 * roomUnit)
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("a body with a minute left: got %v, want it to wait for its room", err)
 	}
 }
