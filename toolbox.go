@@ -24,16 +24,19 @@ import (
 )
 
 // admitFunc decides on one admission request, never returning nil. It sees
-// neither HTTP nor globals, and its ctx ends at the apiserver's deadline.
-// The answer it returns is never written to: the generic path completes a
-// copy (the uid, -validation-action), so one answer may serve every
-// request. policy.go makes them.
+// neither HTTP nor globals. Its ctx ends the apiserver's ?timeout= after
+// the request's header arrived; the apiserver itself gives up up to a
+// second sooner, as it counts from before it dialed and rounds ?timeout=
+// up to whole seconds (docs/error-contract.md), so a policy that waits on
+// something keeps well within it. The answer it returns is never written
+// to: the generic path completes a copy (the uid, -validation-action), so
+// one answer may serve every request. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 // authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
 // one of ResourceAttributes and NonResourceAttributes, with noOpinion,
 // deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
-// globals, and ctx ends at the apiserver's deadline. policy.go makes them.
+// globals, and ctx ends as an admitFunc's does. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
 // allowed admits the request unchanged.
