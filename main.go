@@ -39,6 +39,11 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
+	// defaultDevListen is where the server listens with the development
+	// certificate, unless -listen says otherwise: only this host trusts
+	// its CA, so nothing else needs to reach it.
+	defaultDevListen = "localhost:8443"
+
 	// readHeaderTimeout is how long a connection has for its first
 	// request's header once its TLS handshake is done (the listener bounds
 	// the handshake: limits.HandshakeTimeout): as long as an idle one, for
@@ -134,6 +139,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks run to finish; a second, during
+	// -shutdown-delay or a long review, ends the process at once.
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	// doctor and review end with the status their checks and verdicts say.
@@ -191,7 +199,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	var cfg config
-	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
+	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on; with the development certificate, which only this host trusts, localhost:8443 unless given")
 	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
 	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate, /validate and /authorize require a client certificate it signed")
@@ -209,7 +217,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
 	}
+	listenGiven := false
 	flags.Visit(func(f *flag.Flag) {
+		listenGiven = listenGiven || f.Name == "listen"
 		if d, ok := f.Value.(interface{ defaultsReplaced() []string }); ok && len(d.defaultsReplaced()) > 0 {
 			cfg.replacedDefaults = append(cfg.replacedDefaults, replaced{f.Name, d.defaultsReplaced()})
 		}
@@ -253,6 +263,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		} else {
 			cfg.certConfigured = true
 		}
+	}
+	if !cfg.certConfigured && !listenGiven {
+		cfg.listen = defaultDevListen
 	}
 	return cfg, nil
 }

@@ -34,15 +34,19 @@ func TestParseFlags(t *testing.T) {
 		wantCert   string
 		wantKey    string
 		configured bool
+		wantListen string
 	}{
-		{name: "defaults", wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		// The development certificate: only this host trusts its CA.
+		{name: "defaults", wantCert: "tls/tls.crt", wantKey: "tls/tls.key", wantListen: "localhost:8443"},
+		{name: "development certificate, -listen given", args: []string{"-listen", ":9443"},
+			wantCert: "tls/tls.crt", wantKey: "tls/tls.key", wantListen: ":9443"},
 		{name: "certificate from the environment",
 			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true},
+			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true, wantListen: ":8443"},
 		{name: "flags win over the environment",
 			args:     []string{"-tls-cert-file", "a.crt", "-tls-private-key-file", "a.key"},
 			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantCert: "a.crt", wantKey: "a.key", configured: true},
+			wantCert: "a.crt", wantKey: "a.key", configured: true, wantListen: ":8443"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,8 +54,8 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured {
-				t.Errorf("got cert %q key %q configured %v, want %q %q %v", cfg.certFile, cfg.keyFile, cfg.certConfigured, tc.wantCert, tc.wantKey, tc.configured)
+			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured || cfg.listen != tc.wantListen {
+				t.Errorf("got cert %q key %q configured %v listen %q, want %q %q %v %q", cfg.certFile, cfg.keyFile, cfg.certConfigured, cfg.listen, tc.wantCert, tc.wantKey, tc.configured, tc.wantListen)
 			}
 		})
 	}
