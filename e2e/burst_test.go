@@ -53,16 +53,7 @@ func TestBurstServed(t *testing.T) {
 				requests = append(requests, r)
 			}
 		}
-		most := 0
-		sampling, stopSampling := context.WithCancel(context.Background())
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			for sampling.Err() == nil {
-				most = max(most, len(apiserverConnections(t, port)))
-				time.Sleep(20 * time.Millisecond)
-			}
-		}()
+		sampled := sampleAPIServerConnections(t, port)
 		errs := make([]error, len(requests))
 		var wg sync.WaitGroup
 		began := time.Now()
@@ -71,8 +62,7 @@ func TestBurstServed(t *testing.T) {
 		}
 		wg.Wait()
 		took := time.Since(began)
-		stopSampling()
-		<-sampled
+		_, most := sampled()
 		failed := 0
 		for i, err := range errs {
 			if err != nil {

@@ -150,22 +150,7 @@ func TestHostileClients(t *testing.T) {
 	waitFloods := runHostiles(ctx, w.addr, w.caPEM, kinds[3:])
 	time.Sleep(time.Second)
 
-	// The apiserver's connections to the webhook, sampled while it works.
-	seen := map[string]bool{}
-	var seenMu sync.Mutex
-	sampling, stopSampling := context.WithCancel(context.Background())
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for sampling.Err() == nil {
-			for c := range apiserverConnections(t, port) {
-				seenMu.Lock()
-				seen[c] = true
-				seenMu.Unlock()
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	sampled := sampleAPIServerConnections(t, port)
 
 	var failed []string
 	var failedMu sync.Mutex
@@ -189,8 +174,7 @@ func TestHostileClients(t *testing.T) {
 		time.Sleep(pause)
 	}
 	took := time.Since(start)
-	stopSampling()
-	<-sampled
+	seen, _ := sampled()
 	after := scrape(t, "http://"+metricsAddr+"/metrics")
 	cancel()
 	opened := waitBodies() + waitFloods()
@@ -229,6 +213,37 @@ func TestHostileClients(t *testing.T) {
 		}
 	}
 	noFailedCalls(t, mark)
+}
+
+// sampleAPIServerConnections samples the apiserver's connections to the
+// webhook's port (apiserverConnections) every 20 ms until the func it
+// returns is called, which returns every connection seen and the most
+// seen at once.
+func sampleAPIServerConnections(t *testing.T, port string) func() (seen map[string]bool, most int) {
+	seen := map[string]bool{}
+	most := 0
+	stop := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			now := apiserverConnections(t, port)
+			most = max(most, len(now))
+			for c := range now {
+				seen[c] = true
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return func() (map[string]bool, int) {
+		close(stop)
+		<-stopped
+		return seen, most
+	}
 }
 
 // apiserverConnections returns the connections established to the
