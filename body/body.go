@@ -146,8 +146,8 @@ func (e *Error) Error() string { return e.Message }
 // client sends less than 20 ms of MinRate (or the rest of the body) within
 // 20 ms (checkWindow): a lapse while the server was short of CPU, or with
 // the bytes already in the socket, is not the client's, and reading goes
-// on. A server too starved to check on time checks again, for at most
-// StallTimeout more: then a client that sent nothing is cut.
+// on. A server too starved to check on time checks again over twice the
+// window, until it checks on time: then a client that sent nothing is cut.
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin, so that the answer can still arrive in time: a body
