@@ -76,10 +76,9 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 // a read whose deadline passed before it ran fails without looking at the
 // socket, where the bytes may be. It checks again over twice the window,
 // until it looks in time: the window outgrows how late a starved server
-// runs, and the body's deadline ends it all (e2e TestBurstServed, beside
-// other work, saw a 2 KB review sent whole cut as stalled when the check
-// gave up after StallTimeout). A client that keeps its pace is never cut
-// here; one that does not is cut once the server has looked on time.
+// runs, and the body's deadline ends it all. A client that keeps its pace
+// is never cut here; one that does not is cut once the server has looked
+// on time.
 func (c *pacedReader) check(p []byte, reason string) (int, error) {
 	need := int(min(checkBytes, c.length-c.received, int64(len(p))))
 	got := 0
