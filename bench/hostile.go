@@ -695,9 +695,12 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 	states := []struct {
 		name string
 		open func(addr string) (net.Conn, error)
+		// fill, when set, takes every place first with connections that
+		// behave: 8 clients each keeping 32 alive after a /ping.
+		fill bool
 	}{
-		{"before the handshake (TCP only)", func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
-		{"mid-handshake (ClientHello sent)", func(addr string) (net.Conn, error) {
+		{name: "before the handshake (TCP only)", open: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
+		{name: "mid-handshake (ClientHello sent)", open: func(addr string) (net.Conn, error) {
 			raw, err := net.Dial("tcp", addr)
 			if err != nil {
 				return nil, err
@@ -708,7 +711,7 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 			go func() { _ = c.Handshake() }()
 			return raw, nil
 		}},
-		{"mid-header (handshake done, half a header)", func(addr string) (net.Conn, error) {
+		{name: "mid-header (handshake done, half a header)", open: func(addr string) (net.Conn, error) {
 			c, err := tls.Dial("tcp", addr, tlsConfig)
 			if err != nil {
 				return nil, err
@@ -716,7 +719,15 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 			_, err = io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-")
 			return c, err
 		}},
-		{"idle after one 2 KB review", func(addr string) (net.Conn, error) {
+		{name: "waiting for a place (ClientHello sent)", fill: true, open: func(addr string) (net.Conn, error) {
+			raw, err := dialFrom("127.0.0.20")(context.Background(), "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			go func() { _ = tls.Client(raw, tlsConfig).Handshake() }()
+			return raw, nil
+		}},
+		{name: "idle after one 2 KB review", open: func(addr string) (net.Conn, error) {
 			c, err := tls.Dial("tcp", addr, tlsConfig)
 			if err != nil {
 				return nil, err
@@ -739,6 +750,23 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		wh, err := start("webhook", webhookBin, certArgs, client)
 		if err != nil {
 			return nil, err
+		}
+		var filled []net.Conn
+		for i := range 256 {
+			if !st.fill {
+				break
+			}
+			raw, err := dialFrom(fmt.Sprintf("127.0.0.%d", 10+i/32))(context.Background(), "tcp", wh.addr)
+			if err != nil {
+				stop(wh)
+				return nil, err
+			}
+			c := tls.Client(raw, tlsConfig)
+			if _, err := get(c, "/ping"); err != nil {
+				stop(wh)
+				return nil, fmt.Errorf("filling the places: %w", err)
+			}
+			filled = append(filled, c)
 		}
 		time.Sleep(200 * time.Millisecond)
 		base, err := currentRSS(wh.pid())
@@ -764,7 +792,7 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		wg.Wait()
 		time.Sleep(100 * time.Millisecond)
 		after, err := currentRSS(wh.pid())
-		for _, c := range conns {
+		for _, c := range append(conns, filled...) {
 			if c != nil {
 				c.Close()
 			}
@@ -780,6 +808,23 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		fmt.Fprintf(os.Stderr, "bench: a connection %s: %.1f KiB\n", st.name, costs[len(costs)-1].kib)
 	}
 	return costs, nil
+}
+
+// get sends GET path on c and reads the answer, an error unless 200.
+func get(c net.Conn, path string) (string, error) {
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: webhook\r\n\r\n", path)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return string(b), err
 }
 
 // writeOnlyConn never delivers what the server sends.
