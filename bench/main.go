@@ -187,7 +187,7 @@ func run() error {
 			if *only != "" && !strings.Contains(o.body, *only) {
 				continue
 			}
-			o.caFile, o.file, o.d, o.rounds, o.conns, o.peakConc = filepath.Join(certs, "ca.crt"), filepath.Join(bodies, o.body+".json"), *overloadFor, 3, 256, 32
+			o.caFile, o.file, o.d, o.rounds, o.conns, o.peakConc = filepath.Join(certs, "ca.crt"), filepath.Join(bodies, o.body+".json"), *overloadFor, 3, 240, 32
 			r, err := runOverload(webhookBin, certArgs, o)
 			if err != nil {
 				return fmt.Errorf("overload, %s: %w", o.body, err)
