@@ -518,8 +518,21 @@ func checkAnyAnswer(t *testing.T, route string, body []byte, w *httptest.Respons
 }
 
 // policyWithDefaults is the policy the binary runs with when given no
-// flags, made as main.go makes it.
+// flags, made as main.go makes it, its views of the cluster (policy.reads)
+// holding the objects in testdata/cluster/: what the fixtures' reviews
+// need to find there, as `kubectl get KIND -A -o json` lists them (a kind
+// none holds is empty).
 func policyWithDefaults(tb testing.TB) policy {
+	tb.Helper()
+	return policyReading(tb, testdataCluster(tb)...)
+}
+
+// policyReading is policyWithDefaults whose views hold objects instead,
+// each a file's text (YAML or JSON; several documents, Lists), as a test of
+// a lookup gives what the cluster holds:
+//
+//	p := policyReading(t, `{apiVersion: v1, kind: ServiceAccount, metadata: {name: builder, namespace: shop}}`)
+func policyReading(tb testing.TB, objects ...string) policy {
 	tb.Helper()
 	var p policy
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
@@ -529,7 +542,54 @@ func policyWithDefaults(tb testing.TB) policy {
 	if err := flags.Parse(nil); err != nil {
 		tb.Fatal(err)
 	}
+	var all []clusterObject
+	for i, text := range objects {
+		got, err := readClusterObjects(fmt.Sprintf("object %d", i+1), strings.NewReader(text))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		all = append(all, got...)
+	}
+	if err := fillViews(p.reads(), all); err != nil {
+		tb.Fatal(err)
+	}
 	return p
+}
+
+// testdataCluster returns the text of each file in testdata/cluster/,
+// none when there is no such directory.
+func testdataCluster(tb testing.TB) []string {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "cluster", "*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var texts []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		texts = append(texts, string(b))
+	}
+	return texts
+}
+
+// testCredentials are the flags that give the server credentials for what
+// the policy reads of the cluster, a kubeconfig of a fakeCluster that
+// holds nothing and serves every list empty, and how many views will log
+// that they synced. None for a policy that reads nothing, which must run
+// without any.
+func testCredentials(tb testing.TB) (flags []string, views int) {
+	tb.Helper()
+	var p policy
+	if err := p.addFlags(flag.NewFlagSet("webhook", flag.ContinueOnError)); err != nil {
+		tb.Fatal(err)
+	}
+	if len(p.reads()) == 0 {
+		return nil, 0
+	}
+	return []string{"-kubeconfig", startFakeCluster(tb).kubeconfig(tb)}, len(p.reads())
 }
 
 // ---------------------------------------------------------------------------

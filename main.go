@@ -185,6 +185,13 @@ type config struct {
 	// replacedDefaults are the policy's flags given on the command line
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
+
+	// kubeconfig is the credentials for what the policy reads of the
+	// cluster; empty: the Pod's ServiceAccount's, if it reads anything.
+	kubeconfig string
+	// cluster is the policy's views of the cluster, which run makes
+	// (watchCluster): nil when it reads nothing.
+	cluster *clusterViews
 }
 
 // replaced is a policy flag that replaced its defaults.
@@ -210,6 +217,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
+	flags.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
 	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
 	if err := cfg.policy.addFlags(flags); err != nil {
 		return config{}, err
@@ -272,9 +280,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully, returning instead of exiting so that tests drive it. `webhook
-// certs` (package certs), `webhook doctor` (package doctor) and `webhook
-// review` (package review; both read stdin for a file named "-") run
-// instead when named.
+// certs` (package certs), `webhook doctor` (package doctor), `webhook
+// review` (package review; both read stdin for a file named "-") and
+// `webhook reads` (reads.go) run instead when named.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "certs" {
 		return certs.Run(args[1:], time.Now(), stdout, stderr)
@@ -285,6 +293,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if len(args) > 0 && args[0] == "review" {
 		return runReview(ctx, args[1:], stdin, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "reads" {
+		var p policy
+		if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
+			return err
+		}
+		return runReads(args[1:], p.reads(), stdout, stderr)
+	}
 	cfg, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -294,6 +309,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logHandler = slog.NewJSONHandler(stderr, nil)
 	}
 	logger := slog.New(logHandler)
+	// The views of the cluster serve until the server has shut down, its
+	// last reviews included.
+	viewsCtx, stopViews := context.WithCancel(context.Background())
+	defer stopViews()
+	if cfg.cluster, err = watchCluster(viewsCtx, cfg.policy.reads(), cfg.kubeconfig, getenv, logger); err != nil {
+		return err
+	}
 	srv, err := newServer(cfg, logger)
 	if err != nil {
 		return err
@@ -302,16 +324,22 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 }
 
 // runReview is `webhook review`: the policy, configured by the flags the
-// server takes, on manifests, through the server's own routes in process.
+// server takes, on manifests, through the server's own routes in process,
+// its views of the cluster filled from -cluster's files.
 func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook review", flag.ContinueOnError)
 	var p policy
 	var action validationAction
+	var cluster clusterFiles
 	if err := p.addFlags(flags); err != nil {
 		return err
 	}
 	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
+	flags.Var(&cluster, "cluster", "the objects the policy reads of the cluster (webhook reads), from a `file` as kubectl get KIND -A -o json writes them; a kind none holds is empty (repeatable)")
 	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
+		if err := offlineViews(p.reads(), cluster); err != nil {
+			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
+		}
 		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
 		return routes(reviews, p, action, anyClient)
@@ -344,6 +372,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
+	m.cluster = cfg.cluster
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
@@ -418,11 +447,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	return s, nil
 }
 
-// ping answers probes: ready while serving, 503 once shutdown begins. It
+// ping answers probes: ready while serving once the policy's views of the
+// cluster have synced, 503 before and once shutdown begins. It
 // is served without a client certificate, as kubelet probes have none.
 func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	if !s.serving.Load() {
 		writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	// Not ready until the policy can decide: a replica whose views of the
+	// cluster have not synced would answer only undecided.
+	if err := s.cfg.cluster.notSynced(); err != nil {
+		writeStatus(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -222,6 +222,9 @@ func (b *syncBuffer) String() string {
 
 var servingAddr = regexp.MustCompile(`msg=serving addr=(\S+)`)
 
+// viewSynced is in the line each view of the cluster logs once synced.
+const viewSynced = "the view of the cluster is synced"
+
 // startRun runs the program in a new empty directory, as a new user's first
 // `go run .` does, and returns its address once it serves.
 func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop func() error) {
@@ -230,8 +233,10 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, views := testCredentials(t)
+	args = append(append([]string{"-listen", "127.0.0.1:0"}, credentials...), args...)
 	go func() {
-		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	stop = func() error {
 		cancel()
@@ -245,7 +250,8 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := servingAddr.FindStringSubmatch(logs.String()); m != nil {
+		// Ready once serving, and once every view of the cluster has synced.
+		if m := servingAddr.FindStringSubmatch(logs.String()); m != nil && strings.Count(logs.String(), viewSynced) == views {
 			return m[1], logs, stop
 		}
 		select {
@@ -330,8 +336,10 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, _ := testCredentials(t)
+	args := append([]string{"-listen", "127.0.0.1:0"}, credentials...)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	waitForLog(t, logs, "msg=serving")
 	cancel()
@@ -400,12 +408,14 @@ func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, views := testCredentials(t)
+	args := append([]string{"-listen", "127.0.0.1:0", "-log-format", "json"}, credentials...)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	addrRE := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`)
 	for i := 0; i < 1000; i++ {
-		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil && strings.Count(logs.String(), viewSynced) == views {
 			return m[1], logs, func() error { cancel(); return <-done }
 		}
 		time.Sleep(10 * time.Millisecond)

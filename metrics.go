@@ -38,6 +38,8 @@ type metrics struct {
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
+
+	cluster *clusterViews // the policy's views of the cluster; nil when it reads nothing
 }
 
 // newMetrics counts the review routes' requests, and reads the rest from
@@ -173,6 +175,8 @@ func (m *metrics) write(w io.Writer) {
 	m.certNotAfter.Write(w, "webhook_certificate_expiration_timestamp_seconds")
 	family(w, "webhook_certificate_reload_errors_total", "counter", "Changes of a certificate's files that did not load; the last good one kept serving.")
 	m.reloadErrors.Write(w, "webhook_certificate_reload_errors_total")
+
+	m.cluster.writeMetrics(w)
 
 	promtext.WriteProcess(w)
 }
