@@ -455,6 +455,10 @@ type apiServer struct {
 
 	usersMu sync.Mutex
 	users   map[string]dynamic.Interface // impersonating clients (dynamicAs)
+
+	dir       string            // its files: certs/apiserver.crt, its serving certificate
+	readersMu sync.Mutex        // guards readers
+	readers   map[string]string // by webhook binary, the kubeconfig it reads the cluster with (webhookCredentials)
 }
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in
@@ -546,7 +550,7 @@ func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() 
 	if err != nil {
 		return &apiServer{process: p}, err
 	}
-	a := &apiServer{process: p, config: cfg, client: client, dynamic: dyn}
+	a := &apiServer{process: p, config: cfg, client: client, dynamic: dyn, dir: dir}
 	return a, waitFor(p, startTimeout, func() bool {
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err == nil && string(body) == "ok"
