@@ -144,11 +144,14 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-client-ca-file", "/does/not/exist"}, []string{"-client-ca-file", "/does/not/exist"}},
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
+	// A policy that reads the cluster is given credentials, so that what
+	// is refused is the flag under test.
+	credentials, _ := testCredentials(t)
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
 			t.Chdir(t.TempDir())
 			var stderr bytes.Buffer
-			err := run(context.Background(), tc.args, testEnv, nil, io.Discard, &stderr)
+			err := run(context.Background(), append(slices.Clone(credentials), tc.args...), testEnv, nil, io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}
@@ -354,7 +357,8 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 
 func TestRunConfiguredCertificateMissing(t *testing.T) {
 	t.Chdir(t.TempDir())
-	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, testEnv, nil, io.Discard, io.Discard)
+	credentials, _ := testCredentials(t)
+	err := run(context.Background(), append(credentials, "-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"), testEnv, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("got %v, want an error naming missing.crt", err)
 	}

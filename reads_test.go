@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -37,6 +38,7 @@ func startFakeCluster(t testing.TB) *fakeCluster {
 	t.Helper()
 	f := &fakeCluster{objects: map[string][]string{}, requests: map[string]int{}}
 	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes a stopping server's client cuts
 	f.EnableHTTP2 = true
 	f.StartTLS()
 	t.Cleanup(f.Close)

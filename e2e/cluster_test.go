@@ -456,9 +456,9 @@ type apiServer struct {
 	usersMu sync.Mutex
 	users   map[string]dynamic.Interface // impersonating clients (dynamicAs)
 
-	dir       string            // its files: certs/apiserver.crt, its serving certificate
-	readersMu sync.Mutex        // guards readers
-	readers   map[string]string // by webhook binary, the kubeconfig it reads the cluster with (webhookCredentials)
+	dir       string             // its files: certs/apiserver.crt, its serving certificate
+	readersMu sync.Mutex         // guards readers
+	readers   map[string]*reader // by webhook binary, how it reads the cluster (webhookCredentials)
 }
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in

@@ -83,44 +83,59 @@ const readerNamespace = "e2e-webhook-reader"
 // reads nothing.
 func (a *apiServer) webhookCredentials(t *testing.T, bin string) []string {
 	t.Helper()
+	r := a.reader(t, bin)
+	if r == nil {
+		return nil
+	}
+	return []string{"-kubeconfig", r.kubeconfig}
+}
+
+// reader is how a webhook binary reads a: the kubeconfig of its
+// ServiceAccount, and the account's token.
+type reader struct{ kubeconfig, token string }
+
+// reader returns bin's reader of a, making it the first time; nil when
+// its policy reads nothing.
+func (a *apiServer) reader(t *testing.T, bin string) *reader {
+	t.Helper()
 	reads := readsOf(t, bin)
 	if len(reads) == 0 {
 		return nil
 	}
 	a.readersMu.Lock()
 	defer a.readersMu.Unlock()
-	if path, ok := a.readers[bin]; ok {
-		return []string{"-kubeconfig", path}
+	if r, ok := a.readers[bin]; ok {
+		return r
 	}
 	if a.readers == nil {
-		a.readers = map[string]string{}
+		a.readers = map[string]*reader{}
 	}
 	account := fmt.Sprintf("webhook-%d", len(a.readers)+1)
-	path, err := a.makeReader(bin, account, reads)
+	r, err := a.makeReader(bin, account, reads)
 	if err != nil {
 		t.Fatalf("giving %s a ServiceAccount to read the cluster with: %v", bin, err)
 	}
-	a.readers[bin] = path
-	return []string{"-kubeconfig", path}
+	a.readers[bin] = r
+	return r
 }
 
 // makeReader makes the ServiceAccount readerNamespace/account, applies the
 // RBAC that bin's policy renders for it (`webhook reads -o rbac`, its
 // objects' names made the account's), waits until RBAC lets it read each
 // kind, and writes a kubeconfig with a token of it, for a day.
-func (a *apiServer) makeReader(bin, account string, reads []readKind) (string, error) {
+func (a *apiServer) makeReader(bin, account string, reads []readKind) (*reader, error) {
 	ctx := context.Background()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: readerNamespace}}
 	if _, err := a.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
-		return "", err
+		return nil, err
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: account}}
 	if _, err := a.client.CoreV1().ServiceAccounts(readerNamespace).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
-		return "", err
+		return nil, err
 	}
 	rbac, err := exec.Command(bin, "reads", "-o", "rbac", "-service-account", readerNamespace+"/"+account).Output()
 	if err != nil {
-		return "", fmt.Errorf("%s reads -o rbac: %w", bin, err)
+		return nil, fmt.Errorf("%s reads -o rbac: %w", bin, err)
 	}
 	for _, obj := range decodeObjects(rbac) {
 		for _, ns := range namespacesOf(obj) {
@@ -134,7 +149,7 @@ func (a *apiServer) makeReader(bin, account string, reads []readKind) (string, e
 		res := schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: strings.ToLower(gvk.Kind) + "s"}
 		client := a.dynamic.Resource(res).Namespace(obj.GetNamespace())
 		if _, err := client.Create(ctx, obj, metav1.CreateOptions{}); err != nil && !isAlreadyExists(err) {
-			return "", fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
+			return nil, fmt.Errorf("creating %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 	}
 	// RBAC sees new bindings through an informer, a moment later.
@@ -149,7 +164,7 @@ func (a *apiServer) makeReader(bin, account string, reads []readKind) (string, e
 				break
 			}
 			if time.Now().After(deadline) {
-				return "", fmt.Errorf("RBAC did not let %s watch %s within %s of binding it: %v", user, r, startTimeout, err)
+				return nil, fmt.Errorf("RBAC did not let %s watch %s within %s of binding it: %v", user, r, startTimeout, err)
 			}
 		}
 	}
@@ -157,10 +172,10 @@ func (a *apiServer) makeReader(bin, account string, reads []readKind) (string, e
 	token, err := a.client.CoreV1().ServiceAccounts(readerNamespace).CreateToken(ctx, account,
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &day}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	path := filepath.Join(workDir, fmt.Sprintf("kubeconfig-%s-%s", filepath.Base(a.dir), account))
-	return path, writeReaderKubeconfig(path, a, token.Status.Token)
+	return &reader{kubeconfig: path, token: token.Status.Token}, writeReaderKubeconfig(path, a, token.Status.Token)
 }
 
 // writeReaderKubeconfig writes a kubeconfig of a, checked against its serving

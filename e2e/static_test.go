@@ -332,7 +332,9 @@ func TestStaticWebhookDownAtStart(t *testing.T) {
 	for _, route := range deployedRoutes(t) {
 		names = append(names, deployed(t)[route].names...)
 	}
-	named := slices.ContainsFunc(names, func(name string) bool { return err != nil && strings.Contains(err.Error(), fmt.Sprintf("failed calling webhook %q", name)) })
+	named := slices.ContainsFunc(names, func(name string) bool {
+		return err != nil && strings.Contains(err.Error(), fmt.Sprintf("failed calling webhook %q", name))
+	})
 	if !named || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("the admitted requests in %s with the webhook down: got %v, want an error naming one of the webhooks %q and connection refused", scope.namespace, err, names)
 	}
