@@ -151,10 +151,10 @@ func TestWatchCluster(t *testing.T) {
 			t.Fatalf("not synced after 10 s: %v", c.notSynced())
 		}
 	}
-	if p, ok, err := pods.get(ctx, "a", "web"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
+	if p, ok, err := pods.get("a", "web"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
 		t.Errorf("get a/web: got %+v, %v, %v", p, ok, err)
 	}
-	if _, ok, err := secrets.get(ctx, "vault", "token"); ok || err != nil {
+	if _, ok, err := secrets.getOrFetch(ctx, "vault", "token"); ok || err != nil {
 		t.Errorf("get vault/token: got %v, %v, want not found after asking", ok, err)
 	}
 	if f.count("LIST") != 2 || f.count("GET") != 1 {
@@ -383,7 +383,7 @@ func TestOfflineViews(t *testing.T) {
 	if err := offlineViews(reads, clusterFiles{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := pods.get(context.Background(), "a", "web"); err == nil || !strings.Contains(err.Error(), "give -cluster FILE, such as the output of kubectl get pods -A -o json") {
+	if _, _, err := pods.get("a", "web"); err == nil || !strings.Contains(err.Error(), "give -cluster FILE, such as the output of kubectl get pods -A -o json") {
 		t.Errorf("without -cluster: got %v, want an error saying to give it", err)
 	}
 	var files clusterFiles
@@ -397,7 +397,7 @@ func TestOfflineViews(t *testing.T) {
 	if err := offlineViews(reads, files); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := pods.get(context.Background(), "a", "web"); !ok || err != nil {
+	if _, ok, err := pods.get("a", "web"); !ok || err != nil {
 		t.Errorf("with -cluster: got %v, %v, want a/web", ok, err)
 	}
 	if err := files.Set(filepath.Join(t.TempDir(), "missing.json")); err == nil {

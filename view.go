@@ -102,15 +102,12 @@ func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kube
 }
 
 // get returns what the policy keeps of the object name in namespace ("" for
-// a kind of cluster scope) and whether it exists, or an error when the
-// view cannot say (errNotSynced, errStale). An object the view lacks is
-// asked of the apiserver, once, before get says it does not exist: it may
-// have been created a moment ago, as `kubectl apply -f dir/` creates a
-// ServiceAccount just before the Deployment that names it, and the watch
-// brings it milliseconds later. That GET is the only request a review
-// costs the apiserver, and only on a miss; a view filled from objects or a
-// file answers from them alone.
-func (v *view[T]) get(ctx context.Context, namespace, name string) (T, bool, error) {
+// a kind of cluster scope) and whether the view has it, or an error when
+// the view cannot say (errNotSynced, errStale). It asks the apiserver
+// nothing: an object created a moment ago may not be there yet, as the
+// watch brings it milliseconds later. A policy that denies what it does
+// not find uses getOrFetch.
+func (v *view[T]) get(namespace, name string) (T, bool, error) {
 	var zero T
 	if err := v.fresh(); err != nil {
 		return zero, false, err
@@ -119,21 +116,33 @@ func (v *view[T]) get(ctx context.Context, namespace, name string) (T, bool, err
 		return zero, false, err
 	}
 	v.mu.RLock()
+	defer v.mu.RUnlock()
 	obj, ok := v.content.objects[namespace][name]
-	v.mu.RUnlock()
-	if ok || v.fetch == nil {
-		return obj, ok, nil
+	return obj, ok, nil
+}
+
+// getOrFetch is get for a policy that denies what it does not find: an
+// object the view lacks is asked of the apiserver, once, before
+// getOrFetch says it does not exist, as it may have been created a moment
+// ago (`kubectl apply -f dir/` creates a ServiceAccount just before the
+// Deployment that names it). That GET, on a miss alone, is the only
+// request a review costs the apiserver; a view filled from objects or a
+// file answers from them alone.
+func (v *view[T]) getOrFetch(ctx context.Context, namespace, name string) (T, bool, error) {
+	obj, ok, err := v.get(namespace, name)
+	if ok || err != nil || v.fetch == nil {
+		return obj, ok, err
 	}
 	raw, err := v.fetch(ctx, namespace, name)
 	if apierrors.IsNotFound(err) {
-		return zero, false, nil
+		return obj, false, nil
 	}
 	if err != nil {
-		return zero, false, fmt.Errorf("the webhook's view of %s lacks %s, and asking the apiserver for it failed: %w", v.kind, objectKey{namespace, name}, err)
+		return obj, false, fmt.Errorf("the webhook's view of %s lacks %s, and asking the apiserver for it failed: %w", v.kind, objectKey{namespace, name}, err)
 	}
 	_, obj, err = v.decode(raw)
 	if err != nil {
-		return zero, false, err
+		return obj, false, err
 	}
 	return obj, true, nil
 }
