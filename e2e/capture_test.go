@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestCapture(t *testing.T) {
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	rules := []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods", "pods/exec"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}
 	scope, betaScope := newScope(t, "fixtures"), newScope(t, "fixtures-v1beta1")
@@ -223,6 +224,19 @@ func TestCapture(t *testing.T) {
 			}
 			pod.Labels["version"] = "2"
 			_, err = core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
+			return err
+		}},
+		// A CONNECT is reviewed before the apiserver looks for the Pod's
+		// node, which it has none of here: what follows the review fails.
+		{name: "v1-pod-exec-connect", setup: func() error {
+			_, err := core.Pods(ns).Create(ctx, webPod("exec-target"), metav1.CreateOptions{})
+			return err
+		}, action: func() error {
+			err := core.RESTClient().Post().Namespace(ns).Resource("pods").Name("exec-target").SubResource("exec").
+				Param("container", "web").Param("command", "ls").Param("stdout", "true").Do(ctx).Error()
+			if err != nil && strings.Contains(err.Error(), "does not have a host assigned") {
+				return nil
+			}
 			return err
 		}},
 		// A Namespace is named in request.namespace as well as request.name
