@@ -277,9 +277,10 @@ type typeMeta struct {
 }
 
 // readClusterObjects reads the objects of a file: YAML or JSON, several
-// documents, Lists (as `kubectl get KIND -A -o json` prints them) taken
-// apart. Each must have an apiVersion and a kind; an error names the file
-// and the document or item.
+// documents, Lists (as `kubectl get KIND -A -o json` prints them, or the
+// apiserver lists them, a ServiceAccountList whose items have no kind)
+// taken apart. Each must have an apiVersion and a kind; an error names the
+// file and the document or item.
 func readClusterObjects(path string, r io.Reader) ([]clusterObject, error) {
 	var out []clusterObject
 	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
@@ -309,7 +310,15 @@ func readClusterObjects(path string, r io.Reader) ([]clusterObject, error) {
 			if len(items) > 1 || strings.HasSuffix(list.Kind, "List") {
 				o.source = fmt.Sprintf("%s, item %d", where, i+1)
 			}
-			if err := json.Unmarshal(item, &o.typeMeta); err != nil || o.APIVersion == "" || o.Kind == "" {
+			if err := json.Unmarshal(item, &o.typeMeta); err != nil {
+				return nil, fmt.Errorf("%s is not an object: %w", o.source, err)
+			}
+			if o.Kind == "" && list.Kind != "List" && strings.HasSuffix(list.Kind, "List") {
+				// The apiserver's own list, a ServiceAccountList, leaves
+				// them out of its items.
+				o.APIVersion, o.Kind = list.APIVersion, strings.TrimSuffix(list.Kind, "List")
+			}
+			if o.APIVersion == "" || o.Kind == "" {
 				return nil, fmt.Errorf("%s has no apiVersion and kind", o.source)
 			}
 			out = append(out, o)

@@ -278,7 +278,8 @@ func TestReadClusterObjects(t *testing.T) {
 	for _, tc := range []struct {
 		text string
 		want int
-	}{{list, 2}, {docs, 2}, {`{"apiVersion":"v1","kind":"PodList","items":null}`, 0}} {
+	}{{list, 2}, {docs, 2}, {`{"apiVersion":"v1","kind":"PodList","items":null}`, 0},
+		{`{"apiVersion":"v1","kind":"ServiceAccountList","items":[{"metadata":{"name":"a","namespace":"b"}}]}`, 1}} {
 		got, err := readClusterObjects("f", strings.NewReader(tc.text))
 		if err != nil || len(got) != tc.want {
 			t.Errorf("got %d objects, %v, want %d", len(got), err, tc.want)

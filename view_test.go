@@ -351,3 +351,21 @@ func BenchmarkLookup(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkViewGet is one lookup by namespace and name in a view of
+// 100,000 ServiceAccounts, found and not, from the view alone.
+func BenchmarkViewGet(b *testing.B) {
+	var accounts *view[struct{}]
+	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true} }, nil)
+	benchFill(b, store, 100_000)
+	for _, name := range []string{"account-050050", "absent"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := accounts.get("team-050", name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -96,6 +96,7 @@ func TestViewOfTheCluster(t *testing.T) {
 			}
 		}
 		err := undecided.sendThroughAll(ctx, "undecided")
+		t.Logf("failurePolicy %s: the undecided request got %v", tc.policy, err)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("failurePolicy Ignore: got %v, want the undecided request admitted", err)
