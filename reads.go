@@ -46,17 +46,7 @@ type clusterKind struct {
 	MaxStale time.Duration
 }
 
-func (k clusterKind) String() string {
-	r := k.resource()
-	s := r.Resource
-	if r.Group != "" {
-		s += "." + r.Group
-	}
-	if k.Namespace != "" {
-		s += " in namespace " + k.Namespace
-	}
-	return s
-}
+func (k clusterKind) String() string { return k.resource().String() }
 
 // resource is what the apiserver serves k as.
 func (k clusterKind) resource() kubeclient.Resource {

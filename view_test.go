@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strings"
@@ -332,23 +330,7 @@ func BenchmarkLookup(b *testing.B) {
 		admit admitFunc
 	}{{"demonstration", demonstration}, {"lookup", lookup}} {
 		h := reviews.admissionHandler("/validate", policy.admit, validationAction{})
-		b.Run(policy.name, func(b *testing.B) {
-			b.ReportAllocs()
-			r := httptest.NewRequest(http.MethodPost, "/validate?timeout=10s", nil)
-			r.Header.Set("Content-Type", "application/json")
-			w := &discardWriter{header: http.Header{}}
-			rd := bytes.NewReader(nil)
-			for b.Loop() {
-				rd.Reset(body)
-				r.Body, r.ContentLength = nopCloser{rd}, int64(len(body))
-				clear(w.header)
-				w.code = 0
-				h.ServeHTTP(w, r)
-				if w.code != 0 && w.code != http.StatusOK {
-					b.Fatalf("got HTTP %d", w.code)
-				}
-			}
-		})
+		b.Run(policy.name, func(b *testing.B) { benchServe(b, h, "/validate", body) })
 	}
 }
 
