@@ -154,8 +154,10 @@ func (v *view[T]) list(namespace string) ([]T, error) {
 	if err := v.fresh(); err != nil {
 		return nil, err
 	}
-	if err := v.holds(namespace); err != nil && namespace != "" {
-		return nil, err
+	if namespace != "" {
+		if err := v.holds(namespace); err != nil {
+			return nil, err
+		}
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()

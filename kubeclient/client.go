@@ -40,6 +40,13 @@ const (
 	// errorBodyBytes is as much of a refusal's body as is read for its
 	// Status: the apiserver's are a few hundred bytes.
 	errorBodyBytes = 64 << 10
+
+	// handshakeTimeout and idleTimeout are client-go's transport's
+	// (k8s.io/client-go/transport/cache.go, and apimachinery's
+	// SetTransportDefaults): the apiserver answers a handshake in
+	// milliseconds, and the watch keeps the connection busy.
+	handshakeTimeout = 10 * time.Second
+	idleTimeout      = 90 * time.Second
 )
 
 // New returns a client of the apiserver cfg names, failing if its CA or
@@ -53,10 +60,10 @@ func New(cfg *Config, userAgent string) (*Client, error) {
 	transport := &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
 		TLSClientConfig:     tlsConfig,
-		TLSHandshakeTimeout: 10 * time.Second,
+		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true, // a TLSClientConfig of one's own turns it off otherwise
 		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingInterval, PingTimeout: pingTimeout},
-		IdleConnTimeout:     90 * time.Second,
+		IdleConnTimeout:     idleTimeout,
 	}
 	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent}, nil
 }
