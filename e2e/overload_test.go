@@ -41,7 +41,7 @@ func TestOverloadAnswer(t *testing.T) {
 	// mutating webhooks run first.
 	route := deployedRoutes(t)[0]
 	largeReviews(t, scope, route, padding)
-	w := startWebhook(t, "", "-metrics-listen=127.0.0.1:0")
+	w := startWebhookBinary(t, loadBinary(t), "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0")
 	metricsURL := "http://" + w.metricsAddr(t) + "/metrics"
 	registerDeployed(t, w, scope, hookOptions{timeout: hookTimeout, failurePolicy: "Fail"})
 

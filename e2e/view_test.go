@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,39 @@ import (
 // a view of every ConfigMap, looked up on every review.
 const lookupPolicy = "testdata/lookup-policy.go"
 
+// loadBinary is the webhook the load tests run (TestMemoryUnderBurst,
+// TestHostileClients, TestBurstServed, TestOverloadAnswer), so that every
+// review they send looks the cluster up, with a view in the process: the
+// webhook's own when its policy reads the cluster, else the one built
+// with lookupPolicy, which admits every request as the deployed policy's
+// admitted requests are. What they test is the plumbing under load.
+func loadBinary(t *testing.T) string {
+	t.Helper()
+	if len(readsOf(t, webhookBinary)) > 0 {
+		return webhookBinary
+	}
+	return lookupPolicyBinary(t)
+}
+
+// lookupPolicyBinary is the webhook built with lookupPolicy, once a run.
+func lookupPolicyBinary(t *testing.T) string {
+	t.Helper()
+	lookupBinary.once.Do(func() {
+		lookupBinary.path = filepath.Join(workDir, "webhook-lookup")
+		lookupBinary.err = buildWithPolicyTo(lookupPolicy, lookupBinary.path)
+	})
+	if lookupBinary.err != nil {
+		t.Fatalf("building the webhook with %s as its policy.go: %v", lookupPolicy, lookupBinary.err)
+	}
+	return lookupBinary.path
+}
+
+var lookupBinary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 // TestViewOfTheCluster runs the webhook built with lookupPolicy, whose
 // every review looks its namespace up in a view of the cluster's
 // ConfigMaps, reading the suite's apiserver with exactly the RBAC `webhook
@@ -34,7 +68,7 @@ const lookupPolicy = "testdata/lookup-policy.go"
 // policy's reason, and admitted under Ignore.
 func TestViewOfTheCluster(t *testing.T) {
 	ctx := context.Background()
-	bin := buildWithPolicy(t, lookupPolicy)
+	bin := lookupPolicyBinary(t)
 	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0")
 	metrics := "http://" + w.metricsAddr(t) + "/metrics"
 	series := func(name string) float64 {
@@ -124,7 +158,7 @@ func TestViewOfManyObjects(t *testing.T) {
 		t.Skip("E2E_VIEW_OBJECTS is not set: a measurement of the view at that many ConfigMaps")
 	}
 	ctx := context.Background()
-	bin := buildWithPolicy(t, lookupPolicy)
+	bin := lookupPolicyBinary(t)
 	ns := createLabelledNamespaceIn(t, apiserver, "view-many", nil)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32)
