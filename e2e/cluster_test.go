@@ -47,6 +47,11 @@ const (
 	// stopGrace is how long a process gets after SIGTERM before SIGKILL:
 	// the apiserver can linger in its graceful shutdown.
 	stopGrace = 5 * time.Second
+
+	// serviceClusterIPRange is where the apiserver gives Services their
+	// ClusterIPs: loopback addresses, apart from 127.0.0.0/16, where the
+	// tests' servers and clients are.
+	serviceClusterIPRange = "127.50.0.0/16"
 )
 
 // The suite shares one etcd and one apiserver; each test registers its own
@@ -525,7 +530,11 @@ func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() 
 		"--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
 		"--token-auth-file", tokens,
-		"--service-cluster-ip-range", "10.96.0.0/16",
+		// Loopback ClusterIPs, which a test can listen on (Linux routes
+		// all of 127/8 to lo): service_test.go plays kube-proxy on a
+		// Service's, which the apiserver calls for a webhook registered
+		// by service: (pkg/util/proxy ResolveCluster).
+		"--service-cluster-ip-range", serviceClusterIPRange,
 	}, extraArgs...)
 	if !slices.Contains(extraArgs, "--authorization-config") {
 		args = append(args, "--authorization-mode", "RBAC")
