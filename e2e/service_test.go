@@ -59,10 +59,13 @@ type inCluster struct {
 	// gracePeriod is the Deployment's terminationGracePeriodSeconds: how
 	// long kubelet lets a replica drain before it kills it.
 	gracePeriod time.Duration
-	serverName  string // what the apiserver checks: NAME.NAMESPACE.svc
-	caPEM       []byte // the configurations' caBundle
-	certDir     string // the Secret's keys as files, as its volume holds them
-	proxy       *kubeProxy
+	// shutdownDelay is the -shutdown-delay the Deployment gives the
+	// webhook.
+	shutdownDelay time.Duration
+	serverName    string // what the apiserver checks: NAME.NAMESPACE.svc
+	caPEM         []byte // the configurations' caBundle
+	certDir       string // the Secret's keys as files, as its volume holds them
+	proxy         *kubeProxy
 
 	mu   sync.Mutex
 	ips  map[string]bool // the replicas' addresses, never given twice
@@ -237,6 +240,14 @@ func (ic *inCluster) readDeployment(t *testing.T, d *appsv1.Deployment, s *corev
 	ic.gracePeriod = 30 * time.Second // the API's default
 	if g := d.Spec.Template.Spec.TerminationGracePeriodSeconds; g != nil {
 		ic.gracePeriod = time.Duration(*g) * time.Second
+	}
+	for _, a := range container.Args {
+		if v, ok := strings.CutPrefix(a, "-shutdown-delay="); ok {
+			var err error
+			if ic.shutdownDelay, err = time.ParseDuration(v); err != nil {
+				t.Fatalf("the Deployment's %s: %v", a, err)
+			}
+		}
 	}
 }
 
