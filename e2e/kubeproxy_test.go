@@ -37,6 +37,7 @@ type kubeProxy struct {
 	changes   int            // endpoint changes made
 	applied   int            // the latest change it has learned
 	opened    map[string]int // connections it opened, by endpoint
+	active    map[string]int // of those, the ones open now
 	reset     int            // connections it reset: no endpoint, or the endpoint refused
 	open      map[net.Conn]bool
 	closed    bool
@@ -55,7 +56,7 @@ func startKubeProxy(addr string, delay time.Duration, endpoints []string) (*kube
 	if err != nil {
 		return nil, err
 	}
-	p := &kubeProxy{ln: ln, delay: delay, endpoints: slices.Clone(endpoints), opened: map[string]int{}, open: map[net.Conn]bool{}}
+	p := &kubeProxy{ln: ln, delay: delay, endpoints: slices.Clone(endpoints), opened: map[string]int{}, active: map[string]int{}, open: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go p.acceptAll()
 	return p, nil
@@ -98,6 +99,13 @@ func (p *kubeProxy) counts() (opened map[string]int, reset int) {
 		opened[e] = n
 	}
 	return opened, p.reset
+}
+
+// openTo returns how many connections to endpoint are open now.
+func (p *kubeProxy) openTo(endpoint string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.active[endpoint]
 }
 
 // Close stops listening and closes every connection it forwards.
@@ -151,12 +159,14 @@ func (p *kubeProxy) forward(client net.Conn) {
 		return
 	}
 	p.opened[endpoint]++
+	p.active[endpoint]++
 	p.open[client], p.open[backend] = true, true
 	p.mu.Unlock()
 
 	splice(client, backend)
 
 	p.mu.Lock()
+	p.active[endpoint]--
 	delete(p.open, client)
 	delete(p.open, backend)
 	p.mu.Unlock()

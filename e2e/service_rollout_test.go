@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -95,12 +96,17 @@ func TestServiceRollout(t *testing.T) {
 		writesPerSecond = 30
 		maxWrites       = 60 * writesPerSecond // bounds the loop at a minute
 	)
-	var flags []string
-	if *rolloutShutdownDelay != "" {
-		flags = append(flags, "-shutdown-delay="+*rolloutShutdownDelay)
-	}
 	start := time.Now()
 	ic := deployInCluster(t, propagation)
+	var flags []string
+	shutdownDelay := ic.shutdownDelay // the replicas'
+	if *rolloutShutdownDelay != "" {
+		flags = append(flags, "-shutdown-delay="+*rolloutShutdownDelay)
+		var err error
+		if shutdownDelay, err = time.ParseDuration(*rolloutShutdownDelay); err != nil {
+			t.Fatalf("-rollout-shutdown-delay: %v", err)
+		}
+	}
 	serving := make([]*replica, ic.replicas)
 	for i := range serving {
 		serving[i] = ic.startReplica(t, flags...)
@@ -118,16 +124,24 @@ func TestServiceRollout(t *testing.T) {
 		*replica
 		sigterm      time.Time
 		openedBefore int
+		// idleAtClose counts its connections still open just before its
+		// delay ended: those the apiserver had not used since SIGTERM,
+		// which the server then closes unused.
+		idleAtClose atomic.Int64
 	}
-	var replaced []replacement
+	var replaced []*replacement
 	for range rollouts {
 		for i, old := range serving {
 			fresh := ic.startReplica(t, flags...) // ready: its /ping answered
 			serving[i] = fresh
 			ic.proxy.set(append(endpoints(serving), old.addr)...)
 			opened, _ := ic.proxy.counts()
-			replaced = append(replaced, replacement{old, time.Now(), opened[old.addr]})
+			r := &replacement{replica: old, sigterm: time.Now(), openedBefore: opened[old.addr]}
+			replaced = append(replaced, r)
 			old.signal(syscall.SIGTERM)
+			if shutdownDelay > idleSampleLead {
+				time.AfterFunc(shutdownDelay-idleSampleLead, func() { r.idleAtClose.Store(int64(ic.proxy.openTo(old.addr))) })
+			}
 			ic.proxy.set(endpoints(serving)...)
 		}
 	}
@@ -187,12 +201,13 @@ func TestServiceRollout(t *testing.T) {
 	}
 	opened, reset := ic.proxy.counts()
 	var after []string
-	drainedReviews, openedAfter := 0, 0
+	drainedReviews, openedAfter, idleAtClose := 0, 0, 0
 	for _, old := range replaced {
 		n := opened[old.addr] - old.openedBefore
 		openedAfter += n
 		drainedReviews += drained[old.addr]
-		after = append(after, fmt.Sprintf("%s: %d reviews, %d new connections", old.addr, drained[old.addr], n))
+		idleAtClose += int(old.idleAtClose.Load())
+		after = append(after, fmt.Sprintf("%s: %d reviews, %d new connections, %d open as its delay ended", old.addr, drained[old.addr], n, old.idleAtClose.Load()))
 	}
 	if drainedReviews == 0 {
 		t.Error("no old replica answered a review after its SIGTERM: the test did not cover the drain")
@@ -213,7 +228,15 @@ func TestServiceRollout(t *testing.T) {
 	t.Logf("after SIGTERM the old replicas answered %d reviews, on %d connections kube-proxy opened to them and on kept-alive ones:\n  %s",
 		drainedReviews, openedAfter, strings.Join(after, "\n  "))
 	t.Logf("kube-proxy's connections, by endpoint: %s; reset: %d", strings.Join(counts, ", "), reset)
+	if shutdownDelay > idleSampleLead {
+		t.Logf("%d connections were open to old replicas %s before their delay ended, for the server to close unused", idleAtClose, idleSampleLead)
+	}
 }
+
+// idleSampleLead is how long before an old replica's delay ends its open
+// connections are counted: those the server will close unused, unless the
+// apiserver sends a review on one in that time.
+const idleSampleLead = 100 * time.Millisecond
 
 // reviewsLogged reads the replicas' logs (JSON, as the Deployment has
 // them): the reviews logged, by route and name ("/mutate NAME"), and how
