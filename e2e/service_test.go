@@ -33,7 +33,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -65,7 +64,10 @@ type inCluster struct {
 	serverName    string // what the apiserver checks: NAME.NAMESPACE.svc
 	caPEM         []byte // the configurations' caBundle
 	certDir       string // the Secret's keys as files, as its volume holds them
-	proxy         *kubeProxy
+	// credentials are the flags giving a replica the ServiceAccount's
+	// token the Deployment mounts (-kubeconfig); none when it mounts none.
+	credentials []string
+	proxy       *kubeProxy
 
 	mu   sync.Mutex
 	ips  map[string]bool // the replicas' addresses, never given twice
@@ -84,8 +86,8 @@ type serviceRef struct {
 // webhook configurations for real (the Deployment too, though no Pods
 // run), as `kubectl apply -f out/` would, and starts kubeProxy on the
 // Service's ClusterIP and port, with no endpoints yet, learning changes
-// propagation after they are made. Everything is removed when the test
-// ends, the namespaces finalized.
+// propagation after they are made. What it applies is removed when the
+// test ends, but the namespaces (apply).
 func deployInCluster(t *testing.T, propagation time.Duration) *inCluster {
 	t.Helper()
 	ctx := context.Background()
@@ -102,13 +104,6 @@ func deployInCluster(t *testing.T, propagation time.Duration) *inCluster {
 		case "Deployment":
 			deployment = &appsv1.Deployment{}
 			fromUnstructured(t, obj, deployment)
-		case "Namespace":
-			// TestDeployManifests's dry run applies its namespaces for
-			// real and deletes them, which leaves them Terminating; and
-			// they go when this test ends, after what is in them.
-			removeNamespace(t, apiserver, obj.GetName())
-			name := obj.GetName()
-			t.Cleanup(func() { removeNamespace(t, apiserver, name) })
 		}
 		others = append(others, obj)
 	}
@@ -134,6 +129,12 @@ func deployInCluster(t *testing.T, propagation time.Duration) *inCluster {
 	}
 	ic.readDeployment(t, deployment, &service, ref.Port)
 	ic.mountSecret(t, deployment, ref.Namespace)
+	// A policy that reads the cluster reads it as the Deployment's
+	// ServiceAccount, bound by the rendered RBAC, whose token render.sh
+	// then has the Deployment mount: each replica is given that token.
+	if mount := deployment.Spec.Template.Spec.AutomountServiceAccountToken; mount != nil && *mount {
+		ic.credentials = renderedCredentials(t, out, readsOf(t, webhookBinary))
+	}
 
 	// The proxy on the ClusterIP and port the apiserver resolves the
 	// Service to.
@@ -309,43 +310,6 @@ func fromUnstructured(t *testing.T, obj *unstructured.Unstructured, into any) {
 	}
 }
 
-// removeNamespace deletes the namespace name and finalizes it, as the
-// namespace controller would once it had emptied it: the suite runs no
-// controller-manager, so a deleted namespace would stay Terminating and
-// refuse new objects. Delete what is in it first.
-func removeNamespace(t *testing.T, a *apiServer, name string) {
-	t.Helper()
-	ctx := context.Background()
-	api := a.client.CoreV1().Namespaces()
-	if err := api.Delete(ctx, name, metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
-		return
-	} else if err != nil {
-		t.Errorf("deleting namespace %s: %v", name, err)
-		return
-	}
-	ns, err := api.Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return
-	}
-	if err == nil {
-		ns.Spec.Finalizers = nil
-		_, err = api.Finalize(ctx, ns, metav1.UpdateOptions{})
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		t.Errorf("finalizing namespace %s: %v", name, err)
-		return
-	}
-	for deadline := time.Now().Add(startTimeout); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := api.Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("namespace %s still exists %s after it was finalized", name, startTimeout)
-			return
-		}
-	}
-}
-
 // replica is one Pod of the Deployment: the webhook run with its
 // container's arguments, on a loopback address of its own.
 type replica struct {
@@ -374,7 +338,7 @@ func (ic *inCluster) startReplica(t *testing.T, flags ...string) *replica {
 			metricsAddr = net.JoinHostPort(ip, itoa(int(ic.metricsPort)))
 		}
 		args, env, _ := deploymentRun(t, ic.certDir, metricsAddr)
-		args = replaceFlags(args, flags)
+		args = append(replaceFlags(args, flags), ic.credentials...)
 		p, err := startProcessEnv("replica "+endpoint, t.TempDir(), env, webhookBinary, append([]string{"-listen", endpoint}, args...)...)
 		if err != nil {
 			t.Fatal(err)
