@@ -53,11 +53,13 @@ e2e:
 # the apiserver's version: the admission contract, the demonstration, TLS and
 # mTLS, deploy (service and URL mode), doctor, authorization, matchConditions,
 # rollout (warnings and audit annotations), what the apiserver's client does
-# with overload, hostile clients and a burst of large writes, and static
-# manifests (which skip before 1.37, naming the version). Left out: what
-# only the webhook binary does (SIGTERM, the image).
+# with overload, hostile clients, a burst of large writes and a burst above
+# the connection cap, a view of the cluster (list, watch with bookmarks,
+# undecided), and static manifests (which skip before 1.37, naming the
+# version). Left out: what only the webhook binary does (SIGTERM, the
+# image).
 E2E_OLDEST = 1.33
-E2E_GROUPS = ^(TestServerVersion|TestContractVerifyAdmissionResponse|TestCapture|TestRequests|TestHTTP2|TestWebhookDown|TestWebhookTooSlow|TestDemonstration.*|TestAdmissionMatchConditions|TestRotationUnderLoad|TestMutualTLS|TestDeployManifests|TestURLMode|TestRenderedModesAgree|TestDoctor|TestAuthorization|TestValidationActions|TestPolicyWarning|TestOverloadAnswer|TestHostileClients|TestMemoryUnderBurst|TestStatic.*)$$
+E2E_GROUPS = ^(TestServerVersion|TestViewOfTheCluster|TestContractVerifyAdmissionResponse|TestCapture|TestRequests|TestHTTP2|TestWebhookDown|TestWebhookTooSlow|TestDemonstration.*|TestAdmissionMatchConditions|TestRotationUnderLoad|TestMutualTLS|TestDeployManifests|TestURLMode|TestRenderedModesAgree|TestDoctor|TestAuthorization|TestValidationActions|TestPolicyWarning|TestOverloadAnswer|TestHostileClients|TestMemoryUnderBurst|TestBurstServed|TestStatic.*)$$
 
 e2e-oldest:
 	cd e2e && E2E_KUBE_VERSION=$(E2E_OLDEST) $(GO) test -count=1 -timeout 30m -json -run '$(E2E_GROUPS)' . | $(GO) run ./summary

@@ -118,22 +118,29 @@ func BenchmarkHandler(b *testing.B) {
 			h := reviews.admissionHandler("/"+route.name, route.admit, validationAction{})
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))
-				b.ReportAllocs()
-				r := httptest.NewRequest(http.MethodPost, "/"+route.name+"?timeout=10s", nil)
-				r.Header.Set("Content-Type", "application/json")
-				w := &discardWriter{header: http.Header{}}
-				rd := bytes.NewReader(nil)
-				for b.Loop() {
-					rd.Reset(body.body)
-					r.Body, r.ContentLength = nopCloser{rd}, int64(len(body.body))
-					clear(w.header)
-					w.code = 0
-					h.ServeHTTP(w, r)
-					if w.code != 0 && w.code != http.StatusOK {
-						b.Fatalf("got HTTP %d", w.code)
-					}
-				}
+				benchServe(b, h, "/"+route.name, body.body)
 			})
+		}
+	}
+}
+
+// benchServe sends body to h at route, once each iteration of b, as the
+// apiserver does, with no allocation of its own, failing on any answer but
+// a 200.
+func benchServe(b *testing.B, h http.Handler, route string, body []byte) {
+	b.ReportAllocs()
+	r := httptest.NewRequest(http.MethodPost, route+"?timeout=10s", nil)
+	r.Header.Set("Content-Type", "application/json")
+	w := &discardWriter{header: http.Header{}}
+	rd := bytes.NewReader(nil)
+	for b.Loop() {
+		rd.Reset(body)
+		r.Body, r.ContentLength = nopCloser{rd}, int64(len(body))
+		clear(w.header)
+		w.code = 0
+		h.ServeHTTP(w, r)
+		if w.code != 0 && w.code != http.StatusOK {
+			b.Fatalf("got HTTP %d", w.code)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func TestBodyRefusalIsAStatus(t *testing.T) {
 		wantSeries string
 	}{
 		// Its deadline, less the margin, comes while it is read: overload.
-		{"not read in time", "500ms", 5 << 10, body.OverloadStatus, metav1.StatusReasonTooManyRequests, `webhook_overload_refusals_total{reason="slow_read"}`},
+		{"not read in time", "500ms", 5 << 10, body.BusyStatus, metav1.StatusReasonTooManyRequests, `webhook_overload_refusals_total{reason="slow_read"}`},
 		// Its client stops sending: cut.
 		{"stalled", "30s", 0, http.StatusRequestTimeout, metav1.StatusReasonTimeout, `webhook_request_bodies_cut_total{reason="stalled"}`},
 	} {
@@ -99,14 +99,14 @@ func TestRefusalsAreSummedUp(t *testing.T) {
 	stop := logRefusals(slog.New(slog.NewTextHandler(&logs, nil)), func() body.Stats { return <-stats }, time.Millisecond)
 	stats <- body.Stats{} // the start
 	stats <- body.Stats{} // nothing since
-	stats <- body.Stats{Refused: map[string]uint64{body.LongQueue: 3, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
-	stats <- body.Stats{Refused: map[string]uint64{body.LongQueue: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
-	stats <- body.Stats{Refused: map[string]uint64{body.LongQueue: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}} // the last line is written
+	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 3, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
+	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
+	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}} // the last line is written
 	stop()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	want := []string{
-		"refused_429.long_queue=3 refused_429.no_room=1 cut_408.stalled=2",
-		"refused_429.long_queue=1 in=",
+		"refused_429.no_room=1 refused_429.slow_read=3 cut_408.stalled=2",
+		"refused_429.slow_read=1 in=",
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), logs.String())

@@ -104,6 +104,43 @@ func readBodies(t testing.TB, dir string) map[string][]byte {
 // The uid is derived from the content, so a review made twice is the same.
 func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject string) []byte {
 	t.Helper()
+	return makeReview(t, operation, object, oldObject, nil)
+}
+
+// newSubresourceReview is newReview for a request of the subresource
+// subresource of the object namespace/name ("" namespace for a kind of
+// cluster scope) of resource, as group/version/resource ("apps/v1/deployments")
+// or version/resource ("v1/pods"). object and oldObject are what the
+// apiserver sends for it, of their own kind: for an UPDATE of
+// deployments/scale, Scales (autoscaling/v1); of status, the objects; for a
+// CREATE of pods/eviction, an Eviction (policy/v1); for a CONNECT of
+// pods/exec, attach or portforward, the options alone (PodExecOptions,
+// PodAttachOptions, PodPortForwardOptions), with no oldObject and no
+// options, as the apiserver sends a CONNECT (testdata/v1-pod-exec-connect.json).
+func newSubresourceReview(t testing.TB, operation admissionv1.Operation, resource, subresource, namespace, name, object, oldObject string) []byte {
+	t.Helper()
+	parts := strings.Split(resource, "/")
+	if len(parts) < 2 || len(parts) > 3 {
+		t.Fatalf("newSubresourceReview: resource %q: want group/version/resource or version/resource, such as apps/v1/deployments", resource)
+	}
+	gvr := metav1.GroupVersionResource{Version: parts[len(parts)-2], Resource: parts[len(parts)-1]}
+	if len(parts) == 3 {
+		gvr.Group = parts[0]
+	}
+	return makeReview(t, operation, object, oldObject, &subresourceTarget{gvr, subresource, namespace, name})
+}
+
+// subresourceTarget is what a subresource's review names: the resource
+// and the object, whose subresource it is.
+type subresourceTarget struct {
+	resource                     metav1.GroupVersionResource
+	subresource, namespace, name string
+}
+
+// makeReview makes newReview's review, of target's subresource when it is
+// not nil.
+func makeReview(t testing.TB, operation admissionv1.Operation, object, oldObject string, target *subresourceTarget) []byte {
+	t.Helper()
 	var req admissionv1.AdmissionRequest
 	req.Operation = operation
 	var typeMeta struct {
@@ -139,9 +176,13 @@ func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject 
 	req.Kind = metav1.GroupVersionKind{Group: gv.Group, Version: gv.Version, Kind: typeMeta.Kind}
 	plural, _ := meta.UnsafeGuessKindToResource(gv.WithKind(typeMeta.Kind))
 	req.Resource = metav1.GroupVersionResource{Group: plural.Group, Version: plural.Version, Resource: plural.Resource}
-	req.RequestKind, req.RequestResource = &req.Kind, &req.Resource
 	req.Name, req.Namespace = typeMeta.Metadata.Name, typeMeta.Metadata.Namespace
-	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" {
+	if target != nil {
+		req.Resource, req.SubResource, req.Namespace, req.Name = target.resource, target.subresource, target.namespace, target.name
+		req.RequestSubResource = target.subresource
+	}
+	req.RequestKind, req.RequestResource = &req.Kind, &req.Resource
+	if req.Resource.Group == "" && req.Resource.Resource == "namespaces" && req.SubResource == "" {
 		req.Namespace = req.Name
 	}
 	req.UserInfo = authenticationv1.UserInfo{Username: "admin", UID: "admin", Groups: []string{"system:masters", "system:authenticated"}}
@@ -151,7 +192,11 @@ func newReview(t testing.TB, operation admissionv1.Operation, object, oldObject 
 	if optionsKind != "" {
 		req.Options.Raw = []byte(`{"kind":"` + optionsKind + `","apiVersion":"meta.k8s.io/v1"}`)
 	}
-	sum := sha256.Sum256(append(append([]byte(operation), req.Object.Raw...), req.OldObject.Raw...))
+	seed := string(operation)
+	if target != nil { // a CONNECT's options do not name the object
+		seed += target.subresource + "/" + target.namespace + "/" + target.name
+	}
+	sum := sha256.Sum256(append(append([]byte(seed), req.Object.Raw...), req.OldObject.Raw...))
 	req.UID = types.UID(fmt.Sprintf("%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16]))
 	body, err := json.MarshalIndent(&admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
@@ -181,15 +226,18 @@ func reviewAs(t testing.TB, body []byte, user string, groups ...string) []byte {
 
 var (
 	newFixture       = flag.String("new-fixture", "", "with TestNewFixture: write a review made by newReview to testdata/`NAME`.json")
-	newFixtureOp     = flag.String("operation", "CREATE", "with -new-fixture: the `operation`, CREATE, UPDATE or DELETE")
-	newFixtureObject = flag.String("object", "", "with -new-fixture: the object's YAML or JSON `file`")
+	newFixtureOp     = flag.String("operation", "CREATE", "with -new-fixture: the `operation`, CREATE, UPDATE, DELETE or CONNECT")
+	newFixtureObject = flag.String("object", "", "with -new-fixture: the object's YAML or JSON `file` (of a subresource, what the apiserver sends for it: a Scale, an Eviction, a PodExecOptions)")
 	newFixtureOld    = flag.String("old-object", "", "with -new-fixture: the old object's YAML or JSON `file`, for UPDATE and DELETE")
+	newFixtureSub    = flag.String("subresource", "", "with -new-fixture: a request of this subresource (scale, status, eviction, exec, …) of -of's object")
+	newFixtureOf     = flag.String("of", "", "with -subresource: the object whose subresource it is, as `resource/namespace/name` such as apps/v1/deployments/shop/web or v1/pods/shop/web (namespace empty for a kind of cluster scope)")
 )
 
 // TestNewFixture writes a fixture made by hand, when asked (-v shows what
 // it wrote):
 //
 //	go test -v -run TestNewFixture . -args -new-fixture v1-mykind-create -object mykind.yaml
+//	go test -v -run TestNewFixture . -args -new-fixture v1-pod-exec -operation CONNECT -subresource exec -of v1/pods/shop/web -object exec-options.yaml
 func TestNewFixture(t *testing.T) {
 	if *newFixture == "" {
 		t.Skip("only with -new-fixture NAME")
@@ -205,6 +253,14 @@ func TestNewFixture(t *testing.T) {
 		return string(b)
 	}
 	body := newReview(t, admissionv1.Operation(*newFixtureOp), read(*newFixtureObject), read(*newFixtureOld))
+	if *newFixtureSub != "" {
+		parts := strings.Split(*newFixtureOf, "/")
+		if len(parts) < 4 {
+			t.Fatalf("-of %q: want resource/namespace/name, such as v1/pods/shop/web", *newFixtureOf)
+		}
+		resource := strings.Join(parts[:len(parts)-2], "/")
+		body = newSubresourceReview(t, admissionv1.Operation(*newFixtureOp), resource, *newFixtureSub, parts[len(parts)-2], parts[len(parts)-1], read(*newFixtureObject), read(*newFixtureOld))
+	}
 	path := filepath.Join("testdata", *newFixture+".json")
 	if err := os.WriteFile(path, body, 0o644); err != nil {
 		t.Fatal(err)
@@ -244,8 +300,8 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		c := captured.Request
-		if c == nil || c.Kind.Group == "example.com" || c.SubResource != "" {
-			continue // a v1beta1 review, a custom resource's plural, a subresource's kind: newReview does not guess them
+		if c == nil || c.Kind.Group == "example.com" {
+			continue // a v1beta1 review, a custom resource's plural: newReview does not guess it
 		}
 		object := func(raw []byte) string {
 			if string(raw) == "null" {
@@ -253,8 +309,16 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 			}
 			return string(raw)
 		}
+		var body []byte
+		if c.SubResource == "" {
+			body = newReview(t, c.Operation, object(c.Object.Raw), object(c.OldObject.Raw))
+		} else {
+			r := c.Resource
+			body = newSubresourceReview(t, c.Operation, strings.TrimPrefix(r.Group+"/"+r.Version+"/"+r.Resource, "/"), c.SubResource, c.Namespace, c.Name, object(c.Object.Raw), object(c.OldObject.Raw))
+			scopes["a subresource"] = true
+		}
 		var made admissionv1.AdmissionReview
-		if err := json.Unmarshal(newReview(t, c.Operation, object(c.Object.Raw), object(c.OldObject.Raw)), &made); err != nil {
+		if err := json.Unmarshal(body, &made); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 		m := made.Request
@@ -264,6 +328,8 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 		}{
 			{"kind", m.Kind, c.Kind},
 			{"resource", m.Resource, c.Resource},
+			{"subResource", m.SubResource, c.SubResource},
+			{"options' kind", optionsKind(m.Options.Raw), optionsKind(c.Options.Raw)},
 			{"name", m.Name, c.Name},
 			{"namespace", m.Namespace, c.Namespace},
 			{"operation", m.Operation, c.Operation},
@@ -275,6 +341,8 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 			}
 		}
 		switch {
+		case c.Operation == admissionv1.Connect:
+			scopes["a CONNECT"] = true
 		case c.Resource.Resource == "namespaces":
 			scopes["a Namespace"] = true
 		case c.Namespace == "":
@@ -283,15 +351,15 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 			scopes["a namespaced kind"] = true
 		}
 	}
-	if len(scopes) != 3 {
-		t.Errorf("the fixtures compared hold %v, want a namespaced kind, a Namespace and a kind of cluster scope: make capture records them", scopes)
+	if len(scopes) != 5 {
+		t.Errorf("the fixtures compared hold %v, want a namespaced kind, a Namespace, a kind of cluster scope, a subresource and a CONNECT: make capture records them", scopes)
 	}
 }
 
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
 func newTestReviews(logger *slog.Logger) *handlers {
-	bodies := body.NewReader(defaultMaxInflightBytes)
+	bodies := body.NewBudget(defaultMaxInflightBytes)
 	return &handlers{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
 }
 
@@ -518,8 +586,21 @@ func checkAnyAnswer(t *testing.T, route string, body []byte, w *httptest.Respons
 }
 
 // policyWithDefaults is the policy the binary runs with when given no
-// flags, made as main.go makes it.
+// flags, made as main.go makes it, its views of the cluster (policy.reads)
+// holding the objects in testdata/cluster/: what the fixtures' reviews
+// need to find there, as `kubectl get KIND -A -o json` lists them (a kind
+// none holds is empty).
 func policyWithDefaults(tb testing.TB) policy {
+	tb.Helper()
+	return policyReading(tb, testdataCluster(tb)...)
+}
+
+// policyReading is policyWithDefaults whose views hold objects instead,
+// each a file's text (YAML or JSON; several documents, Lists), as a test of
+// a lookup gives what the cluster holds:
+//
+//	p := policyReading(t, `{apiVersion: v1, kind: ServiceAccount, metadata: {name: builder, namespace: shop}}`)
+func policyReading(tb testing.TB, objects ...string) policy {
 	tb.Helper()
 	var p policy
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
@@ -529,7 +610,54 @@ func policyWithDefaults(tb testing.TB) policy {
 	if err := flags.Parse(nil); err != nil {
 		tb.Fatal(err)
 	}
+	var all []clusterObject
+	for i, text := range objects {
+		got, err := readClusterObjects(fmt.Sprintf("object %d", i+1), strings.NewReader(text))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		all = append(all, got...)
+	}
+	if err := fillViews(p.reads(), all); err != nil {
+		tb.Fatal(err)
+	}
 	return p
+}
+
+// testdataCluster returns the text of each file in testdata/cluster/,
+// none when there is no such directory.
+func testdataCluster(tb testing.TB) []string {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join("testdata", "cluster", "*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var texts []string
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		texts = append(texts, string(b))
+	}
+	return texts
+}
+
+// testCredentials are the flags that give the server credentials for what
+// the policy reads of the cluster, a kubeconfig of a fakeCluster that
+// holds nothing and serves every list empty, and how many views will log
+// that they synced. None for a policy that reads nothing, which must run
+// without any.
+func testCredentials(tb testing.TB) (flags []string, views int) {
+	tb.Helper()
+	var p policy
+	if err := p.addFlags(flag.NewFlagSet("webhook", flag.ContinueOnError)); err != nil {
+		tb.Fatal(err)
+	}
+	if len(p.reads()) == 0 {
+		return nil, 0
+	}
+	return []string{"-kubeconfig", startFakeCluster(tb).kubeconfig(tb)}, len(p.reads())
 }
 
 // ---------------------------------------------------------------------------
@@ -685,4 +813,11 @@ func TestReviewAs(t *testing.T) {
 	if r := review.Request; r.UserInfo.Username != "jane" || !reflect.DeepEqual(r.UserInfo.Groups, []string{"developers"}) || r.Name != "prod" || r.Operation != admissionv1.Delete {
 		t.Errorf("reviewAs(jane, developers): got user %q in %v, %s of %q; want jane in [developers], DELETE of prod", r.UserInfo.Username, r.UserInfo.Groups, r.Operation, r.Name)
 	}
+}
+
+// optionsKind is the kind of a review's options, "" for none (a CONNECT's).
+func optionsKind(raw []byte) string {
+	var o struct{ Kind string }
+	_ = json.Unmarshal(raw, &o)
+	return o.Kind
 }

@@ -9,8 +9,9 @@ package main
 // review's message, and only a status code otherwise. A request with no
 // review to decide is answered with a metav1.Status and its code (405,
 // 415, 400, 413, 408, 429); so is the webhook's own failure, a panic or no
-// answer at all (500), which the apiserver's failurePolicy then decides,
-// as it decides for a webhook it cannot reach.
+// answer at all (500), and an answer that the policy cannot decide now
+// (undecided, 503: any answer whose code is a 5xx), which the apiserver's
+// failurePolicy then decides, as it decides for a webhook it cannot reach.
 
 import (
 	"context"
@@ -62,7 +63,7 @@ func routes(reviews *handlers, p policy, action validationAction, checkClient fu
 type handlers struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
-	bodies  *body.Reader
+	bodies  *body.Budget
 }
 
 // admission serves an admission route: an AdmissionReview decided by admit
@@ -102,6 +103,10 @@ func (s *handlers) admissionHandler(path string, admit admitFunc, action validat
 			return
 		}
 
+		if resp.Result != nil && resp.Result.Code >= 500 && resp.Result.Code <= 599 {
+			s.sendUndecided(w, r, path, start, int(resp.Result.Code), resp.Result.Message, attrs)
+			return
+		}
 		answer, verdict := completedAnswer(resp, req.UID), admissionVerdict(resp)
 		if verdict == "denied" && action.allowsDenials() {
 			answer, verdict = action.warnOrAudit(resp, req.UID)
@@ -207,8 +212,30 @@ func (s *handlers) sendReview(w http.ResponseWriter, r *http.Request, path strin
 	if _, err := w.Write(review); err != nil {
 		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
 	}
+	s.logReview(r, path, start, http.StatusOK, verdict, attrs)
+}
+
+// sendUndecided answers a review the policy could not decide (undecided,
+// or any answer whose code is a 5xx) with code and a metav1.Status of its
+// message, not a review, so that the webhook configuration's failurePolicy
+// decides: the apiserver reads any answer but a 2xx as a failed call
+// (k8s.io/apiserver v0.37.2, pkg/admission/plugin/webhook/validating/
+// dispatcher.go, callHook: r.Do(ctx).Into fails, and the call's error
+// becomes an ErrCallingWebhook, which failurePolicy Ignore admits and Fail
+// refuses with apierrors.NewInternalError; its message ends with the
+// Status's, which k8s.io/client-go/rest, Result.Error, decodes from the
+// body; the mutating dispatcher does the same). It logs the review's line,
+// verdict "errored", with the code and without the message, which may
+// quote the object.
+func (s *handlers) sendUndecided(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
+	writeStatus(w, code, message)
+	s.logReview(r, path, start, code, "errored", append(attrs, slog.Int("code", code)))
+}
+
+// logReview logs a review's one line, and counts it.
+func (s *handlers) logReview(r *http.Request, path string, start time.Time, code int, verdict string, attrs []slog.Attr) {
 	took := time.Since(start)
-	s.metrics.request(path, http.StatusOK, verdict, took)
+	s.metrics.request(path, code, verdict, took)
 	line := make([]slog.Attr, 0, len(attrs)+4) // one allocation for the line
 	line = append(line, slog.String("path", path))
 	line = append(line, attrs...)
@@ -484,6 +511,7 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusForbidden:             metav1.StatusReasonForbidden,
 	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
 	http.StatusRequestTimeout:        metav1.StatusReasonTimeout,
+	http.StatusLengthRequired:        metav1.StatusReasonBadRequest,
 	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
@@ -502,7 +530,10 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 // later authorizer runs; neither is no opinion, and the next authorizer
 // (RBAC) decides; both is malformed, a denial with an error. An answer
 // other than HTTP 200, or none, is the authorizer's failurePolicy
-// (NoOpinion or Deny), after a retry of 429s, 5xx and dropped connections.
+// (NoOpinion or Deny), after a retry of 429s, 500s and dropped
+// connections (k8s.io/apiserver/pkg/util/webhook, DefaultShouldRetry): a
+// status of no opinion with an evaluationError (undecidedBecause) is sent
+// so, as a 503, which is not retried.
 func (s *handlers) authorizationHandler(path string, authorize authorizeFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -535,6 +566,10 @@ func (s *handlers) authorizationHandler(path string, authorize authorizeFunc) ht
 			// A 500 is retried, then the authorizer's failurePolicy decides.
 			s.logPolicyFailure(ctx, path, attrs, err)
 			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
+			return
+		}
+		if !status.Allowed && !status.Denied && status.EvaluationError != "" {
+			s.sendUndecided(w, r, path, start, http.StatusServiceUnavailable, status.EvaluationError, attrs)
 			return
 		}
 		if status.Allowed && status.Denied {

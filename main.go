@@ -40,6 +40,11 @@ const (
 	defaultCertFile = "tls/tls.crt"
 	defaultKeyFile  = "tls/tls.key"
 
+	// defaultDevListen is where the server listens with the development
+	// certificate, unless -listen says otherwise: only this host trusts
+	// its CA, so nothing else needs to reach it.
+	defaultDevListen = "localhost:8443"
+
 	// readHeaderTimeout is how long a connection has for its first
 	// request's header once its TLS handshake is done (the listener bounds
 	// the handshake: limits.HandshakeTimeout): as long as an idle one, for
@@ -93,18 +98,19 @@ const (
 	// the apiserver's, opens another connection when one's streams are
 	// taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
-	// HTTP/1.1 one: one small body, body.SmallBytes.
+	// HTTP/1.1 one: one small body, body.UnbudgetedBytes.
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = body.SmallBytes
+	http2StreamBufferBytes    = body.UnbudgetedBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// body.SmallBytes) held at once, as read and until answered. Decoding a
-	// review takes about three times its size, and the heap grows to twice
-	// what is live before a collection, so this, with maxConnections, keeps
-	// the shipped Deployment under its 64Mi limit under any load
-	// (bench/README.md measures it), while body.MaxBytes always fits.
+	// body.UnbudgetedBytes) held at once, as read and until answered.
+	// Decoding a review takes about three times its size, and the heap
+	// grows to twice what is live before a collection, so this, with
+	// maxConnections, keeps the shipped Deployment under its 64Mi limit
+	// under any load (bench/README.md measures it), while body.MaxBytes
+	// always fits.
 	defaultMaxInflightBytes = 8 << 20
 
 	// memoryLimitBase is, with -max-inflight-bytes, the Go runtime's soft
@@ -117,17 +123,14 @@ const (
 	// flags:
 	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
 	//                     a goroutine's stack; bench/README.md)  16 MiB
-	//   large bodies      the one being read, body.MaxBytes, and
-	//                     the buffer it outgrew, half that, as it
-	//                     is copied                           10.5 MiB
-	//   small bodies      one of body.SmallBytes per connection
-	//                     at most: a small body, or the first
-	//                     part of a large one waiting in line    4 MiB
+	//   small bodies      one of body.UnbudgetedBytes per connection
+	//                     at most                                4 MiB
+	//   newcomers         limits.MaxWaiting sockets waiting for a
+	//                     place (bench/README.md)                1 MiB
 	//   the runtime's own                                       ~3 MiB
-	// about 33.5 MiB. The body being read holds its 7 MiB in the budget
-	// as well, which the limit adds, so 32 MiB, the base, covers the rest
-	// with room; the budget adds what reviews being answered hold.
-	// Buffers kept for the next large body (body.Reader's) are not in it:
+	// about 24 MiB: 32 MiB, the base, covers it with room. Large bodies'
+	// buffers are all in the budget, which the limit adds.
+	// Buffers kept for the next large body (body.Budget's) are not in it:
 	// like garbage, the GC frees them near the limit, within two
 	// collections. The kernel counts the binary's own pages too (10 MiB
 	// resident): a flood peaks at the limit plus those, 50-52 MiB
@@ -137,6 +140,9 @@ const (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The first signal asks run to finish; a second, during
+	// -shutdown-delay or a long review, ends the process at once.
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	// doctor and review end with the status their checks and verdicts say.
@@ -180,6 +186,13 @@ type config struct {
 	// replacedDefaults are the policy's flags given on the command line
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
+
+	// kubeconfig is the credentials for what the policy reads of the
+	// cluster; empty: the Pod's ServiceAccount's, if it reads anything.
+	kubeconfig string
+	// cluster is the policy's views of the cluster, which run makes
+	// (watchCluster): nil when it reads nothing.
+	cluster *clusterViews
 }
 
 // replaced is a policy flag that replaced its defaults.
@@ -194,7 +207,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	var cfg config
-	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on")
+	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on; with the development certificate, which only this host trusts, localhost:8443 unless given")
 	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
 	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate, /validate and /authorize require a client certificate it signed")
@@ -205,6 +218,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
+	flags.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
 	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
 	if err := cfg.policy.addFlags(flags); err != nil {
 		return config{}, err
@@ -212,7 +226,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
 	}
+	listenGiven := false
 	flags.Visit(func(f *flag.Flag) {
+		listenGiven = listenGiven || f.Name == "listen"
 		if d, ok := f.Value.(interface{ defaultsReplaced() []string }); ok && len(d.defaultsReplaced()) > 0 {
 			cfg.replacedDefaults = append(cfg.replacedDefaults, replaced{f.Name, d.defaultsReplaced()})
 		}
@@ -257,6 +273,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 			cfg.certConfigured = true
 		}
 	}
+	if !cfg.certConfigured && !listenGiven {
+		cfg.listen = defaultDevListen
+	}
 	return cfg, nil
 }
 
@@ -269,6 +288,7 @@ Usage:
   webhook certs [flags]      make a CA and a serving certificate (webhook certs -h)
   webhook doctor -f FILE     check webhook configurations as the apiserver calls them (webhook doctor -h)
   webhook review -f FILE     the policy's verdict on manifests, or on an audit log, without a cluster (webhook review -h)
+  webhook reads              what the policy reads of the cluster, and the RBAC that needs (webhook reads -h)
   webhook help [COMMAND]     this, or a command's flags
 
 Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
@@ -286,10 +306,11 @@ func (e usageError) ExitCode() int { return 2 }
 
 // run is the whole program: it serves until ctx is done, then shuts down
 // gracefully, returning instead of exiting so that tests drive it. `webhook
-// certs` (package certs), `webhook doctor` (package doctor) and `webhook
-// review` (package review; both read stdin for a file named "-") run
-// instead when named, and `webhook help` says what there is. A command
-// line it cannot run with is an error whose ExitCode is 2.
+// certs` (package certs), `webhook doctor` (package doctor), `webhook
+// review` (package review; both read stdin for a file named "-") and
+// `webhook reads` (reads.go) run instead when named, and `webhook help`
+// says what there is. A command line it cannot run with is an error whose
+// ExitCode is 2.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) > 0 {
 		switch args[0] {
@@ -299,8 +320,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
 		case "review":
 			return runReview(ctx, args[1:], stdin, stdout, stderr)
+		case "reads":
+			var p policy
+			if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
+				return err
+			}
+			return runReads(args[1:], p.reads(), stdout, stderr)
 		case "help":
-			if len(args) > 1 && slices.Contains([]string{"certs", "doctor", "review"}, args[1]) {
+			if len(args) > 1 && slices.Contains([]string{"certs", "doctor", "review", "reads"}, args[1]) {
 				return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
 			}
 			_, err := io.WriteString(stdout, commandsUsage)
@@ -322,6 +349,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logHandler = slog.NewJSONHandler(stderr, nil)
 	}
 	logger := slog.New(logHandler)
+	// The views of the cluster serve until the server has shut down, its
+	// last reviews included.
+	viewsCtx, stopViews := context.WithCancel(context.Background())
+	defer stopViews()
+	if cfg.cluster, err = watchCluster(viewsCtx, cfg.policy.reads(), cfg.kubeconfig, getenv, logger); err != nil {
+		return err
+	}
 	srv, err := newServer(cfg, logger)
 	if err != nil {
 		return err
@@ -330,17 +364,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 }
 
 // runReview is `webhook review`: the policy, configured by the flags the
-// server takes, on manifests, through the server's own routes in process.
+// server takes, on manifests, through the server's own routes in process,
+// its views of the cluster filled from -cluster's files.
 func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook review", flag.ContinueOnError)
 	var p policy
 	var action validationAction
+	var cluster clusterFiles
 	if err := p.addFlags(flags); err != nil {
 		return err
 	}
 	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
+	flags.Var(&cluster, "cluster", "the objects the policy reads of the cluster (webhook reads), from a `file` as kubectl get KIND -A -o json writes them; a kind none holds is empty (repeatable)")
 	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewReader(defaultMaxInflightBytes)}
+		if err := offlineViews(p.reads(), cluster); err != nil {
+			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
+		}
+		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
 		return routes(reviews, p, action, anyClient)
 	})
@@ -352,7 +392,7 @@ type server struct {
 	logger      *slog.Logger
 	reviews     *http.Server
 	listener    *limits.Listener
-	bodies      *body.Reader // the review routes', whose refusals the log sums up
+	bodies      *body.Budget // the review routes', whose refusals the log sums up
 	metrics     *http.Server // nil without -metrics-listen
 	metricsLn   net.Listener // its listener
 	reloadables []interface{ reloadIfChanged() }
@@ -370,8 +410,9 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
-	bodies := body.NewReader(cfg.maxInflightBytes)
+	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
+	m.cluster = cfg.cluster
 	// The client CA first: a configuration that cannot serve must not
 	// leave a development certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
@@ -446,11 +487,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	return s, nil
 }
 
-// ping answers probes: ready while serving, 503 once shutdown begins. It
+// ping answers probes: ready while serving once the policy's views of the
+// cluster have synced, 503 before and once shutdown begins. It
 // is served without a client certificate, as kubelet probes have none.
 func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	if !s.serving.Load() {
 		writeStatus(w, http.StatusServiceUnavailable, "shutting down")
+		return
+	}
+	// Not ready until the policy can decide: a replica whose views of the
+	// cluster have not synced would answer only undecided.
+	if err := s.cfg.cluster.notSynced(); err != nil {
+		writeStatus(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

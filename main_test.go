@@ -34,15 +34,19 @@ func TestParseFlags(t *testing.T) {
 		wantCert   string
 		wantKey    string
 		configured bool
+		wantListen string
 	}{
-		{name: "defaults", wantCert: "tls/tls.crt", wantKey: "tls/tls.key"},
+		// The development certificate: only this host trusts its CA.
+		{name: "defaults", wantCert: "tls/tls.crt", wantKey: "tls/tls.key", wantListen: "localhost:8443"},
+		{name: "development certificate, -listen given", args: []string{"-listen", ":9443"},
+			wantCert: "tls/tls.crt", wantKey: "tls/tls.key", wantListen: ":9443"},
 		{name: "certificate from the environment",
 			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true},
+			wantCert: "/certs/tls.crt", wantKey: "/certs/tls.key", configured: true, wantListen: ":8443"},
 		{name: "flags win over the environment",
 			args:     []string{"-tls-cert-file", "a.crt", "-tls-private-key-file", "a.key"},
 			env:      map[string]string{"TLS_CERT": "/certs/tls.crt", "TLS_KEY": "/certs/tls.key"},
-			wantCert: "a.crt", wantKey: "a.key", configured: true},
+			wantCert: "a.crt", wantKey: "a.key", configured: true, wantListen: ":8443"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -50,8 +54,8 @@ func TestParseFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured {
-				t.Errorf("got cert %q key %q configured %v, want %q %q %v", cfg.certFile, cfg.keyFile, cfg.certConfigured, tc.wantCert, tc.wantKey, tc.configured)
+			if cfg.certFile != tc.wantCert || cfg.keyFile != tc.wantKey || cfg.certConfigured != tc.configured || cfg.listen != tc.wantListen {
+				t.Errorf("got cert %q key %q configured %v listen %q, want %q %q %v %q", cfg.certFile, cfg.keyFile, cfg.certConfigured, cfg.listen, tc.wantCert, tc.wantKey, tc.configured, tc.wantListen)
 			}
 		})
 	}
@@ -140,11 +144,14 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-client-ca-file", "/does/not/exist"}, []string{"-client-ca-file", "/does/not/exist"}},
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
+	// A policy that reads the cluster is given credentials, so that what
+	// is refused is the flag under test.
+	credentials, _ := testCredentials(t)
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
 			t.Chdir(t.TempDir())
 			var stderr bytes.Buffer
-			err := run(context.Background(), tc.args, testEnv, nil, io.Discard, &stderr)
+			err := run(context.Background(), append(slices.Clone(credentials), tc.args...), testEnv, nil, io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}
@@ -218,6 +225,9 @@ func (b *syncBuffer) String() string {
 
 var servingAddr = regexp.MustCompile(`msg=serving addr=(\S+)`)
 
+// viewSynced is in the line each view of the cluster logs once synced.
+const viewSynced = "the view of the cluster is synced"
+
 // startRun runs the program in a new empty directory, as a new user's first
 // `go run .` does, and returns its address once it serves.
 func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop func() error) {
@@ -226,8 +236,10 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	logs = &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, views := testCredentials(t)
+	args = append(append([]string{"-listen", "127.0.0.1:0"}, credentials...), args...)
 	go func() {
-		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, args...), testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	stop = func() error {
 		cancel()
@@ -241,7 +253,8 @@ func startRun(t *testing.T, args ...string) (addr string, logs *syncBuffer, stop
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if m := servingAddr.FindStringSubmatch(logs.String()); m != nil {
+		// Ready once serving, and once every view of the cluster has synced.
+		if m := servingAddr.FindStringSubmatch(logs.String()); m != nil && strings.Count(logs.String(), viewSynced) == views {
 			return m[1], logs, stop
 		}
 		select {
@@ -326,8 +339,10 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, _ := testCredentials(t)
+	args := append([]string{"-listen", "127.0.0.1:0"}, credentials...)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0"}, testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	waitForLog(t, logs, "msg=serving")
 	cancel()
@@ -342,7 +357,8 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 
 func TestRunConfiguredCertificateMissing(t *testing.T) {
 	t.Chdir(t.TempDir())
-	err := run(context.Background(), []string{"-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"}, testEnv, nil, io.Discard, io.Discard)
+	credentials, _ := testCredentials(t)
+	err := run(context.Background(), append(credentials, "-listen", "127.0.0.1:0", "-tls-cert-file", "missing.crt", "-tls-private-key-file", "missing.key"), testEnv, nil, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
 		t.Errorf("got %v, want an error naming missing.crt", err)
 	}
@@ -396,12 +412,14 @@ func startRunJSON(t *testing.T) (string, *syncBuffer, func() error) {
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	credentials, views := testCredentials(t)
+	args := append([]string{"-listen", "127.0.0.1:0", "-log-format", "json"}, credentials...)
 	go func() {
-		done <- run(ctx, []string{"-listen", "127.0.0.1:0", "-log-format", "json"}, testEnv, nil, io.Discard, logs)
+		done <- run(ctx, args, testEnv, nil, io.Discard, logs)
 	}()
 	addrRE := regexp.MustCompile(`"msg":"serving","addr":"([^"]+)"`)
 	for i := 0; i < 1000; i++ {
-		if m := addrRE.FindStringSubmatch(logs.String()); m != nil {
+		if m := addrRE.FindStringSubmatch(logs.String()); m != nil && strings.Count(logs.String(), viewSynced) == views {
 			return m[1], logs, func() error { cancel(); return <-done }
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -430,6 +448,7 @@ func TestUsageExitStatus(t *testing.T) {
 		{"certs"}, {"certs", "-no-such-flag"}, {"certs", "-hosts", "a", "-service", "b"},
 		{"doctor"}, {"doctor", "-no-such-flag"},
 		{"review"}, {"review", "-no-such-flag"},
+		{"reads", "-no-such-flag"}, {"reads", "stray"}, {"reads", "-o", "yaml"},
 	} {
 		t.Chdir(t.TempDir())
 		err := run(context.Background(), args, testEnv, nil, io.Discard, io.Discard)

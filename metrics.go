@@ -34,16 +34,18 @@ type metrics struct {
 	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
 	connections *limits.Listener // the review port's: connections open, waiting, and closed; nil until it is made
-	bodies      *body.Reader     // the byte budget, and bodies refused and cut
+	bodies      *body.Budget     // the byte budget, and bodies refused and cut
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
+
+	cluster *clusterViews // the policy's views of the cluster; nil when it reads nothing
 }
 
 // newMetrics counts the review routes' requests, and reads the rest from
 // the body reader and the review port's listener (set once made, as its TLS
 // configuration records its certificates here) as it is scraped.
-func newMetrics(bodies *body.Reader) *metrics {
+func newMetrics(bodies *body.Budget) *metrics {
 	return &metrics{
 		requests:       promtext.NewCounterVec("webhook", "code"),
 		reviews:        promtext.NewCounterVec("webhook", "verdict"),
@@ -139,11 +141,11 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_inflight_budget_bytes", "", float64(b.BudgetBytes))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
 		sample(w, "webhook_inflight_bytes", "", float64(b.HeldBytes))
-		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting in line to be read, or for room in the budget.")
+		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for room in the budget.")
 		sample(w, "webhook_inflight_waiting_requests", "", float64(b.Waiting))
-		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: the line ahead would outlast it (long_queue), it came in line (no_turn), waiting for room in the budget (no_room), or while the body was read (slow_read).")
+		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: at once, as the large reviews waiting ahead would outlast it (long_queue), waiting for room in the budget (no_room), or while the body was read (slow_read).")
 		var refused uint64
-		for _, reason := range body.RefusalReasons {
+		for _, reason := range []string{body.LongQueue, body.NoRoom, body.SlowRead} {
 			sample(w, "webhook_overload_refusals_total", `reason="`+reason+`"`, float64(b.Refused[reason]))
 			refused += b.Refused[reason]
 		}
@@ -174,6 +176,8 @@ func (m *metrics) write(w io.Writer) {
 	family(w, "webhook_certificate_reload_errors_total", "counter", "Changes of a certificate's files that did not load; the last good one kept serving.")
 	m.reloadErrors.Write(w, "webhook_certificate_reload_errors_total")
 
+	m.cluster.writeMetrics(w)
+
 	promtext.WriteProcess(w)
 }
 
@@ -186,7 +190,7 @@ const refusalSummaryInterval = 10 * time.Second
 // (429) or cut (408), one line of how many, by reason, until the returned
 // func is called. A line for each would let any client that reaches the
 // port flood the log; the metrics count them too.
-// stats is the body reader's (body.Reader.Stats).
+// stats is the body reader's (body.Budget.Stats).
 func logRefusals(logger *slog.Logger, stats func() body.Stats, interval time.Duration) (stop func()) {
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -215,7 +219,7 @@ func logRefusals(logger *slog.Logger, stats func() body.Stats, interval time.Dur
 // attributes by reason; none when nothing was.
 func refusalsSince(before, after body.Stats) []slog.Attr {
 	var refused, cut []any
-	for _, reason := range body.RefusalReasons {
+	for _, reason := range []string{body.LongQueue, body.NoRoom, body.SlowRead} {
 		if n := after.Refused[reason] - before.Refused[reason]; n > 0 {
 			refused = append(refused, slog.Uint64(reason, n))
 		}

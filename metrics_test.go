@@ -56,7 +56,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	srv := &http.Server{Handler: http.NotFoundHandler(), ConnState: listener.ConnState}
 	go srv.Serve(listener)
 	defer srv.Close()
-	bodies := body.NewReader(body.MaxBytes)
+	bodies := body.NewBudget(body.MaxBytes)
 	m := newMetrics(bodies)
 	m.connections = listener
 	reviews := &handlers{logger: discardLogger, metrics: m, bodies: bodies}
@@ -112,8 +112,6 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_inflight_bytes`:                                                  0,
 		`webhook_inflight_waiting_requests`:                                       0,
 		`webhook_inflight_rejected_total`:                                         0,
-		`webhook_overload_refusals_total{reason="long_queue"}`:                    0,
-		`webhook_overload_refusals_total{reason="no_turn"}`:                       0,
 		`webhook_overload_refusals_total{reason="no_room"}`:                       0,
 		`webhook_overload_refusals_total{reason="slow_read"}`:                     0,
 		`webhook_certificate_expiration_timestamp_seconds{certificate="serving"}`: 1893456000,

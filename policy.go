@@ -4,12 +4,15 @@ package main
 // what it denies when asked to authorize, then the flags that configure it.
 // It is the file to change to make the webhook yours, with policy_test.go;
 // README.md's "Make it yours" lists the rest. main.go expects of it the
-// type policy with its addFlags method, the admit functions mutate and
-// validate, and the authorize function authorize.
+// type policy with its addFlags and reads methods, the admit functions
+// mutate and validate, and the authorize function authorize.
 //
-// They are built from the toolbox (toolbox.go, patch.go): the answers
-// allowed, allowedWithWarning, denied, patched and refused, and noOpinion,
-// deniedBecause and allowedBecause; the readers objectMeta (the metadata
+// They are built from the toolbox (toolbox.go, patch.go, view.go): the
+// answers allowed, allowedWithWarning, denied, patched, refused and
+// undecided, and noOpinion, deniedBecause, allowedBecause and
+// undecidedBecause; the views of the cluster that reads declares with
+// readInto, looked up with get, getOrFetch, list and indexed
+// (docs/cluster.md works an example); the readers objectMeta (the metadata
 // most policies read; the namespace is req.Namespace), decodeObject (any
 // other fields, into a struct of yours) and objectName (the object's name
 // for a message); the patch builders setLabels and setAnnotations (entries
@@ -104,6 +107,17 @@ func authorize(p policy) authorizeFunc {
 		}
 		return noOpinion()
 	}
+}
+
+// reads declares what the policy reads of the cluster, beside the request:
+// a view of each kind, made with readInto (reads.go) into a field of the
+// policy. main.go keeps each in step with the apiserver, a test fills it
+// from objects, and `webhook review -cluster` from a file; deploy/render.sh
+// grants the webhook get, list and watch of exactly these kinds, and
+// mounts its token only when there are some. The demonstration reads
+// nothing, and runs with no credentials at all.
+func (p *policy) reads() []read {
+	return nil
 }
 
 // writesWholeObject reports whether the policy applies to req. Only writes of a whole

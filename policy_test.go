@@ -60,6 +60,7 @@ var fixtureExpectations = map[string]struct {
 	"v1-namespace-update":                    {mutateOps: 1, validateAllowed: false, allowedAfterMutate: true},
 	"v1-namespace-delete":                    {mutateOps: 0, validateAllowed: true, allowedAfterMutate: true},
 	"v1-clusterrole-create":                  {mutateOps: 1, validateAllowed: false, allowedAfterMutate: true},
+	"v1-pod-exec-connect":                    {mutateOps: 0, validateAllowed: true, allowedAfterMutate: true},
 }
 
 // TestAnnotationOnEveryFixture checks what the demonstration does to each

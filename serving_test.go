@@ -431,11 +431,14 @@ func TestGracefulShutdown(t *testing.T) {
 	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
 
-	// A review whose body is still arriving when shutdown starts.
+	// A review whose body is still arriving when shutdown starts: as long
+	// as the largest review, whitespace (which JSON allows around a value)
+	// before and after it.
 	inFlightBody, bodyWriter := io.Pipe()
 	inFlight := make(chan *http.Response, 1)
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, "https://"+addr+"/validate?timeout=10s", inFlightBody)
+		req.ContentLength = body.MaxBytes
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := client.Do(req)
 		if err != nil {
@@ -452,10 +455,11 @@ func TestGracefulShutdown(t *testing.T) {
 	// stalled.
 	listenerClosed := make(chan struct{})
 	fillerDone := make(chan struct{})
+	sent := 0
 	go func() {
 		defer close(fillerDone)
 		chunk := bytes.Repeat([]byte{' '}, 64<<10)
-		for sent := 0; sent+len(chunk) < body.MaxBytes-len(review); sent += len(chunk) {
+		for ; sent+len(chunk) < body.MaxBytes-len(review); sent += len(chunk) {
 			select {
 			case <-listenerClosed:
 				return
@@ -496,6 +500,9 @@ func TestGracefulShutdown(t *testing.T) {
 	close(listenerClosed)
 	<-fillerDone
 	if _, err := bodyWriter.Write(review); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bodyWriter.Write(bytes.Repeat([]byte{' '}, body.MaxBytes-sent-len(review))); err != nil {
 		t.Fatal(err)
 	}
 	bodyWriter.Close()

@@ -24,16 +24,19 @@ import (
 )
 
 // admitFunc decides on one admission request, never returning nil. It sees
-// neither HTTP nor globals, and its ctx ends at the apiserver's deadline.
-// The answer it returns is never written to: the generic path completes a
-// copy (the uid, -validation-action), so one answer may serve every
-// request. policy.go makes them.
+// neither HTTP nor globals. Its ctx ends the apiserver's ?timeout= after
+// the request's header arrived; the apiserver itself gives up up to a
+// second sooner, as it counts from before it dialed and rounds ?timeout=
+// up to whole seconds (docs/error-contract.md), so a policy that waits on
+// something keeps well within it. The answer it returns is never written
+// to: the generic path completes a copy (the uid, -validation-action), so
+// one answer may serve every request. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 // authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
 // one of ResourceAttributes and NonResourceAttributes, with noOpinion,
 // deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
-// globals, and ctx ends at the apiserver's deadline. policy.go makes them.
+// globals, and ctx ends as an admitFunc's does. policy.go makes them.
 type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
 // allowed admits the request unchanged.
@@ -74,12 +77,14 @@ func denied(message string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// refused refuses the request with code and err's message, in the review
-// (HTTP 200), whatever the webhook's failurePolicy says: the apiserver
-// shows the message only from a review. It is for a request the webhook
-// could not judge, such as one whose object does not decode (400); a
-// policy's own refusal is denied. The verdict in the log and the metrics
-// is "errored" for 400 and 5xx, else "denied" (admissionVerdict).
+// refused refuses the request with code, a 4xx, and err's message, in the
+// review (HTTP 200), whatever the webhook's failurePolicy says: the
+// apiserver shows the message only from a review. It is for a request the
+// webhook could not judge, such as one whose object does not decode (400);
+// a policy's own refusal is denied. A 5xx code means the webhook could not
+// decide at all: the answer is then undecided's, an HTTP error that
+// failurePolicy settles. The verdict in the log and the metrics is
+// "errored" for 400 and 5xx, else "denied" (admissionVerdict).
 func refused(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -87,6 +92,19 @@ func refused(code int32, err error) *admissionv1.AdmissionResponse {
 		Reason:  reasonForCode(code),
 		Message: err.Error(),
 	}}
+}
+
+// undecided says the webhook cannot decide now, with err's message, such
+// as a view of the cluster that has not synced or is too stale (view's
+// lookups return such an err). It is answered as an HTTP 503 with a
+// Status, not as a review, so that the webhook configuration's
+// failurePolicy decides, as for a webhook the apiserver cannot reach: Fail
+// refuses the request, and the user reads `failed calling webhook
+// "<name>": failed to call webhook: <message>`; Ignore admits it. There is
+// no Retry-After: the apiserver's client would retry the call up to ten
+// times. Its verdict is "errored".
+func undecided(err error) *admissionv1.AdmissionResponse {
+	return refused(http.StatusServiceUnavailable, err)
 }
 
 // noOpinion neither allows nor denies: the apiserver asks the next
@@ -105,6 +123,18 @@ func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
 // reason is for the apiserver's audit log and may be empty.
 func allowedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
 	return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: reason}
+}
+
+// undecidedBecause is undecided for an authorize function: the webhook
+// cannot decide now, for err. It is answered as an HTTP 503, which the
+// apiserver does not retry, so that the authorizer's failurePolicy decides
+// at once, and caches nothing (an answer of no opinion would be cached
+// for unauthorizedTTL): Deny refuses the request; NoOpinion asks the next
+// authorizer. Unless one allows it, the user gets the apiserver's 500
+// carrying err's message. (It is a status of no opinion with
+// evaluationError set, which the webhook never sends as such.)
+func undecidedBecause(err error) authorizationv1.SubjectAccessReviewStatus {
+	return authorizationv1.SubjectAccessReviewStatus{EvaluationError: err.Error()}
 }
 
 // objectMetadata is the part of an object's metadata that most policies

@@ -35,7 +35,7 @@ import (
 // count and in time, and talks to loopback only.
 
 const (
-	largestBody    = 7 << 20 // the webhook's maxBodyBytes
+	largestBody    = 7 << 20 // the largest review the webhook reads (body.MaxBytes)
 	hostilePerKind = 16      // connections of each body kind
 	hostileConns   = 2000    // connections of the header and idle kinds
 	// attemptRate is how many connections a second the hostile clients
@@ -366,7 +366,7 @@ type slowClientsResult struct {
 	probeMax             time.Duration
 	probeFailedAt        []time.Duration // when each failed probe was sent, from the start of the load
 	attempts             int64
-	refused, atCapacity  float64 // the webhook's webhook_connections_closed_total
+	shed, forNewcomers   float64 // the webhook's webhook_connections_closed_total: shed, and stalled or idle
 	cpuSeconds           float64 // the webhook's, over the load
 	peakRSSMB            float64
 }
@@ -466,7 +466,7 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		cpuAfter, _ := cpuSeconds(wh.pid())
 		r.cpuSeconds = cpuAfter - cpuBefore
 		closed := scrapeClosed(metricsAddr)
-		r.refused, r.atCapacity = closed["refused"], closed["capacity"]
+		r.shed, r.forNewcomers = closed["shed"], closed["stalled"]+closed["idle"]
 		r.peakRSSMB, err = peakRSS(wh.pid())
 		for _, neighbour := range neighbours {
 			_ = syscall.Kill(-neighbour.Process.Pid, syscall.SIGKILL)
@@ -476,8 +476,8 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 		if err != nil {
 			return nil, nil, err
 		}
-		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200 (%d new connections), p99 %s, failures %q; slow %q; /ping %d/%d, at most %s, failed at %v; %d attempts, %.0f refused, %.0f closed at capacity; webhook CPU %.1f s; peak RSS %.1f MiB\n",
-			r.load, r.steadyOK, r.steadySent, r.steadyDials, r.steadyP99.Round(time.Millisecond), r.steadyFailures, r.steadySlow, r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.probeFailedAt, r.attempts, r.refused, r.atCapacity, r.cpuSeconds, r.peakRSSMB)
+		fmt.Fprintf(os.Stderr, "bench: slow clients, %s: %d/%d steady reviews answered 200 (%d new connections), p99 %s, failures %q; slow %q; /ping %d/%d, at most %s, failed at %v; %d attempts, %.0f shed, %.0f closed for a newcomer; webhook CPU %.1f s; peak RSS %.1f MiB\n",
+			r.load, r.steadyOK, r.steadySent, r.steadyDials, r.steadyP99.Round(time.Millisecond), r.steadyFailures, r.steadySlow, r.probesOK, r.probes, r.probeMax.Round(time.Millisecond), r.probeFailedAt, r.attempts, r.shed, r.forNewcomers, r.cpuSeconds, r.peakRSSMB)
 		results = append(results, r)
 	}
 	return results, costs, nil
@@ -695,9 +695,12 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 	states := []struct {
 		name string
 		open func(addr string) (net.Conn, error)
+		// fill, when set, takes every place first with connections that
+		// behave: 8 clients each keeping 32 alive after a /ping.
+		fill bool
 	}{
-		{"before the handshake (TCP only)", func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
-		{"mid-handshake (ClientHello sent)", func(addr string) (net.Conn, error) {
+		{name: "before the handshake (TCP only)", open: func(addr string) (net.Conn, error) { return net.Dial("tcp", addr) }},
+		{name: "mid-handshake (ClientHello sent)", open: func(addr string) (net.Conn, error) {
 			raw, err := net.Dial("tcp", addr)
 			if err != nil {
 				return nil, err
@@ -708,7 +711,7 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 			go func() { _ = c.Handshake() }()
 			return raw, nil
 		}},
-		{"mid-header (handshake done, half a header)", func(addr string) (net.Conn, error) {
+		{name: "mid-header (handshake done, half a header)", open: func(addr string) (net.Conn, error) {
 			c, err := tls.Dial("tcp", addr, tlsConfig)
 			if err != nil {
 				return nil, err
@@ -716,7 +719,15 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 			_, err = io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-")
 			return c, err
 		}},
-		{"idle after one 2 KB review", func(addr string) (net.Conn, error) {
+		{name: "waiting for a place (ClientHello sent)", fill: true, open: func(addr string) (net.Conn, error) {
+			raw, err := dialFrom("127.0.0.20")(context.Background(), "tcp", addr)
+			if err != nil {
+				return nil, err
+			}
+			go func() { _ = tls.Client(raw, tlsConfig).Handshake() }()
+			return raw, nil
+		}},
+		{name: "idle after one 2 KB review", open: func(addr string) (net.Conn, error) {
 			c, err := tls.Dial("tcp", addr, tlsConfig)
 			if err != nil {
 				return nil, err
@@ -739,6 +750,23 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		wh, err := start("webhook", webhookBin, certArgs, client)
 		if err != nil {
 			return nil, err
+		}
+		var filled []net.Conn
+		for i := range 256 {
+			if !st.fill {
+				break
+			}
+			raw, err := dialFrom(fmt.Sprintf("127.0.0.%d", 10+i/32))(context.Background(), "tcp", wh.addr)
+			if err != nil {
+				stop(wh)
+				return nil, err
+			}
+			c := tls.Client(raw, tlsConfig)
+			if _, err := get(c, "/ping"); err != nil {
+				stop(wh)
+				return nil, fmt.Errorf("filling the places: %w", err)
+			}
+			filled = append(filled, c)
 		}
 		time.Sleep(200 * time.Millisecond)
 		base, err := currentRSS(wh.pid())
@@ -764,7 +792,7 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		wg.Wait()
 		time.Sleep(100 * time.Millisecond)
 		after, err := currentRSS(wh.pid())
-		for _, c := range conns {
+		for _, c := range append(conns, filled...) {
 			if c != nil {
 				c.Close()
 			}
@@ -780,6 +808,23 @@ func measureConnCosts(webhookBin string, certArgs []string, tlsConfig *tls.Confi
 		fmt.Fprintf(os.Stderr, "bench: a connection %s: %.1f KiB\n", st.name, costs[len(costs)-1].kib)
 	}
 	return costs, nil
+}
+
+// get sends GET path on c and reads the answer, an error unless 200.
+func get(c net.Conn, path string) (string, error) {
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: webhook\r\n\r\n", path)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d", resp.StatusCode)
+	}
+	return string(b), err
 }
 
 // writeOnlyConn never delivers what the server sends.
@@ -817,7 +862,7 @@ func renderSlowClients(results []slowClientsResult, costs []connCost, opts slowC
 	if opts.steadyDelay > 0 {
 		fmt.Fprintf(&b, "Each of the steady client's writes, its handshake's included, arrives %s after it is made (-steady-delay), as from an apiserver far away or busy.\n\n", opts.steadyDelay)
 	}
-	fmt.Fprintf(&b, "| hostile load | steady 200s | success | p50 ms | p99 ms | steady's new connections | /ping answered | /ping slowest ms | connection attempts | refused before TLS | closed at the cap | webhook CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| hostile load | steady 200s | success | p50 ms | p99 ms | steady's new connections | /ping answered | /ping slowest ms | connection attempts | shed while waiting | closed for a newcomer | webhook CPU s | peak RSS MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range results {
 		conns := ""
 		for _, k := range hostileKinds {
@@ -826,7 +871,7 @@ func renderSlowClients(results []slowClientsResult, costs []connCost, opts slowC
 			}
 		}
 		fmt.Fprintf(&b, "| %s%s | %d/%d | %.2f %% | %.1f | %.1f | %d | %d/%d | %.0f | %d | %.0f | %.0f | %.1f | %.1f |\n", r.load, conns, r.steadyOK, r.steadySent,
-			100*float64(r.steadyOK)/float64(max(r.steadySent, 1)), ms(r.steadyP50), ms(r.steadyP99), r.steadyDials, r.probesOK, r.probes, ms(r.probeMax), r.attempts, r.refused, r.atCapacity, r.cpuSeconds, r.peakRSSMB)
+			100*float64(r.steadyOK)/float64(max(r.steadySent, 1)), ms(r.steadyP50), ms(r.steadyP99), r.steadyDials, r.probesOK, r.probes, ms(r.probeMax), r.attempts, r.shed, r.forNewcomers, r.cpuSeconds, r.peakRSSMB)
 	}
 	for _, r := range results {
 		for _, f := range r.steadyFailures {

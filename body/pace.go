@@ -20,7 +20,7 @@ const checkWindow = 20 * time.Millisecond
 const checkBytes = MinRate * int64(checkWindow) / int64(time.Second)
 
 // errPastDeadline is a body not read by its deadline (the request's, less
-// OverloadMargin): the server can no longer answer it in time.
+// AnswerMargin): the server can no longer answer it in time.
 var errPastDeadline = errors.New("the request body was not read before its deadline")
 
 // cutError is a body cut for its pace: reason is Stalled or TooSlow.
@@ -42,13 +42,9 @@ type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
 	conn     *http.ResponseController
 	deadline time.Time     // nothing is read past it; zero: none
-	ceiling  int64         // the most the body can be
+	length   int64         // the body's, declared
 	waited   time.Duration // in Read, so far
 	received int64
-}
-
-func newPacedReader(body io.Reader, conn *http.ResponseController, deadline time.Time) pacedReader {
-	return pacedReader{body: body, conn: conn, deadline: deadline}
 }
 
 // Read reads into p, waiting at most until the client is out of time, or
@@ -76,18 +72,18 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 // check decides whose a lapsed pace deadline was: the client's, and its
 // body is cut for reason, only if, with the server ready, it sends less
 // than checkBytes (or the rest of its body, or enough to fill p) within
-// checkWindow. A deadline the server noticed late, being short of CPU, is
-// no evidence (the client, on the same machine, may be as short): it
-// checks again, for at most StallTimeout more, so that a server starved
-// for good still cuts a client that sends nothing. A client that keeps
-// its pace is never cut here, whatever the server's clock says; a client
-// that does not is cut checkWindow after its time ran out, or StallTimeout
-// after on a starved server.
+// checkWindow. A check the server made late, short of CPU, is no evidence:
+// a read whose deadline passed before it ran fails without looking at the
+// socket, where the bytes may be. It checks again over twice the window,
+// until it looks in time: the window outgrows how late a starved server
+// runs, and the body's deadline ends it all. A client that keeps its pace
+// is never cut here; one that does not is cut once the server has looked
+// on time.
 func (c *pacedReader) check(p []byte, reason string) (int, error) {
-	need := int(min(checkBytes, c.ceiling-c.received, int64(len(p))))
+	need := int(min(checkBytes, c.length-c.received, int64(len(p))))
 	got := 0
-	due := time.Now().Add(checkWindow)
-	lateUntil := time.Now().Add(StallTimeout)
+	window := checkWindow
+	due := time.Now().Add(window)
 	for {
 		n, err := c.readBy(p[got:], due)
 		got += n
@@ -101,8 +97,9 @@ func (c *pacedReader) check(p []byte, reason string) (int, error) {
 			continue
 		case !errors.Is(err, os.ErrDeadlineExceeded):
 			return got, err // io.EOF included: the body is whole
-		case time.Since(due) > checkWindow && time.Now().Before(lateUntil):
-			due = time.Now().Add(checkWindow) // noticed late, being short of CPU
+		case time.Since(due) > window: // noticed late, being short of CPU
+			window *= 2
+			due = time.Now().Add(window)
 		default:
 			return got, &cutError{reason}
 		}
@@ -129,31 +126,12 @@ func (c *pacedReader) readBy(p []byte, due time.Time) (int, error) {
 	return n, err
 }
 
-// drain reads the rest of the body and drops it, for at most limit, and
-// reports whether it reached its end.
-func (c *pacedReader) drain(limit time.Duration) bool {
-	if by := time.Now().Add(limit); c.deadline.IsZero() || by.Before(c.deadline) {
-		c.deadline = by
-	}
-	var scratch [4 << 10]byte
-	for {
-		_, err := c.Read(scratch[:])
-		switch {
-		case errors.Is(err, io.EOF):
-			return true
-		case err != nil:
-			return false
-		}
-	}
-}
-
 // readFull fills p, or fails.
 func (c *pacedReader) readFull(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
 		m, err := c.Read(p[n:])
-		n += m
-		if err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
+		if n += m; err != nil && !(n == len(p) && errors.Is(err, io.EOF)) {
 			return n, err
 		}
 	}

@@ -41,6 +41,15 @@ func noticedLate(c *scriptedConn, _ []byte) (int, error) {
 	return 0, os.ErrDeadlineExceeded
 }
 
+// noticedLateBy returns a step that fails with the deadline's error late
+// after the deadline, as a read does on a server starved for that long.
+func noticedLateBy(late time.Duration) func(*scriptedConn, []byte) (int, error) {
+	return func(c *scriptedConn, _ []byte) (int, error) {
+		time.Sleep(time.Until(c.deadline.Add(late)))
+		return 0, os.ErrDeadlineExceeded
+	}
+}
+
 // nothingBy fails with the deadline's error at the deadline: nothing came.
 func nothingBy(c *scriptedConn, _ []byte) (int, error) {
 	time.Sleep(time.Until(c.deadline))
@@ -68,9 +77,12 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 		{"noticed late", []func(*scriptedConn, []byte) (int, error){lapsed, noticedLate, sends(32 << 10)}, MaxBytes, 32 << 10, ""},
 		{"the rest of the body, under checkBytes", []func(*scriptedConn, []byte) (int, error){lapsed, sends(10)}, 10, 10, ""},
 		{"nothing", []func(*scriptedConn, []byte) (int, error){lapsed, nothingBy}, MaxBytes, 0, Stalled},
-		// A server starved for good still cuts, StallTimeout later, a
-		// client that sends nothing: hostile bodies are cut under load too.
+		// A server starved for good still cuts, once its window has
+		// outgrown how late it runs, a client that sends nothing: hostile
+		// bodies are cut under load too.
 		{"nothing, noticed late every time", []func(*scriptedConn, []byte) (int, error){lapsed, noticedLate}, MaxBytes, 0, Stalled},
+		// Starved for longer than StallTimeout in all, with the bytes there.
+		{"noticed late for over a second", []func(*scriptedConn, []byte) (int, error){lapsed, noticedLateBy(300 * time.Millisecond), noticedLateBy(300 * time.Millisecond), noticedLateBy(300 * time.Millisecond), noticedLateBy(300 * time.Millisecond), sends(32 << 10)}, MaxBytes, 32 << 10, ""},
 		// A byte in the check is not the pace: a client cannot trickle
 		// through the checks.
 		{"a byte", []func(*scriptedConn, []byte) (int, error){lapsed, sends(1), nothingBy}, MaxBytes, 1, Stalled},
@@ -79,8 +91,8 @@ func TestLapseIsTheClientsOnlyIfItIsBehind(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
 			// A deadline, so that a check that never ends fails the test
 			// rather than hang it.
-			in := newPacedReader(conn, http.NewResponseController(conn), time.Now().Add(10*StallTimeout))
-			in.ceiling = tc.left
+			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Now().Add(10 * StallTimeout)}
+			in.length = tc.left
 			n, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
 			switch {
@@ -107,8 +119,8 @@ func TestSpentGraceIsChecked(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
-			in := newPacedReader(conn, http.NewResponseController(conn), time.Time{})
-			in.ceiling, in.waited = MaxBytes, 2*StallTimeout // the grace, and more, spent
+			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Time{}}
+			in.length, in.waited = MaxBytes, 2*StallTimeout // the grace, and more, spent
 			_, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError
 			if got := errors.As(err, &cut) && cut.reason == TooSlow; got != tc.wantCut {

@@ -14,7 +14,12 @@
 #                                          # feature gate: docs/versions.md)
 #
 # then `kubectl apply -f OUT`, or for static, kube-apiserver
-# --admission-control-config-file=OUT/admission-config.yaml. Certificates go to
+# --admission-control-config-file=OUT/admission-config.yaml. A policy that
+# reads the cluster (`webhook reads` lists what) also gets OUT/rbac.yaml,
+# the RBAC that lets its ServiceAccount, webhook-system/webhook, get, list
+# and watch exactly that; in service mode the Deployment then mounts that
+# account's token, and outside the cluster the webhook needs a kubeconfig
+# of it (-kubeconfig, docs/deploy.md). Certificates go to
 # OUT/certs (override with CERTS=dir). Run it again to renew the serving
 # certificate: the CA in the certificate directory is kept, so caBundle does
 # not change.
@@ -28,7 +33,7 @@
 # /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" >&2; exit 2; }
+usage() { sed -n '2,33p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -60,6 +65,21 @@ render() {
   sed -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" "$1" > "${2:-$out/$(basename "$1")}"
 }
 
+# reads: what the policy reads of the cluster, as RBAC for its
+# ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing.
+reads=$("${webhook[@]}" reads -o rbac)
+
+# render_reads: when the policy reads the cluster, OUT/rbac.yaml, and the
+# Namespace and ServiceAccount it is bound to when they are not rendered
+# already; nothing otherwise, and no credentials are asked for.
+render_reads() {
+  [ -n "$reads" ] || return 0
+  printf '%s\n' "$reads" > "$out/rbac.yaml"
+  for f in namespace.yaml serviceaccount.yaml; do
+    [ -e "$out/$f" ] || render "$root/deploy/in-cluster/$f"
+  done
+}
+
 # url_webhooks DEST: deploy/webhooks.yaml rendered for a webhook at
 # https://HOST:PORT, for both URL modes. The rules, selectors and policies
 # stay exactly as written there; only clientConfig changes.
@@ -82,6 +102,12 @@ case $mode in
     # The name the apiserver checks is <service>.<namespace>.svc.
     ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service webhook -namespace webhook-system)
     for f in "$root"/deploy/in-cluster/*.yaml "$root"/deploy/webhooks.yaml; do render "$f"; done
+    if [ -n "$reads" ]; then
+      # The Deployment mounts the ServiceAccount's token only for a policy
+      # that reads the cluster.
+      sed -i 's/automountServiceAccountToken: false/automountServiceAccountToken: true/' "$out/deployment.yaml" "$out/serviceaccount.yaml"
+      render_reads
+    fi
     cat > "$out/secret.yaml" <<YAML
 # The serving certificate and key from \`webhook certs\`; the CA's key stays
 # in $certs and never enters the cluster.
@@ -98,8 +124,10 @@ YAML
     ;;
   url)
     url_webhooks "$out/webhooks.yaml"
+    render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
-    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
+    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
+    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount webhook-system/webhook, which $out/rbac.yaml lets read what the policy reads (docs/deploy.md)" >&2
     # The authorization webhook is configured on the apiserver's command
     # line, not through the API: its files go apart from what kubectl
     # applies. A policy with no use for /authorize deletes them
@@ -184,8 +212,10 @@ plugins:
     kind: WebhookAdmissionConfiguration
     staticManifestsDir: "$out/validating"
 YAML
+    render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
-    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key" >&2
+    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
+    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount webhook-system/webhook; kubectl apply -f $out/rbac.yaml -f $out/namespace.yaml -f $out/serviceaccount.yaml lets it read what the policy reads (docs/deploy.md)" >&2
     echo "rendered into $out; start kube-apiserver with --admission-control-config-file=$out/admission-config.yaml" >&2
     echo "  (kube-apiserver 1.37 or later, or 1.36 with --feature-gates=ManifestBasedAdmissionControlConfig=true;" >&2
     echo "  an older one exits at start-up with: kubeConfigFile: Invalid value: \"\": must be an absolute file path)" >&2

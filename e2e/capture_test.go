@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -130,7 +131,7 @@ func TestCapture(t *testing.T) {
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	rules := []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments", "deployments/scale"}}},
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "secrets", "pods", "pods/exec"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"example.com"}, APIVersions: []string{"v1"}, Resources: []string{"widgets"}}},
 	}
 	scope, betaScope := newScope(t, "fixtures"), newScope(t, "fixtures-v1beta1")
@@ -225,6 +226,19 @@ func TestCapture(t *testing.T) {
 			_, err = core.Pods(ns).Update(ctx, pod, metav1.UpdateOptions{})
 			return err
 		}},
+		// A CONNECT is reviewed before the apiserver looks for the Pod's
+		// node, which it has none of here: what follows the review fails.
+		{name: "v1-pod-exec-connect", setup: func() error {
+			_, err := core.Pods(ns).Create(ctx, webPod("exec-target"), metav1.CreateOptions{})
+			return err
+		}, action: func() error {
+			err := core.RESTClient().Post().Namespace(ns).Resource("pods").Name("exec-target").SubResource("exec").
+				Param("container", "web").Param("command", "ls").Param("stdout", "true").Do(ctx).Error()
+			if err != nil && strings.Contains(err.Error(), "does not have a host assigned") {
+				return nil
+			}
+			return err
+		}},
 		// A Namespace is named in request.namespace as well as request.name
 		// on UPDATE and DELETE, not on CREATE: the apiserver takes it from
 		// the URL (/api/v1/namespaces/team-a), which a create has not.
@@ -259,12 +273,17 @@ func TestCapture(t *testing.T) {
 			return err
 		}},
 	}
+	inPlay := []schema.GroupVersionResource{appsv1.SchemeGroupVersion.WithResource("deployments"), widgetGVR,
+		corev1.SchemeGroupVersion.WithResource("configmaps"), corev1.SchemeGroupVersion.WithResource("secrets"),
+		corev1.SchemeGroupVersion.WithResource("pods"), corev1.SchemeGroupVersion.WithResource("namespaces"),
+		rbacv1.SchemeGroupVersion.WithResource("clusterroles")}
 	for _, f := range fixtures {
 		if f.setup != nil {
 			if err := f.setup(); err != nil {
 				t.Fatalf("%s: setup: %v", f.name, err)
 			}
 		}
+		waitForWatchCaches(t, dyn, inPlay)
 		rec.take()
 		if err := f.action(); err != nil {
 			t.Fatalf("%s: %v", f.name, err)
@@ -286,6 +305,31 @@ func TestCapture(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("wrote %s", path)
+	}
+}
+
+// waitForWatchCaches waits until the apiserver's watch cache of each of
+// gvrs has seen every write made so far. A write to an object starts from
+// the cache's copy of it (CacheDelegator.GuaranteedUpdate in
+// k8s.io/apiserver/pkg/storage/cacher/delegator.go): when that copy is
+// stale, as under load, admission runs on it, the write conflicts, and
+// etcd3's GuaranteedUpdate runs admission again on the stored object, so
+// a webhook is sent two reviews for one request (TestCapture once got
+// two for v1-namespace-delete, right after v1-namespace-update). A
+// consistent list reads etcd's current revision; a list not older than
+// it, from each cache, waits until that cache has seen it.
+func waitForWatchCaches(t *testing.T, dyn dynamic.Interface, gvrs []schema.GroupVersionResource) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := dyn.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, gvr := range gvrs {
+		opts := metav1.ListOptions{ResourceVersion: now.GetResourceVersion(), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Limit: 1}
+		if _, err := dyn.Resource(gvr).List(ctx, opts); err != nil {
+			t.Fatalf("waiting for the apiserver's cache of %s to see revision %s: %v", gvr.Resource, now.GetResourceVersion(), err)
+		}
 	}
 }
 

@@ -47,6 +47,11 @@ const (
 	// stopGrace is how long a process gets after SIGTERM before SIGKILL:
 	// the apiserver can linger in its graceful shutdown.
 	stopGrace = 5 * time.Second
+
+	// serviceClusterIPRange is where the apiserver gives Services their
+	// ClusterIPs: loopback addresses, apart from 127.0.0.0/16, where the
+	// tests' servers and clients are.
+	serviceClusterIPRange = "127.50.0.0/16"
 )
 
 // The suite shares one etcd and one apiserver; each test registers its own
@@ -455,6 +460,10 @@ type apiServer struct {
 
 	usersMu sync.Mutex
 	users   map[string]dynamic.Interface // impersonating clients (dynamicAs)
+
+	dir       string             // its files: certs/apiserver.crt, its serving certificate
+	readersMu sync.Mutex         // guards readers
+	readers   map[string]*reader // by webhook binary, how it reads the cluster (webhookCredentials)
 }
 
 // startAPIServer starts kube-apiserver against etcdURL, keeping its files in
@@ -521,7 +530,11 @@ func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() 
 		"--service-account-key-file", saKey,
 		"--service-account-signing-key-file", saKey,
 		"--token-auth-file", tokens,
-		"--service-cluster-ip-range", "10.96.0.0/16",
+		// Loopback ClusterIPs, which a test can listen on (Linux routes
+		// all of 127/8 to lo): service_test.go plays kube-proxy on a
+		// Service's, which the apiserver calls for a webhook registered
+		// by service: (pkg/util/proxy ResolveCluster).
+		"--service-cluster-ip-range", serviceClusterIPRange,
 	}, extraArgs...)
 	if !slices.Contains(extraArgs, "--authorization-config") {
 		args = append(args, "--authorization-mode", "RBAC")
@@ -546,7 +559,7 @@ func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() 
 	if err != nil {
 		return &apiServer{process: p}, err
 	}
-	a := &apiServer{process: p, config: cfg, client: client, dynamic: dyn}
+	a := &apiServer{process: p, config: cfg, client: client, dynamic: dyn, dir: dir}
 	return a, waitFor(p, startTimeout, func() bool {
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err == nil && string(body) == "ok"

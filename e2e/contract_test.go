@@ -380,6 +380,21 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	}
 }
 
+// TestSecondSignal: a second SIGINT during -shutdown-delay ends the webhook
+// at once, as a person's second Ctrl-C means: the first only asked it to
+// drain.
+func TestSecondSignal(t *testing.T) {
+	w := startWebhook(t, "", "-shutdown-delay", "60s")
+	w.signal(syscall.SIGINT)
+	waitUntil(t, "the webhook draining", func() bool { return strings.Contains(w.log.String(), "shutting down") })
+	w.signal(syscall.SIGINT)
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the webhook still runs 30 s after a second SIGINT in its 60 s shutdown delay, want it ended at once")
+	}
+}
+
 // answered reports whether the webhook logged an answer to the very call
 // that failed: the route named in the apiserver's error, for that object.
 func answered(log string, f failedCreate) bool {

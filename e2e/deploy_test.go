@@ -7,11 +7,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -90,8 +94,11 @@ func objectsIn(t *testing.T, dir string) []*unstructured.Unstructured {
 
 // apply server-side applies objs; with dryRun the apiserver validates,
 // admits and defaults each one but stores nothing. Namespaces are always
-// applied for real (and removed at the end), since namespaced objects
-// cannot even be dry-run into a namespace that does not exist.
+// applied for real, since namespaced objects cannot even be dry-run into a
+// namespace that does not exist, and kept for the run: with no
+// controller-manager, a namespace deleted stays Terminating, and nothing
+// can be made in it again. Everything else applied for real is removed
+// when the test ends.
 func apply(t *testing.T, a *apiServer, objs []*unstructured.Unstructured, dryRun bool) {
 	t.Helper()
 	ctx := context.Background()
@@ -126,7 +133,7 @@ func apply(t *testing.T, a *apiServer, objs []*unstructured.Unstructured, dryRun
 		if _, err := res.Patch(ctx, obj.GetName(), types.ApplyPatchType, body, opts); err != nil {
 			t.Fatalf("applying %s %s: %v", gvk.Kind, obj.GetName(), err)
 		}
-		if realApply {
+		if realApply && gvk.Kind != "Namespace" {
 			name := obj.GetName()
 			t.Cleanup(func() { _ = res.Delete(context.Background(), name, metav1.DeleteOptions{}) })
 		}
@@ -156,14 +163,25 @@ func (c *warningCollector) all() []string {
 
 // TestDeployManifests applies every in-cluster manifest, rendered by the
 // documented command, with server-side dry-run: the apiserver's own
-// validation of the Deployment, Service, PDB, Secret and both webhook
-// configurations.
+// validation of the Deployment, Service, PDB, Secret, both webhook
+// configurations and, for a policy that reads the cluster, its RBAC. The
+// Deployment mounts its ServiceAccount's token exactly when the policy
+// reads the cluster, and only then is RBAC rendered.
 func TestDeployManifests(t *testing.T) {
 	out := render(t, "in-cluster")
 	objs := objectsIn(t, out)
 	kinds := map[string]bool{}
 	for _, o := range objs {
 		kinds[o.GetKind()] = true
+		if o.GetKind() == "Deployment" {
+			mounted, _, _ := unstructured.NestedBool(o.Object, "spec", "template", "spec", "automountServiceAccountToken")
+			if reads := readsOf(t, webhookBinary); mounted != (len(reads) > 0) {
+				t.Errorf("the Deployment has automountServiceAccountToken: %v, for a policy that reads %v: want the token exactly when it reads something", mounted, reads)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "rbac.yaml")); (err == nil) != (len(readsOf(t, webhookBinary)) > 0) {
+		t.Errorf("rbac.yaml rendered: %v; the policy reads %v: want RBAC exactly when it reads something", err == nil, readsOf(t, webhookBinary))
 	}
 	want := []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret"}
 	for _, route := range deployedRoutes(t) {
@@ -191,7 +209,10 @@ func TestDeployManifests(t *testing.T) {
 
 // TestURLMode registers the URL-mode configurations the documented command
 // renders, pointing at a webhook started from the certificates it made, and
-// creates an object through them.
+// creates an object through them. A policy that reads the cluster reads it
+// with exactly the RBAC rendered, as the ServiceAccount it binds: the
+// webhook syncs its views with it, and the account may get, list and watch
+// what the policy reads and nothing else.
 func TestURLMode(t *testing.T) {
 	port, err := freePort()
 	if err != nil {
@@ -200,7 +221,11 @@ func TestURLMode(t *testing.T) {
 	hostport := "127.0.0.1:" + itoa(port)
 	out := render(t, "url", hostport)
 
-	w := startRenderedWebhook(t, out, hostport)
+	var credentials []string
+	if reads := readsOf(t, webhookBinary); len(reads) > 0 {
+		credentials = renderedCredentials(t, out, reads)
+	}
+	w := startRenderedWebhook(t, out, hostport, credentials...)
 	// These configurations act on every namespace but webhook-system and
 	// kube-system, as a user's would; the suite runs tests one at a time.
 	apply(t, apiserver, objectsIn(t, out), false)
@@ -245,4 +270,64 @@ func TestRenderWithoutAuthorization(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "apiserver")); !os.IsNotExist(err) {
 		t.Errorf("an apiserver directory was rendered for an authorization webhook that is not configured (%v)", err)
 	}
+}
+
+// renderedCredentials applies what render.sh rendered for a policy that
+// reads the cluster (the Namespace, the ServiceAccount webhook-system/
+// webhook and rbac.yaml), checks that RBAC lets that account get, list and
+// watch each kind read and nothing more, and returns -kubeconfig of a
+// token of it, as an operator gives the webhook outside the cluster.
+func renderedCredentials(t *testing.T, out string, reads []readKind) []string {
+	t.Helper()
+	ctx := context.Background()
+	var objs []*unstructured.Unstructured
+	for _, o := range objectsIn(t, out) {
+		if !strings.HasSuffix(o.GetKind(), "WebhookConfiguration") {
+			objs = append(objs, o)
+		}
+	}
+	apply(t, apiserver, objs, false)
+	const user = "system:serviceaccount:webhook-system:webhook"
+	can := func(verb string, k readKind, namespace string) bool {
+		r := k.resource()
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user,
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: r.Group, Resource: r.Resource, Namespace: namespace}}}
+		got, err := apiserver.client.AuthorizationV1().SubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		return err == nil && got.Status.Allowed
+	}
+	for _, k := range reads {
+		for deadline := time.Now().Add(startTimeout); !can("watch", k, k.Namespace); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("RBAC did not let %s watch %s within %s of rbac.yaml's apply", user, k.Resource, startTimeout)
+			}
+		}
+		for _, verb := range []string{"get", "list"} {
+			if !can(verb, k, k.Namespace) {
+				t.Errorf("rbac.yaml does not let %s %s %s", user, verb, k.Resource)
+			}
+		}
+		for _, verb := range []string{"create", "update", "delete"} {
+			if can(verb, k, k.Namespace) {
+				t.Errorf("rbac.yaml lets %s %s %s: it should only read", user, verb, k.Resource)
+			}
+		}
+		if k.Namespace != "" && can("list", k, "") {
+			t.Errorf("rbac.yaml lets %s list %s in every namespace; the policy reads only %s", user, k.Resource, k.Namespace)
+		}
+	}
+	unread := readKind{APIVersion: "v1", Kind: "Secret", Resource: "secrets"}
+	if !slices.ContainsFunc(reads, func(k readKind) bool { return k.Resource == "secrets" }) && can("list", unread, "") {
+		t.Errorf("rbac.yaml lets %s list Secrets, which the policy does not read", user)
+	}
+	day := int64(24 * 60 * 60)
+	token, err := apiserver.client.CoreV1().ServiceAccounts("webhook-system").CreateToken(ctx, "webhook",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &day}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := writeReaderKubeconfig(path, apiserver, token.Status.Token); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"-kubeconfig", path}
 }

@@ -148,7 +148,8 @@ func startWebhookServing(t *testing.T, addr, certFile, keyFile string) string {
 		}
 		addr = fmt.Sprintf("127.0.0.1:%d", port)
 	}
-	p, err := startProcess("webhook "+addr, t.TempDir(), webhookBinary, "-listen", addr, "-tls-cert-file", certFile, "-tls-private-key-file", keyFile)
+	args := append([]string{"-listen", addr, "-tls-cert-file", certFile, "-tls-private-key-file", keyFile}, apiserver.webhookCredentials(t, webhookBinary)...)
+	p, err := startProcess("webhook "+addr, t.TempDir(), webhookBinary, args...)
 	if err != nil {
 		t.Fatal(err)
 	}

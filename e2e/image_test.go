@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -27,6 +28,11 @@ const distrolessUser = 65532
 // Docker engine: the binary built as the Dockerfile builds it runs from an
 // empty, read-only root filesystem (no /etc, no shell, no CA store, no
 // libc) as uid 65532, with only its certificates beside it, and serves.
+// A policy that reads the cluster has, besides, what kubelet gives a Pod
+// whose ServiceAccount token is mounted: the token and the cluster's CA in
+// /var/run/secrets/kubernetes.io/serviceaccount, and
+// KUBERNETES_SERVICE_HOST and _PORT; it reads the suite's apiserver with
+// them.
 func TestImagePremise(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("chroot needs root; CI runs as root")
@@ -71,7 +77,13 @@ func TestImagePremise(t *testing.T) {
 		}
 	}
 	t.Cleanup(func() { _ = os.Chmod(root, 0o755); _ = os.Chmod(tlsDir, 0o755) })
-	if got := listTree(t, root); got != "tls/ tls/ca.crt tls/tls.crt tls/tls.key webhook" {
+	want := "tls/ tls/ca.crt tls/tls.crt tls/tls.key webhook"
+	var env []string
+	if r := apiserver.reader(t, webhookBinary); r != nil {
+		env = mountServiceAccount(t, root, r.token)
+		want = "tls/ tls/ca.crt tls/tls.crt tls/tls.key var/ var/run/ var/run/secrets/ var/run/secrets/kubernetes.io/ var/run/secrets/kubernetes.io/serviceaccount/ var/run/secrets/kubernetes.io/serviceaccount/ca.crt var/run/secrets/kubernetes.io/serviceaccount/token webhook"
+	}
+	if got := listTree(t, root); got != want {
 		t.Fatalf("the root filesystem holds %q, want only the binary and its certificates", got)
 	}
 
@@ -80,7 +92,7 @@ func TestImagePremise(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	p, err := startProcess("webhook in an empty root", "/", chroot,
+	p, err := startProcessEnv("webhook in an empty root", "/", env, chroot,
 		fmt.Sprintf("--userspec=%d:%d", distrolessUser, distrolessUser), root,
 		"/webhook", "-listen", addr, "-tls-cert-file", "/tls/tls.crt", "-tls-private-key-file", "/tls/tls.key")
 	if err != nil {
@@ -243,4 +255,30 @@ func listTree(t *testing.T, root string) string {
 	}
 	sort.Strings(paths)
 	return strings.Join(paths, " ")
+}
+
+// mountServiceAccount puts token and the suite's apiserver's CA where
+// kubelet mounts a Pod's ServiceAccount in root, readable by the nonroot
+// user, and returns the environment kubelet gives the Pod: where the
+// apiserver is.
+func mountServiceAccount(t *testing.T, root, token string) []string {
+	t.Helper()
+	dir := filepath.Join(root, "var", "run", "secrets", "kubernetes.io", "serviceaccount")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(apiserver.dir, "certs", "apiserver.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{"token": []byte(token), "ca.crt": ca} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(apiserver.config.Host, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port}
 }

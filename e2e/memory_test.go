@@ -24,15 +24,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// startAsDeployed starts the webhook as deploymentRun says, with metrics
-// on a port of its own, and returns it, its metrics address and the
-// container's memory limit in bytes.
+// startAsDeployed starts the webhook under load (loadBinary) as
+// deploymentRun says, with metrics on a port of its own, and returns it,
+// its metrics address and the container's memory limit in bytes.
 func startAsDeployed(t *testing.T) (*webhookServer, string, int64) {
 	t.Helper()
 	dir := t.TempDir()
 	webhookCerts(t, filepath.Join(dir, "tls"))
 	args, env, memoryLimit := deploymentRun(t, filepath.Join(dir, "tls"), "127.0.0.1:0")
-	w := startWebhookEnv(t, dir, "127.0.0.1:0", env, args...)
+	w := startWebhookBinary(t, loadBinary(t), dir, "127.0.0.1:0", env, args...)
 	t.Logf("the webhook runs as the Deployment does: %v %v", env, args)
 	return w, w.metricsAddr(t), memoryLimit
 }
@@ -171,7 +171,7 @@ func TestMemoryUnderBurst(t *testing.T) {
 }
 
 // largeBodyBytes is the size of review above which the webhook reads a
-// body within its byte budget (body.SmallBytes, in the webhook's body
+// body within its byte budget (body.UnbudgetedBytes, in the webhook's body
 // package).
 const largeBodyBytes = 16 << 10
 

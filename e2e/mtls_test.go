@@ -50,8 +50,9 @@ plugins:
 		t.Fatal(err)
 	}
 
-	allowed := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver")
-	notAllowed := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "someone-else")
+	// Each reads what its policy reads of the apiserver that calls it.
+	allowed := startWebhook(t, "", append(withCert.webhookCredentials(t, webhookBinary), "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver")...)
+	notAllowed := startWebhook(t, "", append(withCert.webhookCredentials(t, webhookBinary), "-client-ca-file", caFile, "-allowed-client-names", "someone-else")...)
 
 	t.Run("apiserver with a client certificate is admitted", func(t *testing.T) {
 		scope := newScopeIn(t, withCert, "mtls-admitted")

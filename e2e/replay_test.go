@@ -463,21 +463,26 @@ func checkSubjectAccessReviews(t *testing.T, sent [][]byte, results []replayed) 
 // policy.go, as a copier's policy replaces it (go build -overlay).
 func buildWithPolicy(t *testing.T, policyFile string) string {
 	t.Helper()
+	bin := filepath.Join(t.TempDir(), "webhook-"+strings.TrimSuffix(filepath.Base(policyFile), ".go"))
+	if err := buildWithPolicyTo(policyFile, bin); err != nil {
+		t.Fatalf("building the webhook with %s as its policy.go: %v", policyFile, err)
+	}
+	return bin
+}
+
+// buildWithPolicyTo is buildWithPolicy into bin.
+func buildWithPolicyTo(policyFile, bin string) error {
 	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
 		filepath.Join(repoRoot, "policy.go"): filepath.Join(repoRoot, "e2e", policyFile),
 	}})
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
-	overlayFile := filepath.Join(t.TempDir(), "overlay.json")
+	overlayFile := bin + ".overlay.json"
 	if err := os.WriteFile(overlayFile, overlay, 0o600); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	bin := filepath.Join(t.TempDir(), "webhook-"+strings.TrimSuffix(filepath.Base(policyFile), ".go"))
-	if err := goBuild(repoRoot, bin, ".", "-overlay", overlayFile); err != nil {
-		t.Fatalf("building the webhook with %s as its policy.go: %v", policyFile, err)
-	}
-	return bin
+	return goBuild(repoRoot, bin, ".", "-overlay", overlayFile)
 }
 
 // replayAuthorizer is a Webhook authorizer asked about every user but the

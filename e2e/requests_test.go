@@ -13,7 +13,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -46,9 +49,8 @@ import (
 // Make one with createRequest, updateRequest, deleteRequest or
 // subresourceRequest; as and after add a user and more to store first.
 type request struct {
-	// Operation is the admission operation: CREATE, UPDATE or DELETE. A
-	// PATCH is admitted as an UPDATE. CONNECT (pods/exec, …) needs a
-	// kubelet, which the suite does not run.
+	// Operation is the admission operation: CREATE, UPDATE, DELETE or
+	// CONNECT. A PATCH is admitted as an UPDATE.
 	Operation admissionregistrationv1.OperationType
 	// Object is what the request sends: the object created, the new
 	// version of Stored, or, with Subresource, the subresource's body
@@ -60,10 +62,18 @@ type request struct {
 	// written. Nil for a CREATE of a whole object.
 	Stored *unstructured.Unstructured
 	// Subresource is the subresource written, such as "scale", "status"
-	// or "eviction"; "" for the object itself.
+	// or "eviction", or connected to, such as "exec"; "" for the object
+	// itself.
 	Subresource string
+	// Options are a CONNECT's query, such as command=ls: the webhook is
+	// sent them as the subresource's options (a PodExecOptions).
+	Options url.Values
 	// Before are stored first, in order: what else the request needs,
-	// such as a ConfigMap a Pod mounts. One that already exists is kept.
+	// such as a ConfigMap a Pod mounts, or a CRD and its custom
+	// resources. An object of a namespaced kind that names a namespace is
+	// stored there (the suite makes the namespace when it does not
+	// exist, and keeps it for the run); one that names none goes in the
+	// test's namespace. One that already exists is kept.
 	Before []*unstructured.Unstructured
 	// User, with Groups, sends the request as another user, impersonated
 	// from the suite's admin and allowed everything by RBAC. "" is the
@@ -94,6 +104,16 @@ func deleteRequest(stored runtime.Object) request {
 // by operation: UPDATE for "scale" or "status", CREATE for "eviction".
 func subresourceRequest(operation admissionregistrationv1.OperationType, stored runtime.Object, subresource string, body runtime.Object) request {
 	return request{Operation: operation, Stored: toUnstructured(stored), Subresource: subresource, Object: toUnstructured(body)}
+}
+
+// connectRequest stores stored, a Pod, then connects to its subresource
+// ("exec", "attach" or "portforward") with options, such as command=ls:
+// a CONNECT, which admission reviews before the apiserver looks for the
+// Pod's node (k8s.io/apiserver v0.37.2, handlers.ConnectResource). The
+// suite runs no kubelet, so an admitted CONNECT then fails with "pod …
+// does not have a host assigned", which send reports as admitted.
+func connectRequest(stored runtime.Object, subresource string, options url.Values) request {
+	return request{Operation: admissionregistrationv1.Connect, Stored: toUnstructured(stored), Subresource: subresource, Options: options}
 }
 
 // as is r sent by user in groups.
@@ -163,8 +183,8 @@ type testScope struct {
 
 // stored names an object a scope stored.
 type stored struct {
-	resource schema.GroupVersionResource
-	name     string
+	resource        schema.GroupVersionResource
+	namespace, name string
 }
 
 // newScope makes a scope on the suite's apiserver, its namespace named
@@ -251,13 +271,16 @@ func (s *testScope) prepare(r request, route string) *preparedRequest {
 	if r.none() {
 		s.t.Fatal("e2e/demonstration_test.go gave no request: admittedRequest must give one for each route deploy/webhooks.yaml registers")
 	}
-	if !slices.Contains([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete}, r.Operation) {
-		s.t.Fatalf("e2e/demonstration_test.go: a request's operation is %q: the e2e tests send CREATE, UPDATE or DELETE (CONNECT needs a kubelet, which they do not run)", r.Operation)
+	if !slices.Contains([]admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete, admissionregistrationv1.Connect}, r.Operation) {
+		s.t.Fatalf("e2e/demonstration_test.go: a request's operation is %q: the e2e tests send CREATE, UPDATE, DELETE or CONNECT", r.Operation)
+	}
+	if r.Operation == admissionregistrationv1.Connect && (r.Stored == nil || r.Subresource == "") {
+		s.t.Fatal("e2e/demonstration_test.go: a CONNECT needs the object it connects to, stored, and a subresource: use connectRequest")
 	}
 	p := &preparedRequest{request: r, scope: s}
 	p.Before = make([]*unstructured.Unstructured, len(r.Before))
 	for i, b := range r.Before {
-		p.Before[i] = s.place(b.DeepCopy(), route, true)
+		p.Before[i] = s.placeFirst(b.DeepCopy(), route, r.Before)
 	}
 	target := r.Stored
 	if target == nil {
@@ -266,10 +289,10 @@ func (s *testScope) prepare(r request, route string) *preparedRequest {
 	if target == nil {
 		s.t.Fatalf("e2e/demonstration_test.go: a %s request has neither Object nor Stored", r.Operation)
 	}
-	mapping := s.api.mapping(s.t, target.GroupVersionKind())
+	mapping := s.mappingOf(target.GroupVersionKind(), r.Before)
 	p.resource, p.namespaced = mapping.Resource, mapping.Scope.Name() == meta.RESTScopeNameNamespace
 	if r.Stored != nil {
-		p.Stored = s.place(r.Stored.DeepCopy(), route, true)
+		p.Stored = s.place(r.Stored.DeepCopy(), route, true, r.Before...)
 	}
 	if r.Object != nil {
 		// A subresource's body of another kind (a Scale) carries no
@@ -277,7 +300,7 @@ func (s *testScope) prepare(r request, route string) *preparedRequest {
 		p.Object = r.Object.DeepCopy()
 		switch {
 		case r.Subresource == "" || r.Object.GroupVersionKind() == target.GroupVersionKind():
-			p.Object = s.place(p.Object, route, true)
+			p.Object = s.place(p.Object, route, true, r.Before...)
 		case p.namespaced: // a body of its own kind, in its object's namespace
 			p.Object.SetNamespace(s.namespace)
 		}
@@ -285,11 +308,24 @@ func (s *testScope) prepare(r request, route string) *preparedRequest {
 	return p
 }
 
-// place puts obj in the scope's namespace when its kind is namespaced and,
-// when label, labels it for route.
-func (s *testScope) place(obj *unstructured.Unstructured, route string, label bool) *unstructured.Unstructured {
+// placeFirst places obj, stored before a request, as place does, but that
+// an object of a namespaced kind that names its namespace stays there.
+func (s *testScope) placeFirst(obj *unstructured.Unstructured, route string, before []*unstructured.Unstructured) *unstructured.Unstructured {
 	s.t.Helper()
-	mapping := s.api.mapping(s.t, obj.GroupVersionKind())
+	ns := obj.GetNamespace()
+	obj = s.place(obj, route, true, before...)
+	if ns != "" && obj.GetNamespace() != "" {
+		obj.SetNamespace(ns)
+	}
+	return obj
+}
+
+// place puts obj in the scope's namespace when its kind is namespaced and,
+// when label, labels it for route. A kind a CRD among before defines is
+// known by that CRD, as the request stores it first.
+func (s *testScope) place(obj *unstructured.Unstructured, route string, label bool, before ...*unstructured.Unstructured) *unstructured.Unstructured {
+	s.t.Helper()
+	mapping := s.mappingOf(obj.GroupVersionKind(), before)
 	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 		obj.SetNamespace(s.namespace)
 	}
@@ -307,6 +343,30 @@ func (s *testScope) place(obj *unstructured.Unstructured, route string, label bo
 	set[scopeLabel] = s.id
 	obj.SetLabels(set)
 	return obj
+}
+
+// mappingOf returns the resource of gvk: from a CRD among before, which
+// defines it and is stored first (discovery serves the kind only once it
+// is stored), or else from the apiserver's discovery.
+func (s *testScope) mappingOf(gvk schema.GroupVersionKind, before []*unstructured.Unstructured) *meta.RESTMapping {
+	s.t.Helper()
+	for _, b := range before {
+		if b.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		group, _, _ := unstructured.NestedString(b.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(b.Object, "spec", "names", "kind")
+		plural, _, _ := unstructured.NestedString(b.Object, "spec", "names", "plural")
+		scope, _, _ := unstructured.NestedString(b.Object, "spec", "scope")
+		if group == gvk.Group && kind == gvk.Kind {
+			m := &meta.RESTMapping{Resource: gvk.GroupVersion().WithResource(plural), GroupVersionKind: gvk, Scope: meta.RESTScopeRoot}
+			if scope == "Namespaced" {
+				m.Scope = meta.RESTScopeNamespace
+			}
+			return m
+		}
+	}
+	return s.api.mapping(s.t, gvk)
 }
 
 // name is the name of the object the request acts on, as the webhook logs
@@ -379,6 +439,8 @@ func (p *preparedRequest) send(ctx context.Context, dryRun bool) error {
 		sub = []string{p.Subresource}
 	}
 	switch p.Operation {
+	case admissionregistrationv1.Connect:
+		return p.connect(ctx)
 	case admissionregistrationv1.Create:
 		if p.Subresource != "" {
 			_, err := client.Create(ctx, p.Object, metav1.CreateOptions{DryRun: dry}, append([]string{p.name()}, sub...)...)
@@ -386,7 +448,7 @@ func (p *preparedRequest) send(ctx context.Context, dryRun bool) error {
 		}
 		_, err := client.Create(ctx, p.Object, metav1.CreateOptions{DryRun: dry})
 		if err == nil && !dryRun {
-			s.remember(p.resource, p.namespaced, p.Object.GetName())
+			s.remember(p.resource, p.namespace(), p.Object.GetName())
 		}
 		return err
 	case admissionregistrationv1.Update:
@@ -404,6 +466,52 @@ func (p *preparedRequest) send(ctx context.Context, dryRun bool) error {
 	default: // DELETE, prepare has checked
 		return client.Delete(ctx, p.name(), metav1.DeleteOptions{DryRun: dry}, sub...)
 	}
+}
+
+// connect sends p, a CONNECT, as a POST of its subresource with its
+// options, as kubectl exec begins, without the upgrade to a stream: a
+// stream would need the kubelet. The apiserver reviews it, then looks for
+// the Pod's node; "does not have a host assigned" is the apiserver's
+// answer to an admitted CONNECT here.
+func (p *preparedRequest) connect(ctx context.Context) error {
+	cfg := rest.CopyConfig(p.scope.api.config)
+	if p.User != "" {
+		p.scope.api.dynamicAs(p.scope.t, p.User, p.Groups, nil) // binds the user, as for any request
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: p.User, Groups: p.Groups}
+	}
+	client, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	path := "/api/" + p.resource.Version
+	if p.resource.Group != "" {
+		path = "/apis/" + p.resource.Group + "/" + p.resource.Version
+	}
+	if p.namespaced {
+		path += "/namespaces/" + p.scope.namespace
+	}
+	target := cfg.Host + path + "/" + p.resource.Resource + "/" + p.name() + "/" + p.Subresource + "?" + p.Options.Encode()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode < 300 {
+		return nil
+	}
+	var status metav1.Status
+	if json.Unmarshal(body, &status) != nil || status.Kind != "Status" {
+		return fmt.Errorf("the %s: HTTP %d: %s", p, resp.StatusCode, body)
+	}
+	if strings.Contains(status.Message, "does not have a host assigned") {
+		return nil // admitted; no kubelet to connect to
+	}
+	return apierrors.FromObject(&status)
 }
 
 // client is the admin's client of the resource p acts on, in the scope's
@@ -439,42 +547,64 @@ func (p *preparedRequest) storeFirst(ctx context.Context) error {
 	return nil
 }
 
-// store creates obj as the admin. An object of before that already exists
-// is kept, as it may serve every request of a test (a CRD).
+// store creates obj as the admin, in a namespace of another test's or
+// none it first makes. An object of before that already exists is kept,
+// as it may serve every request of a test (a CRD).
 func (s *testScope) store(ctx context.Context, obj *unstructured.Unstructured, before bool) error {
 	mapping := s.api.mapping(s.t, obj.GroupVersionKind())
 	namespaced := mapping.Scope.Name() == meta.RESTScopeNameNamespace
 	var client dynamic.ResourceInterface = s.api.dynamic.Resource(mapping.Resource)
 	if namespaced {
 		client = s.api.dynamic.Resource(mapping.Resource).Namespace(obj.GetNamespace())
+		if obj.GetNamespace() != s.namespace {
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: obj.GetNamespace()}}
+			if _, err := s.api.client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("making namespace %s: %w", ns.Name, err)
+			}
+		}
 	}
 	_, err := client.Create(ctx, obj, metav1.CreateOptions{})
-	if before && apierrors.IsAlreadyExists(err) {
+	existed := before && apierrors.IsAlreadyExists(err)
+	if err != nil && !existed {
+		return err
+	}
+	if obj.GetKind() == "CustomResourceDefinition" { // it stays for the run, as createWidgetCRD's does
+		// What comes next may be of its kind: wait until it is served.
+		group, _, _ := unstructured.NestedString(obj.Object, "spec", "group")
+		kind, _, _ := unstructured.NestedString(obj.Object, "spec", "names", "kind")
+		versions, _, _ := unstructured.NestedSlice(obj.Object, "spec", "versions")
+		for _, v := range versions {
+			if name, _, _ := unstructured.NestedString(v.(map[string]any), "name"); name != "" {
+				s.api.mapping(s.t, schema.GroupVersionKind{Group: group, Version: name, Kind: kind})
+				break
+			}
+		}
 		return nil
 	}
-	if err == nil && obj.GetKind() != "CustomResourceDefinition" { // a CRD stays for the run, as createWidgetCRD's does
-		s.remember(mapping.Resource, namespaced, obj.GetName())
+	if !existed {
+		s.remember(mapping.Resource, obj.GetNamespace(), obj.GetName())
 	}
-	return err
+	return nil
 }
 
-// remember keeps a cluster-scoped object the scope stored, to delete it
-// when the test ends; a namespaced one goes with the namespace.
-func (s *testScope) remember(resource schema.GroupVersionResource, namespaced bool, name string) {
-	if namespaced {
+// remember keeps an object the scope stored, to delete it when the test
+// ends: of a kind of cluster scope, or in a namespace not the scope's; one
+// in the scope's namespace goes with it.
+func (s *testScope) remember(resource schema.GroupVersionResource, namespace, name string) {
+	if namespace != "" && namespace == s.namespace {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.created = append(s.created, stored{resource, name})
+	s.created = append(s.created, stored{resource, namespace, name})
 }
 
-// deleteCreated deletes the cluster-scoped objects the scope stored.
+// deleteCreated deletes the objects the scope remembered.
 func (s *testScope) deleteCreated() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, c := range s.created {
-		_ = s.api.dynamic.Resource(c.resource).Delete(context.Background(), c.name, metav1.DeleteOptions{})
+		_ = s.api.dynamic.Resource(c.resource).Namespace(c.namespace).Delete(context.Background(), c.name, metav1.DeleteOptions{})
 	}
 }
 
@@ -599,10 +729,12 @@ func (a *apiServer) dynamicAs(t *testing.T, user string, groups []string, warnin
 // a policy may decide, to a recorder of reviews that admits everything, so
 // that no policy decides the outcome: a namespaced CREATE, an UPDATE, a
 // DELETE of a Namespace and of a ClusterRole (cluster-scoped), a
-// subresource's UPDATE, a request as another user, and a create with what
-// it needs stored before it. Each reaches the webhook registered for its
-// scope as the apiserver sends it, and none reaches the same webhook
-// registered for another scope: scoping holds for every kind.
+// subresource's UPDATE, a CONNECT of pods/exec, a request as another user,
+// a create with what it needs stored before it, and a create of a custom
+// resource after its CRD (which this apiserver never served before) and a
+// ConfigMap in a namespace of its own. Each reaches the webhook registered
+// for its scope as the apiserver sends it, and none reaches the same
+// webhook registered for another scope: scoping holds for every kind.
 func TestRequests(t *testing.T) {
 	ctx := context.Background()
 	mine, other := newScope(t, "requests"), newScope(t, "requests-other")
@@ -610,8 +742,9 @@ func TestRequests(t *testing.T) {
 	otherRec, otherSrv, otherCA := startRecorder(t)
 	all := []admissionregistrationv1.OperationType{admissionregistrationv1.OperationAll}
 	inNamespaces := []admissionregistrationv1.RuleWithOperations{
-		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "namespaces", "pods"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps", "namespaces", "pods", "pods/exec"}}},
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments/scale"}}},
+		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{gadgetGroup}, APIVersions: []string{"v1"}, Resources: []string{"gadgets"}}},
 	}
 	clusterWide := []admissionregistrationv1.RuleWithOperations{
 		{Operations: all, Rule: admissionregistrationv1.Rule{APIGroups: []string{"rbac.authorization.k8s.io"}, APIVersions: []string{"v1"}, Resources: []string{"clusterroles"}}},
@@ -694,6 +827,13 @@ func TestRequests(t *testing.T) {
 				t.Errorf("got subresource %q, kind %s, namespace %q: want scale, Scale, %s", req.SubResource, req.Kind.Kind, req.Namespace, mine.namespace)
 			}
 		}},
+		{"CONNECT of pods/exec", func(name string) request {
+			return connectRequest(webPod(name), "exec", url.Values{"container": {"web"}, "command": {"ls"}, "stdout": {"true"}})
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.Kind.Kind != "PodExecOptions" || !strings.Contains(string(req.Object.Raw), `"command":["ls"]`) {
+				t.Errorf("got kind %s, object %s: want PodExecOptions with command [ls]", req.Kind.Kind, req.Object.Raw)
+			}
+		}},
 		{"as another user", func(name string) request {
 			return createRequest(configMap(name, nil)).as("jane", "developers")
 		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
@@ -708,6 +848,19 @@ func TestRequests(t *testing.T) {
 		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
 			if req.Kind.Kind != "Pod" {
 				t.Errorf("got kind %s, want Pod", req.Kind.Kind)
+			}
+		}},
+		{"after its CRD, and a ConfigMap elsewhere", func(name string) request {
+			elsewhere := configMap(name+"-allowed", map[string]string{"teams": "a"})
+			elsewhere.Namespace = "e2e-elsewhere"
+			gadget := &unstructured.Unstructured{Object: map[string]any{"apiVersion": gadgetGroup + "/v1", "kind": "Gadget", "metadata": map[string]any{"name": name}}}
+			return createRequest(gadget).after(gadgetCRD(), elsewhere)
+		}, func(t *testing.T, req admissionv1.AdmissionRequest) {
+			if req.Kind.Kind != "Gadget" || req.Namespace != mine.namespace {
+				t.Errorf("got kind %s in %q, want a Gadget in %s", req.Kind.Kind, req.Namespace, mine.namespace)
+			}
+			if _, err := mine.api.client.CoreV1().ConfigMaps("e2e-elsewhere").Get(ctx, req.Name+"-allowed", metav1.GetOptions{}); err != nil {
+				t.Errorf("the ConfigMap stored before it in e2e-elsewhere: %v", err)
 			}
 		}},
 	}
@@ -736,4 +889,24 @@ func TestRequests(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gadgetGroup is the group of TestRequests' CRD, which no other test
+// makes: the apiserver serves it only once the request that needs it has
+// stored it.
+const gadgetGroup = "requests.e2e.example.com"
+
+func gadgetCRD() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "gadgets." + gadgetGroup},
+		"spec": map[string]any{
+			"group": gadgetGroup, "scope": "Namespaced",
+			"names": map[string]any{"plural": "gadgets", "singular": "gadget", "kind": "Gadget", "listKind": "GadgetList"},
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+			}},
+		},
+	}}
 }

@@ -35,8 +35,10 @@ type reviewResult struct {
 }
 
 // TestReviewMatchesTheAPIServer reviews a set of requests offline with
-// `webhook review`, given the webhook configurations the test registers,
-// then sends them through the real apiserver: each verdict is the
+// `webhook review`, given the webhook configurations the test registers
+// and, for a policy that reads the cluster, what the apiserver stores of
+// what it reads (-cluster, once each request has stored what it needs
+// first), then sends them through the real apiserver: each verdict is the
 // apiserver's, each object stored carries what the reviewed patch set
 // (list indices and appends followed as the apiserver applies them, the
 // built-in admission plugins' additions allowed), and a request review
@@ -115,7 +117,11 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 		audited = append(audited, r.name())
 	}
 	listed, _ := json.Marshal(list)
-	audit := runReview(t, listed, append([]string{"-f", "-", "-config", configs}, clusterContext(t, scope)...)...)
+	args := append([]string{"-f", "-", "-config", configs}, clusterContext(t, scope)...)
+	if cluster := clusterDump(t, apiserver, webhookBinary, t.TempDir()); cluster != "" {
+		args = append(args, "-cluster", cluster)
+	}
+	audit := runReview(t, listed, args...)
 	for _, name := range audited {
 		got := audit[name]
 		if got.Verdict != "admitted" || (got.Mutate != nil && len(got.Mutate.Patch) > 0) {
@@ -125,8 +131,10 @@ func TestReviewMatchesTheAPIServer(t *testing.T) {
 }
 
 // compareReview reviews each request offline against configs, with the
-// operation, the user and the objects it sends, then sends it through the
-// apiserver, and checks that review said what the apiserver did.
+// operation, the user and the objects it sends, and what the cluster holds
+// of what the policy reads once the request has stored what it needs
+// first, then sends it through the apiserver, and checks that review said
+// what the apiserver did.
 func compareReview(t *testing.T, w *webhookServer, configs string, requests []*preparedRequest) {
 	t.Helper()
 	ctx := context.Background()
@@ -135,7 +143,10 @@ func compareReview(t *testing.T, w *webhookServer, configs string, requests []*p
 			t.Logf("the %s is not compared: webhook review reviews whole objects", r)
 			continue
 		}
-		offline := reviewOffline(t, r, configs)
+		if err := r.storeFirst(ctx); err != nil {
+			t.Fatal(err)
+		}
+		offline := reviewOffline(t, r, configs, clusterDump(t, r.scope.api, webhookBinary, t.TempDir()))
 		err := r.send(ctx, false)
 		// A review comes to the log a moment after its answer: one that
 		// was not sent is looked for as long as one that was (loggedLine).
@@ -179,12 +190,16 @@ func compareReview(t *testing.T, w *webhookServer, configs string, requests []*p
 
 // reviewOffline runs `webhook review` on r as the apiserver would send it:
 // its operation, its user, and its objects (an UPDATE's stored one as
-// -old, a DELETE's as the object deleted).
-func reviewOffline(t *testing.T, r *preparedRequest, configs string) reviewResult {
+// -old, a DELETE's as the object deleted), with cluster, when not "", as
+// what the cluster holds of what the policy reads.
+func reviewOffline(t *testing.T, r *preparedRequest, configs, cluster string) reviewResult {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name string, obj *unstructured.Unstructured) string { return writeObject(t, dir, name, obj) }
 	args := append([]string{"-operation", string(r.Operation), "-config", configs}, clusterContext(t, r.scope)...)
+	if cluster != "" {
+		args = append(args, "-cluster", cluster)
+	}
 	switch r.Operation {
 	case admissionregistrationv1.Delete:
 		args = append(args, "-f", write("object.json", r.Stored))

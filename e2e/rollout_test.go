@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -106,13 +107,18 @@ type auditEvent struct {
 
 // requestEvent waits for the ResponseComplete event of r in the audit log
 // at path, and returns it. Its verb is the operation's (a create, an
-// update, a delete), and its objectRef names r's resource, subresource and
-// object, whose name is unique in the run.
+// update, a delete; a create for a CONNECT, a POST), and its objectRef names r's resource, subresource,
+// namespace and object: what r stores first may be of the same resource
+// and name in another namespace.
 func requestEvent(t *testing.T, path string, r *preparedRequest) auditEvent {
 	t.Helper()
+	verb := strings.ToLower(string(r.Operation))
+	if r.Operation == admissionregistrationv1.Connect {
+		verb = "create" // a CONNECT is a POST of its subresource
+	}
 	e, _ := waitForAuditEvent(t, path, fmt.Sprintf("the ResponseComplete event of the %s", r), func(e auditEvent) bool {
-		return e.Stage == "ResponseComplete" && e.Verb == strings.ToLower(string(r.Operation)) && e.ObjectRef != nil &&
-			e.ObjectRef.Resource == r.resource.Resource && e.ObjectRef.Subresource == r.Subresource && e.ObjectRef.Name == r.name()
+		return e.Stage == "ResponseComplete" && e.Verb == verb && e.ObjectRef != nil &&
+			e.ObjectRef.Resource == r.resource.Resource && e.ObjectRef.Subresource == r.Subresource && e.ObjectRef.Namespace == r.namespace() && e.ObjectRef.Name == r.name()
 	})
 	return e
 }
@@ -170,7 +176,7 @@ func TestValidationActions(t *testing.T) {
 		t.Run(tc.action+"/"+tc.version, func(t *testing.T) {
 			ctx := context.Background()
 			scope := newScopeIn(t, api, "action-"+strings.ReplaceAll(tc.action, ",", "-")+"-"+tc.version)
-			w := startWebhook(t, "", "-validation-action", tc.action)
+			w := startWebhook(t, "", append(api.webhookCredentials(t, webhookBinary), "-validation-action", tc.action)...)
 			hook := "validate-" + scope.namespace + ".webhook.example.com"
 			registerValidating(t, hookOptions{name: hook, url: w.url("/validate"), caBundle: w.caPEM, scope: scope, versions: []string{tc.version}, seen: w.saw})
 

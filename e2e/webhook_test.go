@@ -62,11 +62,18 @@ func startWebhookEnv(t *testing.T, dir, addr string, env []string, args ...strin
 
 // startWebhookBinary is startWebhookEnv for a webhook binary built another
 // way, such as with a policy.go of a test's own. On port 0 it learns the
-// port the kernel chose from the webhook's log.
+// port the kernel chose from the webhook's log. A webhook whose policy
+// reads the cluster reads the suite's apiserver (webhookCredentials)
+// unless args give it -kubeconfig, as a test whose requests go through an
+// apiserver of its own does; it is up once /ping is ready, its views
+// synced.
 func startWebhookBinary(t *testing.T, bin, dir, addr string, env []string, args ...string) *webhookServer {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
+	}
+	if !slices.Contains(args, "-kubeconfig") {
+		args = append(args, apiserver.webhookCredentials(t, bin)...)
 	}
 	p, err := startProcessEnv("webhook "+addr, dir, env, bin, append([]string{"-listen", addr}, args...)...)
 	if err != nil {

@@ -4,7 +4,6 @@
 package limits
 
 import (
-	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,8 +17,7 @@ import (
 
 const (
 	// Grace is how long, in all, a connection may make the server wait for
-	// its part of the TLS handshake. The apiserver and the kubelet send
-	// theirs within milliseconds.
+	// its part of the TLS handshake: the apiserver sends its own at once.
 	Grace = 250 * time.Millisecond
 
 	// IdleGrace is how long an unused connection is spared: under load
@@ -27,52 +25,54 @@ const (
 	IdleGrace = 500 * time.Millisecond
 
 	// KeptAliveAllowance is how many unused connections an address may
-	// keep and be spared. Go's transport, the apiserver's, keeps at most 25
-	// (client-go's MaxIdleConnsPerHost).
+	// keep and be spared. Go's transport, the apiserver's, keeps at most
+	// 25 (client-go's MaxIdleConnsPerHost).
 	KeptAliveAllowance = 32
 
-	// MaxWaiting is how many newcomers may wait for a place, each holding
-	// only its socket.
-	MaxWaiting = 1024
+	// MaxWaiting is how many newcomers may wait for a place: as many as
+	// Linux's default backlog (net.core.somaxconn) holds. The apiserver
+	// dials for every call that finds no idle connection, and the call
+	// takes the first to come free, so its dials outnumber its calls: 1,000
+	// writes left 1,282 waiting, and the newest shed, with 1,024 (e2e
+	// TestBurstServed).
+	MaxWaiting = 4096
 
 	// HandshakeTimeout bounds a TLS handshake: the apiserver gives up on
 	// one after as long (client-go's TLSHandshakeTimeout).
 	HandshakeTimeout = 10 * time.Second
 )
 
-// Listener accepts connections, completes their TLS handshakes, and holds
-// at most max of them open. Its guarantees:
+// Listener accepts connections, does their TLS handshakes, and holds at
+// most max of them open. It guarantees:
 //
 // A connection that behaves is never closed to make room for another. It
-// behaves while it completes its handshake without making the server wait
-// Grace in all; while it is served; and while it is unused (kept alive
-// between requests, or with no whole request header yet) by a client that
-// keeps at most KeptAliveAllowance unused. The apiserver's connections
-// always behave.
+// behaves while it does its handshake without making the server wait Grace
+// in all; while it is served; and while it is unused (kept alive between
+// requests, or with no whole request header yet) by a client that keeps
+// at most KeptAliveAllowance unused. The apiserver's always behave.
 //
-// A newcomer that finds no place waits for one, in the process, holding
-// only its socket: every newcomer is taken from the kernel as it comes, so
-// that none waits there behind a flood. Places go to the newcomers of the
-// address holding the fewest connections first, in order of arrival, and
-// no address holds more than max less a sixteenth: the kubelet's probe, or
-// another apiserver, finds one during any one client's burst. When more
-// than MaxWaiting wait, the newest of the address with the most waiting is
-// closed ("shed").
+// A newcomer that finds no place waits for one in the process, holding
+// only its socket: the Listener takes every newcomer from the kernel as it
+// comes, so that none waits there behind a flood. Places go first to the
+// newcomers of the address holding the fewest connections, in order of
+// arrival, and no address holds more than max less a sixteenth, so that
+// the kubelet's probe, or another apiserver, finds one during any one
+// client's burst. When more than MaxWaiting wait, the newest of the
+// address with the most waiting is closed ("shed").
 //
 // Only for a waiting newcomer is a connection closed, and only one that
-// misbehaves: "stalled", its handshake has made the server wait Grace; or
+// misbehaves: "stalled", its handshake has made the server wait Grace, or
 // "idle", unused for IdleGrace while its address keeps more than
-// KeptAliveAllowance unused. It is of another address than
-// the newcomer's, for a client's own newcomers wait for its own
-// connections; but when one address alone holds connections, as behind a
-// proxy, closing its own is the only way to find a client's among a
-// flood's. A handshake's waiting counts only the server's time in Read for
-// the client, never time it was short of CPU. A connection closed for a
-// newcomer had no request being served: none is ever cut short.
+// KeptAliveAllowance unused. It is another address's, as a client's own
+// newcomers wait for its own connections; but when one address alone
+// holds connections, as behind a proxy, its own may be closed, the only
+// way to find a client's among a flood's. A handshake's waiting counts
+// only the server's time in Read, never time it was short of CPU. No
+// connection being served is ever closed.
 //
 // A handshake that fails, or lasts HandshakeTimeout, closes its
 // connection. Accept returns each connection once its handshake is done,
-// as a *tls.Conn (the TCP connection, without a TLS configuration): serve
+// as a *tls.Conn (without a TLS configuration, the TCP connection): serve
 // it with http.Server.Serve, not ServeTLS, and set the server's ConnState
 // to the Listener's. Close closes the connections Accept has not returned.
 type Listener struct {
@@ -88,18 +88,11 @@ type Listener struct {
 	once  sync.Once
 	err   error // why Accept stops, once done is closed
 
-	mu        sync.Mutex
-	open      int
-	waiting   int
-	addresses map[netip.Addr]*address
-	notUsed   list.List // of *conn not being served, in the order they became so
-	closed    map[string]uint64
-}
-
-// address is what one client address holds, and has waiting.
-type address struct {
-	open, unused int
-	waiters      list.List // of net.Conn, oldest first
+	mu      sync.Mutex
+	conns   map[*conn]bool // those holding a place
+	waiting map[netip.Addr][]net.Conn
+	queued  int // newcomers waiting
+	closed  map[string]uint64
 }
 
 // phase is where a connection is in its life, as the Listener judges it.
@@ -117,11 +110,7 @@ type conn struct {
 	l      *Listener
 	source netip.Addr
 	phase  atomic.Int32
-	// Under l.mu: its element of l.notUsed (nil while served), when it
-	// entered it, and whether its place is given back.
-	elem     *list.Element
-	since    time.Time
-	released bool
+	since  time.Time // when it came to its phase, under l.mu
 	// The server's waiting in Read in the handshake, and when the Read
 	// waiting now began (since l.epoch; 0 when none is).
 	waited, readingSince atomic.Int64
@@ -132,7 +121,7 @@ type conn struct {
 func NewListener(ln net.Listener, tlsConfig *tls.Config, max int) *Listener {
 	l := &Listener{raw: ln, tlsConfig: tlsConfig, max: max, perAddress: max - max/16, epoch: time.Now(),
 		ready: make(chan net.Conn), wake: make(chan struct{}, 1), done: make(chan struct{}),
-		addresses: map[netip.Addr]*address{}, closed: map[string]uint64{}}
+		conns: map[*conn]bool{}, waiting: map[netip.Addr][]net.Conn{}, closed: map[string]uint64{}}
 	go l.acceptAll()
 	go l.keepRoom()
 	return l
@@ -158,18 +147,18 @@ func (l *Listener) Close() error {
 	err := l.raw.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for e := l.notUsed.Front(); e != nil; e = e.Next() {
-		if c := e.Value.(*conn); phase(c.phase.Load()) == handshaking {
+	for c := range l.conns {
+		if phase(c.phase.Load()) == handshaking {
 			c.Conn.Close()
 		}
 	}
-	for _, a := range l.addresses {
-		for e := a.waiters.Front(); e != nil; e = e.Next() {
-			e.Value.(net.Conn).Close()
+	for _, q := range l.waiting {
+		for _, nc := range q {
+			nc.Close()
 		}
-		a.waiters.Init()
 	}
-	l.waiting = 0
+	clear(l.waiting)
+	l.queued = 0
 	return err
 }
 
@@ -186,7 +175,7 @@ type Stats struct {
 func (l *Listener) Stats() Stats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s := Stats{Max: l.max, Open: l.open, Waiting: l.waiting, Closed: map[string]uint64{}}
+	s := Stats{Max: l.max, Open: len(l.conns), Waiting: l.queued, Closed: map[string]uint64{}}
 	for _, reason := range []string{"shed", "stalled", "idle", "handshake"} {
 		s.Closed[reason] = l.closed[reason]
 	}
@@ -194,7 +183,7 @@ func (l *Listener) Stats() Stats {
 }
 
 // acceptAll takes every newcomer from the kernel as it comes, and puts it
-// in line.
+// in line; past MaxWaiting, it sheds one.
 func (l *Listener) acceptAll() {
 	var backoff time.Duration
 	for {
@@ -205,38 +194,32 @@ func (l *Listener) acceptAll() {
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			time.Sleep(backoff)
 			continue
-		}
-		if err != nil {
+		} else if err != nil {
 			l.stop(err)
 			return
 		}
 		backoff = 0
 		l.mu.Lock()
-		l.addressLocked(sourceOf(nc)).waiters.PushBack(nc)
-		if l.waiting++; l.waiting > MaxWaiting {
-			l.shedLocked()
+		l.waiting[sourceOf(nc)] = append(l.waiting[sourceOf(nc)], nc)
+		if l.queued++; l.queued > MaxWaiting {
+			var most netip.Addr
+			for addr, q := range l.waiting {
+				if len(q) > len(l.waiting[most]) {
+					most = addr
+				}
+			}
+			q := l.waiting[most]
+			q[len(q)-1].Close()
+			l.dequeueLocked(most, q[:len(q)-1])
+			l.closed["shed"]++
 		}
 		l.mu.Unlock()
 		l.signal()
 	}
 }
 
-// shedLocked closes the newest newcomer of the address with the most
-// waiting; of those, the one holding the most connections.
-func (l *Listener) shedLocked() {
-	var most *address
-	for _, a := range l.addresses {
-		if most == nil || a.waiters.Len() > most.waiters.Len() || a.waiters.Len() == most.waiters.Len() && a.open > most.open {
-			most = a
-		}
-	}
-	most.waiters.Remove(most.waiters.Back()).(net.Conn).Close()
-	l.waiting--
-	l.closed["shed"]++
-}
-
-// keepRoom gives places to the newcomers waiting as places come free, or
-// as connections come to misbehave.
+// keepRoom gives waiting newcomers places as places come free, or as
+// connections come to misbehave.
 func (l *Listener) keepRoom() {
 	for {
 		l.mu.Lock()
@@ -265,84 +248,79 @@ func (l *Listener) signal() {
 // makeRoomLocked gives waiting newcomers the places there are, and those
 // it can make, and reports whether any still wait.
 func (l *Listener) makeRoomLocked() (stillWaiting bool) {
-	for l.waiting > 0 {
-		var next *address // the lightest address a place can go to
-		var victim *conn
-		for _, a := range l.addresses {
-			if a.waiters.Len() == 0 || a.open >= l.perAddress || next != nil && a.open >= next.open {
-				continue
-			}
-			if l.open < l.max {
-				next, victim = a, nil
-			} else if v := l.victimLocked(a); v != nil {
-				next, victim = a, v
+	for l.queued > 0 {
+		openBy, unusedBy := map[netip.Addr]int{}, map[netip.Addr]int{}
+		for c := range l.conns {
+			openBy[c.source]++
+			if phase(c.phase.Load()) == unused {
+				unusedBy[c.source]++
 			}
 		}
-		if next == nil {
+		// The lightest address with a newcomer a place can go to.
+		var next netip.Addr
+		var victim *conn
+		found := false
+		for addr := range l.waiting {
+			if openBy[addr] >= l.perAddress || found && openBy[addr] >= openBy[next] {
+				continue
+			}
+			if len(l.conns) < l.max {
+				next, victim, found = addr, nil, true
+			} else if v := l.victimLocked(addr, openBy[addr] == len(l.conns), unusedBy); v != nil {
+				next, victim, found = addr, v, true
+			}
+		}
+		if !found {
 			return true
 		}
 		if victim != nil {
-			reason := "stalled"
-			if phase(victim.phase.Load()) == unused {
-				reason = "idle"
-			}
-			l.closed[reason]++
+			l.closed[map[phase]string{handshaking: "stalled", unused: "idle"}[phase(victim.phase.Load())]]++
 			victim.releaseLocked()
-			// The raw connection, without TLS's close_notify, which
-			// could block on a client that does not read.
+			// The raw connection: TLS's close_notify could block on a
+			// client that does not read.
 			victim.Conn.Close()
 		}
-		nc := next.waiters.Remove(next.waiters.Front()).(net.Conn)
-		l.waiting--
-		c := &conn{Conn: nc, l: l, source: sourceOf(nc)}
-		l.open++
-		next.open++
+		c := &conn{Conn: l.waiting[next][0], l: l, source: next}
+		l.dequeueLocked(next, l.waiting[next][1:])
+		l.conns[c] = true
 		if l.tlsConfig == nil {
-			c.moveLocked(unused)
+			c.setPhaseLocked(unused)
 			go l.handOver(c, c)
 		} else {
-			c.moveLocked(handshaking)
 			go l.handshake(c)
 		}
 	}
 	return false
 }
 
-// victimLocked returns a connection that misbehaves, to close for a
-// newcomer of a, or nil.
-func (l *Listener) victimLocked(a *address) *conn {
-	alone := a.open == l.open
+// dequeueLocked leaves rest waiting from source, one fewer.
+func (l *Listener) dequeueLocked(source netip.Addr, rest []net.Conn) {
+	l.queued--
+	if l.waiting[source] = rest; len(rest) == 0 {
+		delete(l.waiting, source)
+	}
+}
+
+// victimLocked returns a connection that misbehaves, of another address
+// than source unless alone, or nil; of those unused, the one unused the
+// longest.
+func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) *conn {
 	now := time.Since(l.epoch)
-	for e := l.notUsed.Front(); e != nil; e = e.Next() {
-		c := e.Value.(*conn)
-		holder := l.addresses[c.source]
-		if holder == a && !alone {
-			continue
-		}
-		switch phase(c.phase.Load()) {
-		case handshaking:
-			if c.waitedBy(now) >= Grace {
-				return c
-			}
-		case unused:
-			if time.Since(c.since) >= IdleGrace && holder.unused > KeptAliveAllowance {
-				return c
-			}
+	var victim *conn
+	for c := range l.conns {
+		switch {
+		case c.source == source && !alone: // the newcomer waits for its own
+		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= Grace:
+			return c
+		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&
+			(victim == nil || c.since.Before(victim.since)):
+			victim = c
 		}
 	}
-	return nil
+	return victim
 }
 
-func (l *Listener) addressLocked(source netip.Addr) *address {
-	a := l.addresses[source]
-	if a == nil {
-		a = &address{}
-		l.addresses[source] = a
-	}
-	return a
-}
-
-// handshake completes c's TLS handshake, and hands c to Accept.
+// handshake does c's TLS handshake, and hands c to Accept.
 func (l *Listener) handshake(c *conn) {
 	tc := tls.Server(c, l.tlsConfig)
 	ctx, cancel := context.WithTimeout(context.Background(), HandshakeTimeout)
@@ -350,12 +328,12 @@ func (l *Listener) handshake(c *conn) {
 	cancel()
 	l.mu.Lock()
 	switch {
-	case c.released: // closed for a newcomer
+	case !l.conns[c]: // closed for a newcomer
 		err = net.ErrClosed
 	case err != nil:
 		l.closed["handshake"]++
 	default:
-		c.moveLocked(unused)
+		c.setPhaseLocked(unused)
 	}
 	l.mu.Unlock()
 	if err != nil {
@@ -387,9 +365,9 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	defer l.mu.Unlock()
 	switch state {
 	case http.StateActive:
-		c.moveLocked(serving)
+		c.setPhaseLocked(serving)
 	case http.StateIdle:
-		c.moveLocked(unused)
+		c.setPhaseLocked(unused)
 	case http.StateHijacked, http.StateClosed:
 		c.releaseLocked()
 	}
@@ -404,42 +382,17 @@ func sourceOf(c net.Conn) netip.Addr {
 	return netip.Addr{}
 }
 
-// moveLocked puts c in phase p: at the back of l.notUsed, but when served.
-func (c *conn) moveLocked(p phase) {
-	if c.released {
-		return
-	}
-	holder := c.l.addresses[c.source]
-	if c.elem != nil {
-		if phase(c.phase.Load()) == unused {
-			holder.unused--
-		}
-		c.l.notUsed.Remove(c.elem)
-		c.elem = nil
-	}
+func (c *conn) setPhaseLocked(p phase) {
 	c.phase.Store(int32(p))
-	if p == unused {
-		holder.unused++
-	}
-	if p != serving {
-		c.elem, c.since = c.l.notUsed.PushBack(c), time.Now()
-	}
+	c.since = time.Now()
 }
 
 // releaseLocked gives c's place back.
 func (c *conn) releaseLocked() {
-	if c.released {
-		return
+	if c.l.conns[c] {
+		delete(c.l.conns, c)
+		c.l.signal()
 	}
-	c.moveLocked(serving) // out of the list
-	c.released = true
-	l := c.l
-	l.open--
-	a := l.addresses[c.source]
-	if a.open--; a.open == 0 && a.waiters.Len() == 0 {
-		delete(l.addresses, c.source)
-	}
-	l.signal()
 }
 
 // waitedBy returns how long the server has waited in Read for c's

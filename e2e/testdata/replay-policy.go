@@ -47,6 +47,9 @@ func (p *policy) addFlags(flags *flag.FlagSet) error {
 	)
 }
 
+// reads: this policy reads nothing of the cluster.
+func (p *policy) reads() []read { return nil }
+
 func parseRequired(_ []keyValue, s string) (keyValue, error) {
 	key, value, ok := strings.Cut(s, "=")
 	if !ok || key == "" {

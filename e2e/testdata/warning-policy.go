@@ -18,6 +18,8 @@ type policy struct{}
 
 func (p *policy) addFlags(*flag.FlagSet) error { return nil }
 
+func (p *policy) reads() []read { return nil }
+
 func mutate(policy) admitFunc {
 	return func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		return allowed()

@@ -1,0 +1,115 @@
+package body
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// roomUnit is what one token of room is worth: every buffer size is a
+// multiple of it.
+const roomUnit = 8 << 10
+
+// room is the budget's bytes, as tokens in a channel, taken first come,
+// first served: a body that does not fit waits, and those behind it wait
+// too, so that a large body is not starved by a stream of smaller ones.
+type room struct {
+	capacity int64
+	// turn is held by the one body taking tokens; the others wait for it
+	// in order of arrival, as a channel's senders do.
+	turn    chan struct{}
+	tokens  chan struct{} // one for each roomUnit free
+	waiting atomic.Int64
+
+	mu     sync.Mutex
+	wanted int64 // by the bodies waiting
+	// The pace at which room comes back while bodies wait for it: bytes a
+	// second over the last whole second of waiting (0 until one has
+	// passed), and the second being measured.
+	pace                float64
+	paceSince           time.Time
+	givenSincePaceStart int64
+}
+
+// init makes capacity bytes of room, to the roomUnit below.
+func (r *room) init(capacity int64) {
+	r.capacity, r.turn, r.tokens = capacity/roomUnit*roomUnit, make(chan struct{}, 1), make(chan struct{}, capacity/roomUnit)
+	r.give(r.capacity)
+}
+
+// errLongQueue is a body refused at once: at the pace room has lately come
+// back, the room the bodies waiting ahead of it want, and its own, would
+// take more than half the time it has left, leaving too little to read and
+// answer it.
+type errLongQueue struct {
+	ahead int64
+	wait  time.Duration
+}
+
+func (e *errLongQueue) Error() string {
+	return fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would keep it waiting about %s, more than half the time it has left", e.ahead, e.wait.Round(time.Millisecond))
+}
+
+// take takes n bytes of room, n at most the capacity, waiting its turn and
+// then for room until ctx ends; or it refuses at once (*errLongQueue). A
+// queue whose wait outlasts the deadlines serves every body too late: on
+// one core offered twice what it can answer, 21 % of its peak was answered
+// in time without this refusal (bench/README.md).
+func (r *room) take(ctx context.Context, n int64) error {
+	r.mu.Lock()
+	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {
+		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); 2*wait > time.Until(deadline) {
+			r.mu.Unlock()
+			return &errLongQueue{r.wanted, wait}
+		}
+	}
+	r.wanted += n
+	r.mu.Unlock()
+	r.waiting.Add(1)
+	defer func() {
+		r.waiting.Add(-1)
+		r.mu.Lock()
+		r.wanted -= n
+		r.mu.Unlock()
+	}()
+	select {
+	case r.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-r.turn }()
+	for taken := int64(0); taken < n; taken += roomUnit {
+		select {
+		case <-r.tokens:
+		case <-ctx.Done():
+			r.give(taken)
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// give gives back n bytes taken, and keeps the pace.
+func (r *room) give(n int64) {
+	for left := n; left > 0; left -= roomUnit {
+		r.tokens <- struct{}{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if r.wanted == 0 {
+		r.paceSince, r.givenSincePaceStart = now, 0
+		return
+	}
+	if r.givenSincePaceStart += n; now.Sub(r.paceSince) >= time.Second {
+		r.pace = float64(r.givenSincePaceStart) / now.Sub(r.paceSince).Seconds()
+		r.paceSince, r.givenSincePaceStart = now, 0
+	}
+}
+
+// state returns the bytes held, and how many bodies wait for room.
+func (r *room) state() (held int64, waiting int) {
+	return r.capacity - int64(len(r.tokens))*roomUnit, int(r.waiting.Load())
+}

@@ -1,0 +1,101 @@
+package body
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestRoomFirstComeFirstServed: a large take that does not fit waits, and
+// a smaller one behind it waits too, though it would fit: a stream of
+// small bodies cannot starve a large one. Once room is given back, they
+// are served in order.
+func TestRoomFirstComeFirstServed(t *testing.T) {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 60*roomUnit); err != nil {
+		t.Fatal(err)
+	}
+	order := make(chan string, 2)
+	go func() {
+		if r.take(context.Background(), 80*roomUnit) == nil {
+			order <- "large"
+		}
+	}()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	go func() {
+		if r.take(context.Background(), 20*roomUnit) == nil {
+			order <- "small"
+		}
+	}()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 2 })
+	select {
+	case got := <-order:
+		t.Fatalf("the %s take was served while 60 of 100 units were held, want both to wait: the small one behind the large", got)
+	case <-time.After(50 * time.Millisecond):
+	}
+	r.give(60 * roomUnit)
+	if first := <-order; first != "large" {
+		t.Errorf("served first: %s, want the large take, which came first", first)
+	}
+	r.give(80 * roomUnit)
+	if second := <-order; second != "small" {
+		t.Errorf("served second: %s, want the small take", second)
+	}
+}
+
+// TestRoomGivesUpAtItsDeadline: a take that finds no room by ctx's end
+// fails, takes nothing, and lets the next in.
+func TestRoomGivesUpAtItsDeadline(t *testing.T) {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := r.take(ctx, 10*roomUnit); err == nil {
+		t.Fatal("a take with no room before its deadline succeeded, want it to fail")
+	}
+	r.give(100 * roomUnit)
+	if held, _ := r.state(); held != 0 {
+		t.Errorf("%d held after the failed take and the give, want 0", held)
+	}
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+		t.Errorf("the next take: %v, want room", err)
+	}
+}
+
+// TestLongQueueRefusedAtOnce: behind bodies waiting for room, a body that
+// would wait, at the pace room has come back, more than half the time it
+// has left is refused at once; one with the time to wait waits.
+func TestLongQueueRefusedAtOnce(t *testing.T) {
+	r := &NewBudget(100 * roomUnit).room
+	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+		t.Fatal(err)
+	}
+	r.pace = 10 * roomUnit // a second
+	ahead := make(chan error, 1)
+	go func() { ahead <- r.take(context.Background(), 10*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+
+	// 20 units at 10 a second: 2 s of waiting.
+	short, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	// Had it waited, no room coming back, its deadline would have ended it.
+	var long *errLongQueue
+	if err := r.take(short, 10*roomUnit); !errors.As(err, &long) {
+		t.Fatalf("a body with 3 s left behind 2 s of waiting: got %v, want it refused at once as a long queue", err)
+	}
+	roomy, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- r.take(roomy, 10*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 2 })
+	r.give(100 * roomUnit)
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("a body with a minute left: got %v, want it to wait for its room", err)
+	}
+}

@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestBurstServed has the apiserver send the webhook, run as the
+// Deployment runs it, bursts of 600 and 1,000 writes at once, each
+// reviewed by every deployed webhook: more calls in flight than the
+// webhook holds connections (256), as the apiserver opens a connection for
+// each, with no cap of its own (CONTRACT.md). Every write succeeds, under
+// failurePolicy Fail, while other clients use the port as in a cluster: a
+// Pod keeping a few connections alive, and the kubelet probing /ping on a
+// new connection every 100 ms. None of their connections is closed, and
+// every probe is answered. The suite's admin is exempt from API Priority
+// and Fairness, as a controller's requests at a high priority level are,
+// so each burst reaches the webhook at once.
+func TestBurstServed(t *testing.T) {
+	scope := newScope(t, "burst")
+	w, metricsAddr, _ := startAsDeployed(t)
+	registerDeployed(t, w, scope, hookOptions{timeout: 10, failurePolicy: "Fail"})
+	mark := apiserver.logMark()
+	_, port, err := net.SplitHostPort(w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	pod := keepAlive(t, w, "127.0.0.2", 8)
+	probes, stopProbing := probe(t, w, "127.0.0.3", 100*time.Millisecond)
+	defer stopProbing()
+
+	for _, n := range []int{600, 1000} {
+		// What each request acts on is stored first, so that the burst is
+		// of the requests themselves.
+		var requests []*preparedRequest
+		for i := range n {
+			for _, r := range scope.admittedThroughAll(fmt.Sprintf("burst-%d-%d", n, i)) {
+				if err := r.storeFirst(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				requests = append(requests, r)
+			}
+		}
+		sampled := sampleAPIServerConnections(t, port)
+		errs := make([]error, len(requests))
+		var wg sync.WaitGroup
+		began := time.Now()
+		for i, r := range requests {
+			wg.Go(func() { errs[i] = r.send(context.Background(), false) })
+		}
+		wg.Wait()
+		took := time.Since(began)
+		_, most := sampled()
+		failed := 0
+		for i, err := range errs {
+			if err != nil {
+				if failed++; failed <= 5 {
+					t.Errorf("the %s failed in the burst of %d: %v", requests[i], n, err)
+				}
+			}
+		}
+		m := scrape(t, "http://"+metricsAddr+"/metrics")
+		t.Logf("a burst of %d writes: %d failed, in %s; the apiserver held up to %d connections to the webhook; the webhook: %v waiting for a place at the end, connections closed %v shed, %v stalled, %v idle, %v in their handshake",
+			len(requests), failed, took.Round(time.Millisecond), most, m["webhook_connections_waiting"],
+			m[`webhook_connections_closed_total{reason="shed"}`], m[`webhook_connections_closed_total{reason="stalled"}`], m[`webhook_connections_closed_total{reason="idle"}`], m[`webhook_connections_closed_total{reason="handshake"}`])
+		if failed > 0 {
+			t.Errorf("%d of %d writes failed in the burst, want none", failed, len(requests))
+		}
+		if n == 1000 && most <= 256 {
+			t.Errorf("the apiserver held at most %d connections to the webhook, want more than its 256 places: the burst did not press on them", most)
+		}
+	}
+	for i, c := range pod {
+		if _, err := get(c, "/ping"); err != nil {
+			t.Errorf("the Pod's kept-alive connection %d after the bursts: %v, want it open and answered", i, err)
+		}
+	}
+	stopProbing()
+	p := probes()
+	t.Logf("the kubelet's probes: %d answered, slowest %s; %d failed", p.answered, p.slowest.Round(time.Millisecond), len(p.failed))
+	for _, err := range p.failed {
+		t.Errorf("a probe of /ping during the bursts: %v", err)
+	}
+	noFailedCalls(t, mark)
+}
+
+// keepAlive opens n connections to w from the loopback address from, each
+// kept alive after one GET /ping, as a Pod's client keeps them.
+func keepAlive(t *testing.T, w *webhookServer, from string, n int) []*tls.Conn {
+	t.Helper()
+	var conns []*tls.Conn
+	for range n {
+		c := dialTLSFrom(t, w, from)
+		if _, err := get(c, "/ping"); err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// dialTLSFrom opens a TLS connection to w from the loopback address from,
+// closed when the test ends.
+func dialTLSFrom(t *testing.T, w *webhookServer, from string) *tls.Conn {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(w.caPEM)
+	host, _, _ := net.SplitHostPort(w.addr)
+	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}, Config: &tls.Config{RootCAs: pool, ServerName: host}}
+	c, err := d.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.(*tls.Conn)
+}
+
+// get sends GET path on c and returns the answer's body, or an error for
+// an answer other than 200.
+func get(c net.Conn, path string) (string, error) {
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: webhook\r\n\r\n", path)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("HTTP %d %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+	return string(b), err
+}
+
+// probeResults is what a prober saw.
+type probeResults struct {
+	answered int
+	slowest  time.Duration
+	failed   []error
+}
+
+// probe gets /ping from w every interval, from the loopback address from,
+// on a new connection each time, as the kubelet probes, until stop is
+// called; results then says what it saw. Its timeout is 5 s, not the
+// kubelet's default 1 s: the apiserver, etcd and the webhook share two
+// cores here, and a probe's place is what this checks, not the machine's
+// speed; results gives the slowest.
+func probe(t *testing.T, w *webhookServer, from string, interval time.Duration) (results func() probeResults, stop func()) {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(w.caPEM)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, TLSClientConfig: &tls.Config{RootCAs: pool},
+		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext}}
+	var r probeResults
+	var mu sync.Mutex
+	var stopped atomic.Bool
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for !stopped.Load() {
+			start := time.Now()
+			resp, err := client.Get("https://" + w.addr + "/ping")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("HTTP %d", resp.StatusCode)
+				}
+			}
+			mu.Lock()
+			if err != nil {
+				r.failed = append(r.failed, err)
+			} else {
+				r.answered++
+				r.slowest = max(r.slowest, time.Since(start))
+			}
+			mu.Unlock()
+			time.Sleep(interval)
+		}
+	}()
+	stop = func() { stopped.Store(true); <-done }
+	return func() probeResults { mu.Lock(); defer mu.Unlock(); return r }, stop
+}

@@ -1,0 +1,354 @@
+package kubeclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/webhook/jsonfield"
+)
+
+// Client sends GET, LIST and WATCH requests to one apiserver, over one
+// HTTP/2 connection where the apiserver offers it (it does), pinged when
+// idle so that a connection that died without a word (a node lost, a NAT
+// entry dropped) is found within pingTimeout and replaced.
+type Client struct {
+	cfg       *Config
+	http      *http.Client
+	userAgent string
+}
+
+const (
+	// pingInterval and pingTimeout are the HTTP/2 health check of a
+	// connection that has read nothing for pingInterval, as client-go sets
+	// them (ReadIdleTimeout 30 s, PingTimeout 15 s in
+	// k8s.io/client-go/transport, http2 configuration): a watch hears at
+	// least a bookmark a minute, and a dead connection fails within 45 s.
+	pingInterval = 30 * time.Second
+	pingTimeout  = 15 * time.Second
+
+	// errorBodyBytes is as much of a refusal's body as is read for its
+	// Status: the apiserver's are a few hundred bytes.
+	errorBodyBytes = 64 << 10
+
+	// handshakeTimeout and idleTimeout are client-go's transport's
+	// (k8s.io/client-go/transport/cache.go, and apimachinery's
+	// SetTransportDefaults): the apiserver answers a handshake in
+	// milliseconds, and the watch keeps the connection busy.
+	handshakeTimeout = 10 * time.Second
+	idleTimeout      = 90 * time.Second
+)
+
+// New returns a client of the apiserver cfg names, failing if its CA or
+// client certificate does not load. userAgent names the client in the
+// apiserver's audit log and metrics.
+func New(cfg *Config, userAgent string) (*Client, error) {
+	tlsConfig, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	transport := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		TLSClientConfig:     tlsConfig,
+		TLSHandshakeTimeout: handshakeTimeout,
+		ForceAttemptHTTP2:   true, // a TLSClientConfig of one's own turns it off otherwise
+		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingInterval, PingTimeout: pingTimeout},
+		IdleConnTimeout:     idleTimeout,
+	}
+	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent}, nil
+}
+
+// Resource names what a request reads: a resource of a group and version,
+// in one namespace or, with Namespace "", in all.
+type Resource struct {
+	Group, Version, Resource string
+	Namespace                string
+}
+
+func (r Resource) String() string {
+	s := r.Resource
+	if r.Group != "" {
+		s += "." + r.Group
+	}
+	if r.Namespace != "" {
+		s += " in namespace " + r.Namespace
+	}
+	return s
+}
+
+// path is r's URL path: /api/v1 for the core group, /apis/GROUP/VERSION
+// for the others, then the namespace, the resource and a name.
+func (r Resource) path(namespace, name string) string {
+	p := "/apis/" + r.Group + "/" + r.Version
+	if r.Group == "" {
+		p = "/api/" + r.Version
+	}
+	if namespace != "" {
+		p += "/namespaces/" + url.PathEscape(namespace)
+	}
+	p += "/" + r.Resource
+	if name != "" {
+		p += "/" + url.PathEscape(name)
+	}
+	return p
+}
+
+// Get returns the object name of r in namespace ("" for a kind of cluster
+// scope), as its JSON, read from etcd (resourceVersion unset: the apiserver
+// answers as of now, not from its watch cache). An object that does not
+// exist is an error for which apierrors.IsNotFound is true.
+func (c *Client) Get(ctx context.Context, r Resource, namespace, name string) ([]byte, error) {
+	resp, err := c.get(ctx, r.path(namespace, name), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
+// ListOptions are what a list asks for: the resourceVersion it is served
+// at ("0": whatever the apiserver's watch cache holds, the cheapest; "":
+// as of now, from etcd; else at least as new as that), and Limit objects a
+// page (0: all at once).
+type ListOptions struct {
+	ResourceVersion string
+	Limit           int64
+}
+
+// List lists r page by page, handing each object to each as its JSON,
+// which is valid only until each returns: the buffer is reused for the
+// next, so that a list holds one object in memory at a time, however many
+// the apiserver sends. It returns the list's resourceVersion, from which a
+// watch carries on. An error of each stops it, and is returned.
+func (c *Client) List(ctx context.Context, r Resource, opts ListOptions, each func(object []byte) error) (resourceVersion string, err error) {
+	continueToken := ""
+	var object json.RawMessage
+	for {
+		q := url.Values{}
+		if opts.Limit > 0 {
+			q.Set("limit", strconv.FormatInt(opts.Limit, 10))
+		}
+		if continueToken != "" {
+			q.Set("continue", continueToken) // a page after the first is at the first's resourceVersion
+		} else if opts.ResourceVersion != "" {
+			q.Set("resourceVersion", opts.ResourceVersion)
+		}
+		resp, err := c.get(ctx, r.path(r.Namespace, ""), q)
+		if err != nil {
+			return "", err
+		}
+		meta, err := readList(resp.Body, &object, each)
+		resp.Body.Close()
+		if err != nil {
+			return "", fmt.Errorf("listing %s: %w", r, err)
+		}
+		if meta.Continue == "" {
+			return meta.ResourceVersion, nil
+		}
+		continueToken = meta.Continue
+	}
+}
+
+// readList reads a list's JSON from body, an object at a time into
+// object, whose buffer it reuses, and returns its metadata, wherever it
+// comes (the apiserver writes it before the items).
+func readList(body io.Reader, object *json.RawMessage, each func([]byte) error) (metav1.ListMeta, error) {
+	var meta metav1.ListMeta
+	dec := json.NewDecoder(body)
+	if err := expectDelim(dec, '{'); err != nil {
+		return meta, err
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return meta, err
+		}
+		switch key {
+		case "metadata":
+			if err := dec.Decode(&meta); err != nil {
+				return meta, fmt.Errorf("metadata: %w", err)
+			}
+		case "items":
+			if err := readItems(dec, object, each); err != nil {
+				return meta, err
+			}
+		default:
+			var skipped json.RawMessage
+			if err := dec.Decode(&skipped); err != nil {
+				return meta, err
+			}
+		}
+	}
+	return meta, expectDelim(dec, '}')
+}
+
+func readItems(dec *json.Decoder, object *json.RawMessage, each func([]byte) error) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if t == nil { // "items": null, an empty list
+		return nil
+	}
+	if d, ok := t.(json.Delim); !ok || d != '[' {
+		return fmt.Errorf("items is %v, not a list", t)
+	}
+	for dec.More() {
+		*object = (*object)[:0]
+		if err := dec.Decode(object); err != nil {
+			return fmt.Errorf("items: %w", err)
+		}
+		if err := each(*object); err != nil {
+			return err
+		}
+	}
+	return expectDelim(dec, ']')
+}
+
+func expectDelim(dec *json.Decoder, want json.Delim) error {
+	t, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := t.(json.Delim); !ok || d != want {
+		return fmt.Errorf("got %v where the JSON should have %v", t, want)
+	}
+	return nil
+}
+
+// Watch watches r from resourceVersion, with bookmarks, for timeout (the
+// apiserver then ends the watch, as client-go's reflector asks it to, to
+// spread its watchers' reconnections); it returns once the apiserver has
+// answered, with the stream of events. An answer other than 200 is an
+// error with the apiserver's Status (apierrors.IsResourceExpired: 410,
+// the resourceVersion is too old).
+func (c *Client) Watch(ctx context.Context, r Resource, resourceVersion string, timeout time.Duration) (*Watch, error) {
+	q := url.Values{}
+	q.Set("watch", "true")
+	q.Set("resourceVersion", resourceVersion)
+	q.Set("allowWatchBookmarks", "true")
+	q.Set("timeoutSeconds", strconv.Itoa(int(timeout.Seconds())))
+	resp, err := c.get(ctx, r.path(r.Namespace, ""), q)
+	if err != nil {
+		return nil, err
+	}
+	return &Watch{body: resp.Body, dec: json.NewDecoder(resp.Body)}, nil
+}
+
+// Watch is a watch's stream of events.
+type Watch struct {
+	body  io.ReadCloser
+	dec   *json.Decoder
+	event struct {
+		Type   string          `json:"type"`
+		Object json.RawMessage `json:"object"`
+	}
+}
+
+// Event is one event of a watch: Type is ADDED, MODIFIED, DELETED or
+// BOOKMARK, Object the object's JSON (a bookmark's holds only its
+// metadata.resourceVersion), valid until the next call of Next, and
+// ResourceVersion its metadata.resourceVersion.
+type Event struct {
+	Type            string
+	Object          []byte
+	ResourceVersion string
+}
+
+// Next returns the next event. At the end of the watch, the apiserver
+// having closed it at its timeout, it returns io.EOF. An ERROR event is
+// returned as an error with its Status (a 410 when the watch's
+// resourceVersion has been compacted away while it ran).
+func (w *Watch) Next() (Event, error) {
+	w.event.Type, w.event.Object = "", w.event.Object[:0]
+	if err := w.dec.Decode(&w.event); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Event{}, io.EOF
+		}
+		return Event{}, fmt.Errorf("reading the watch: %w", err)
+	}
+	if w.event.Type == "ERROR" {
+		var status metav1.Status
+		if err := json.Unmarshal(w.event.Object, &status); err != nil {
+			return Event{}, fmt.Errorf("the watch sent an ERROR event that is not a Status: %w", err)
+		}
+		return Event{}, apierrors.FromObject(&status)
+	}
+	rv, err := resourceVersionOf(w.event.Object)
+	if err != nil {
+		return Event{}, fmt.Errorf("a %s event: %w", w.event.Type, err)
+	}
+	return Event{Type: w.event.Type, Object: w.event.Object, ResourceVersion: rv}, nil
+}
+
+// Close ends the watch.
+func (w *Watch) Close() error { return w.body.Close() }
+
+// resourceVersionOf returns an object's metadata.resourceVersion, reading
+// it only as far as its metadata.
+func resourceVersionOf(object []byte) (string, error) {
+	meta, found, err := jsonfield.Top(object, "metadata")
+	if err != nil || !found {
+		return "", fmt.Errorf("the object has no metadata (%v)", err)
+	}
+	fields, err := jsonfield.Members(meta, "resourceVersion")
+	if err != nil || fields[0] == nil {
+		return "", fmt.Errorf("the object has no metadata.resourceVersion (%v)", err)
+	}
+	var rv string
+	if err := json.Unmarshal(fields[0], &rv); err != nil {
+		return "", fmt.Errorf("metadata.resourceVersion: %w", err)
+	}
+	return rv, nil
+}
+
+// get sends a GET of path with query and the credentials, and returns the
+// response when it is 200; any other answer is an error carrying the
+// apiserver's Status when it sent one.
+func (c *Client) get(ctx context.Context, path string, query url.Values) (*http.Response, error) {
+	target := c.cfg.Server + path
+	if len(query) > 0 {
+		target += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.userAgent)
+	token, err := c.cfg.token()
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode == http.StatusOK {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyBytes))
+	var status metav1.Status
+	if json.Unmarshal(body, &status) != nil || status.Kind != "Status" {
+		status = metav1.Status{Status: metav1.StatusFailure, Code: int32(resp.StatusCode), Reason: apierrors.ReasonForError(nil),
+			Message: fmt.Sprintf("the apiserver answered GET %s with %s: %s", path, resp.Status, bytes.TrimSpace(body[:min(len(body), 256)]))}
+	}
+	if status.Code == 0 {
+		status.Code = int32(resp.StatusCode)
+	}
+	return nil, apierrors.FromObject(&status)
+}

@@ -1,0 +1,488 @@
+package kubeclient
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+)
+
+// fakeAPIServer serves one resource, configmaps, as the kube-apiserver
+// does, for the client's tests: lists page by page, watches that send what
+// the test queues, and refusals. It records each request.
+type fakeAPIServer struct {
+	*httptest.Server
+	mu        sync.Mutex
+	objects   map[string]int // name → its resourceVersion
+	rv        int            // the latest resourceVersion
+	requests  []string       // "LIST rv=0 limit=500", "WATCH rv=3", "GET a"
+	tokens    []string       // the bearer token of each request
+	events    chan string    // watch events to send, as JSON
+	refuse    map[string]int // the next request of a kind, LIST or WATCH, is answered with this code
+	watchGone bool           // the next watch sends an ERROR event of 410 and ends
+}
+
+func newFakeAPIServer(t *testing.T) *fakeAPIServer {
+	f := &fakeAPIServer{objects: map[string]int{}, events: make(chan string, 100), refuse: map[string]int{}}
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.EnableHTTP2 = true
+	f.StartTLS()
+	t.Cleanup(func() { close(f.events); f.Close() })
+	return f
+}
+
+func (f *fakeAPIServer) add(names ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range names {
+		f.rv++
+		f.objects[n] = f.rv
+	}
+}
+
+func object(name string, rv int) string {
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":%q,"namespace":"ns","resourceVersion":"%d"},"data":{"a":"b"}}`, name, rv)
+}
+
+// event queues a watch event of the object name, at a new
+// resourceVersion.
+func (f *fakeAPIServer) event(eventType, name string) {
+	f.mu.Lock()
+	f.rv++
+	rv := f.rv
+	f.mu.Unlock()
+	f.events <- fmt.Sprintf(`{"type":%q,"object":%s}`, eventType, object(name, rv))
+}
+
+func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	kind := "LIST"
+	switch {
+	case q.Get("watch") == "true":
+		kind = "WATCH"
+	case !strings.HasSuffix(r.URL.Path, "/configmaps"):
+		kind = "GET"
+	}
+	f.mu.Lock()
+	f.requests = append(f.requests, fmt.Sprintf("%s rv=%s limit=%s continue=%s", kind, q.Get("resourceVersion"), q.Get("limit"), q.Get("continue")))
+	f.tokens = append(f.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+	code, refused := f.refuse[kind]
+	delete(f.refuse, kind)
+	gone := kind == "WATCH" && f.watchGone
+	f.watchGone = f.watchGone && !gone
+	f.mu.Unlock()
+	if refused {
+		w.WriteHeader(code)
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,"reason":"Expired","message":"refused by the test"}`, code)
+		return
+	}
+	switch kind {
+	case "GET":
+		name := r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+		f.mu.Lock()
+		rv, ok := f.objects[name]
+		f.mu.Unlock()
+		if !ok {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"configmaps %q not found"}`, name)
+			return
+		}
+		fmt.Fprint(w, object(name, rv))
+	case "LIST":
+		f.mu.Lock()
+		names := slices.Sorted(func(yield func(string) bool) {
+			for n := range f.objects {
+				if !yield(n) {
+					return
+				}
+			}
+		})
+		start, _ := strconv.Atoi(q.Get("continue"))
+		limit, _ := strconv.Atoi(q.Get("limit"))
+		end := len(names)
+		if limit > 0 {
+			end = min(start+limit, len(names))
+		}
+		items := make([]string, 0, end-start)
+		for _, n := range names[start:end] {
+			items = append(items, object(n, f.objects[n]))
+		}
+		next := ""
+		if end < len(names) {
+			next = strconv.Itoa(end)
+		}
+		rv := f.rv
+		f.mu.Unlock()
+		fmt.Fprintf(w, `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"%d","continue":%q},"items":[%s]}`, rv, next, strings.Join(items, ","))
+	case "WATCH":
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		if gone {
+			fmt.Fprint(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version"}}`)
+			return
+		}
+		timeout, _ := strconv.Atoi(q.Get("timeoutSeconds"))
+		end := time.After(time.Duration(timeout) * time.Second)
+		for {
+			select {
+			case e, ok := <-f.events:
+				if !ok || e == "END" {
+					return
+				}
+				fmt.Fprintln(w, e)
+				w.(http.Flusher).Flush()
+			case <-end:
+				return
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}
+}
+
+func (f *fakeAPIServer) requested() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.requests)
+}
+
+// config is a client configuration for f with token.
+func (f *fakeAPIServer) config(t *testing.T, token string) *Config {
+	t.Helper()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
+	return &Config{Server: f.URL, CAData: ca, Token: token, Source: "test"}
+}
+
+// mapStore is a Store of objects' names and resourceVersions.
+type mapStore struct {
+	mu      sync.Mutex
+	objects map[string]string
+	fail    string // an object whose name this is does not decode
+}
+
+func (s *mapStore) Replace(list func(add func([]byte) error) error) error {
+	next := map[string]string{}
+	if err := list(func(object []byte) error { return s.put(next, "ADDED", object) }); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.objects = next
+	return nil
+}
+
+func (s *mapStore) Apply(eventType string, object []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.put(s.objects, eventType, object)
+}
+
+func (s *mapStore) put(into map[string]string, eventType string, object []byte) error {
+	var o struct {
+		Metadata struct{ Name, ResourceVersion string }
+	}
+	if err := json.Unmarshal(object, &o); err != nil {
+		return err
+	}
+	if o.Metadata.Name == s.fail {
+		return fmt.Errorf("object %s does not decode", o.Metadata.Name)
+	}
+	if eventType == "DELETED" {
+		delete(into, o.Metadata.Name)
+		return nil
+	}
+	into[o.Metadata.Name] = o.Metadata.ResourceVersion
+	return nil
+}
+
+func (s *mapStore) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(func(yield func(string) bool) {
+		for n := range s.objects {
+			if !yield(n) {
+				return
+			}
+		}
+	})
+}
+
+var configMaps = Resource{Version: "v1", Resource: "configmaps"}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
+
+// TestListPages lists 1,201 objects 500 a page: three requests, the first
+// at the resourceVersion asked for and the others at the continue token
+// alone, as the apiserver requires; every object is handed over once, and
+// the list's resourceVersion is returned.
+func TestListPages(t *testing.T) {
+	f := newFakeAPIServer(t)
+	for i := range 1201 {
+		f.add(fmt.Sprintf("cm-%04d", i))
+	}
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	rv, err := c.List(context.Background(), configMaps, ListOptions{ResourceVersion: "0", Limit: 500}, func(object []byte) error {
+		var o struct{ Metadata struct{ Name string } }
+		if err := json.Unmarshal(object, &o); err != nil {
+			return err
+		}
+		seen[o.Metadata.Name] = true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1201 || rv != "1201" {
+		t.Errorf("got %d objects at resourceVersion %s, want 1201 at 1201", len(seen), rv)
+	}
+	want := []string{"LIST rv=0 limit=500 continue=", "LIST rv= limit=500 continue=500", "LIST rv= limit=500 continue=1000"}
+	if got := f.requested(); !slices.Equal(got, want) {
+		t.Errorf("got requests %q, want %q", got, want)
+	}
+}
+
+// TestGetNotFound: a GET of what does not exist is an error for which
+// apierrors.IsNotFound is true, carrying the apiserver's message.
+func TestGetNotFound(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("there")
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := c.Get(context.Background(), configMaps, "ns", "there"); err != nil || !strings.Contains(string(b), `"name":"there"`) {
+		t.Errorf("GET there: got %s, %v", b, err)
+	}
+	_, err = c.Get(context.Background(), configMaps, "ns", "missing")
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `configmaps "missing" not found`) {
+		t.Errorf("GET missing: got %v, want NotFound with the apiserver's message", err)
+	}
+}
+
+// TestReflector runs a Reflector against the fake: it lists at "0", is
+// synced, applies watch events, follows a bookmark's resourceVersion,
+// opens the watch again without a list when it ends, and after a 410
+// lists again at the last resourceVersion; a list refused with 410 falls
+// back to a list as of now. The health says not synced until the first
+// list, and the watch open while it is.
+func TestReflector(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a", "b")
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &mapStore{}
+	r := NewReflector(c, configMaps, store, slog.New(slog.DiscardHandler))
+	if h := r.Health(); h.Synced || h.Since.IsZero() {
+		t.Errorf("before Run: got %+v, want not synced, not watching", h)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	waitUntil(t, "the watch to open", func() bool { h := r.Health(); return h.Synced && h.Since.IsZero() })
+	if got := store.names(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("after the list: got %v, want a b", got)
+	}
+
+	f.event("ADDED", "c")
+	f.event("DELETED", "a")
+	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"40"}}}`
+	waitUntil(t, "the events", func() bool { return slices.Equal(store.names(), []string{"b", "c"}) })
+	f.events <- "END" // the watch's timeout
+	waitUntil(t, "a second watch", func() bool { return len(f.requested()) >= 3 })
+	if got := f.requested()[1:3]; got[0] != "WATCH rv=2 limit= continue=" || got[1] != "WATCH rv=40 limit= continue=" {
+		t.Errorf("got %q, want a watch from the list's resourceVersion, then one from the bookmark's, with no list", got)
+	}
+
+	// 410 on the watch: a list at the last resourceVersion; that list
+	// refused with 410: a list as of now, paged.
+	f.mu.Lock()
+	f.watchGone = true
+	f.refuse["LIST"] = http.StatusGone
+	f.mu.Unlock()
+	f.events <- "END"
+	waitUntil(t, "the relists", func() bool { return len(f.requested()) >= 7 })
+	want := []string{"WATCH rv=40 limit= continue=", "LIST rv=40 limit= continue=", "LIST rv= limit=500 continue=", "WATCH rv=4 limit= continue="}
+	if got := f.requested()[3:7]; !slices.Equal(got, want) {
+		t.Errorf("after a 410: got %q, want %q", got, want)
+	}
+	if h := r.Health(); !h.Synced || h.Lists != 3 || h.Watches != 4 {
+		t.Errorf("got %+v, want synced after 3 lists and 4 watches", h)
+	}
+}
+
+// TestReflectorKeepsTheStoreOnFailure: an object the store cannot take
+// fails the list, which is retried after the backoff: the store keeps
+// what it had, and the health says why.
+func TestReflectorKeepsTheStoreOnFailure(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a", "bad")
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := &mapStore{fail: "bad"}
+	r := NewReflector(c, configMaps, store, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go r.Run(ctx)
+	waitUntil(t, "a failure", func() bool { return r.Health().Err != nil })
+	if h := r.Health(); h.Synced || !strings.Contains(h.Err.Error(), "object bad does not decode") || store.names() != nil {
+		t.Errorf("got %+v and store %v, want not synced, the store empty, and why", h, store.names())
+	}
+}
+
+// TestTokenFileIsReadAgain: a token file rewritten, as kubelet rotates a
+// ServiceAccount token, is sent from the next request on.
+func TestTokenFileIsReadAgain(t *testing.T) {
+	f := newFakeAPIServer(t)
+	cfg := f.config(t, "")
+	cfg.TokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.TokenFile, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(cfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := func() {
+		if _, err := c.List(context.Background(), configMaps, ListOptions{}, func([]byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list()
+	if err := os.WriteFile(cfg.TokenFile, []byte("second"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list()
+	if got := f.tokens; !slices.Equal(got, []string{"first", "second"}) {
+		t.Errorf("got tokens %q, want first, then second", got)
+	}
+}
+
+// TestLoadKubeconfig reads a kubeconfig's current context, files relative
+// to it, and refuses what the webhook cannot do, naming the file and the
+// entry.
+func TestLoadKubeconfig(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	f := newFakeAPIServer(t)
+	write("ca.crt", string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})))
+	write("token", "from-a-file")
+	const base = `apiVersion: v1
+kind: Config
+current-context: webhook
+contexts:
+- name: other
+  context: {cluster: nowhere, user: nobody}
+- name: webhook
+  context: {cluster: test, user: reader}
+clusters:
+- name: test
+  cluster:
+    server: %s
+    certificate-authority: ca.crt
+users:
+- name: reader
+  user:
+%s
+`
+	good := write("good.yaml", fmt.Sprintf(base, f.URL, "    tokenFile: token"))
+	cfg, err := LoadKubeconfig(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TokenFile != filepath.Join(dir, "token") || cfg.Server != f.URL || !strings.Contains(cfg.Source, "context webhook") {
+		t.Errorf("got %+v", cfg)
+	}
+	c, err := New(cfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.List(context.Background(), configMaps, ListOptions{}, func([]byte) error { return nil }); err != nil {
+		t.Fatalf("listing through the kubeconfig: %v", err)
+	}
+	if f.tokens[0] != "from-a-file" {
+		t.Errorf("got token %q, want the file's", f.tokens[0])
+	}
+
+	for _, tc := range []struct{ name, server, user, want string }{
+		{"exec", f.URL, "    exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}", `user "reader" authenticates with an exec plugin (aws)`},
+		{"auth-provider", f.URL, "    auth-provider: {name: oidc}", `auth-provider "oidc"`},
+		{"basic", f.URL, "    username: a\n    password: b", "no basic auth"},
+		{"nothing", f.URL, "    {}", "no token, tokenFile or client certificate"},
+		{"cert without key", f.URL, "    client-certificate: ca.crt", "without its key"},
+		{"http", "http://127.0.0.1:1", "    token: t", "is not https"},
+	} {
+		path := write(tc.name+".yaml", fmt.Sprintf(base, tc.server, tc.user))
+		_, err := LoadKubeconfig(path)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), path) {
+			t.Errorf("%s: got %v, want an error naming %s and saying %q", tc.name, err, path, tc.want)
+		}
+	}
+	missing := write("missing-context.yaml", "current-context: gone\n")
+	if _, err := LoadKubeconfig(missing); err == nil || !strings.Contains(err.Error(), `current-context "gone" is not among its contexts`) {
+		t.Errorf("got %v", err)
+	}
+}
+
+// TestInCluster reads a Pod's configuration, and says what is missing
+// outside one.
+func TestInCluster(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "443"}
+	getenv := func(k string) string { return env[k] }
+	if _, err := inClusterFrom(dir, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "not in a Pod") {
+		t.Errorf("without the environment: got %v", err)
+	}
+	if _, err := inClusterFrom(dir, getenv); err == nil || !strings.Contains(err.Error(), "automountServiceAccountToken: true") {
+		t.Errorf("without a token: got %v", err)
+	}
+	for _, f := range []string{"token", "ca.crt"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := inClusterFrom(dir, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Server != "https://[fd00::1]:443" || cfg.TokenFile != filepath.Join(dir, "token") {
+		t.Errorf("got %+v", cfg)
+	}
+}
+
+var _ io.Closer = (*Watch)(nil)

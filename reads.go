@@ -1,0 +1,496 @@
+package main
+
+// What the policy reads of the cluster (policy.reads), and the three ways
+// its views are made through the one door, the policy value its makers
+// take: kept in step with the apiserver by the server (watchCluster),
+// filled from objects by a test, and from files by `webhook review
+// -cluster` (fillViews); and `webhook reads`, which prints the kinds and
+// the RBAC that lets the webhook read exactly them (deploy/render.sh).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/example/webhook/kubeclient"
+	"github.com/example/webhook/promtext"
+)
+
+// clusterKind names a kind the policy reads, as a manifest names it.
+type clusterKind struct {
+	// APIVersion and Kind are the objects', such as "v1" and
+	// "ServiceAccount", or "apps/v1" and "Deployment".
+	APIVersion, Kind string
+	// Resource is the kind's plural in the API; "" guesses it from Kind
+	// (lowercase, +s, +es after s, y→ies), right for the built-in kinds.
+	Resource string
+	// Namespace, when set, is the one namespace read, with a Role there;
+	// "" reads every namespace, with a ClusterRole.
+	Namespace string
+	// MaxStale is how long lookups answer after the view last heard from
+	// the apiserver; 0 is defaultMaxStale (30 s).
+	MaxStale time.Duration
+}
+
+func (k clusterKind) String() string { return k.resource().String() }
+
+// resource is what the apiserver serves k as.
+func (k clusterKind) resource() kubeclient.Resource {
+	gv, _ := schema.ParseGroupVersion(k.APIVersion) // checkReads has checked it
+	plural := k.Resource
+	if plural == "" {
+		guessed, _ := meta.UnsafeGuessKindToResource(gv.WithKind(k.Kind))
+		plural = guessed.Resource
+	}
+	return kubeclient.Resource{Group: gv.Group, Version: gv.Version, Resource: plural, Namespace: k.Namespace}
+}
+
+func (k clusterKind) maxStale() time.Duration {
+	if k.MaxStale > 0 {
+		return k.MaxStale
+	}
+	return defaultMaxStale
+}
+
+// read is one kind the policy reads, as readInto declares it: the kind,
+// and how to make the view the policy holds of it.
+type read struct {
+	kind    clusterKind
+	indexes []string // the names of its indexes
+	// makeView makes a new view of the kind, as current as health says
+	// and asking fetch for what it lacks (nil: nothing), sets the
+	// policy's field to it and returns it.
+	makeView func(health func() kubeclient.Health, fetch func(context.Context, string, string) ([]byte, error)) viewStore
+}
+
+// viewStore is a view of any T, as the plumbing keeps it in step.
+type viewStore interface {
+	kubeclient.Store
+	size() int
+}
+
+// readInto declares that the policy reads kind, keeping of each object
+// what T holds, and gives the policy its view in *field, with the indexes
+// indexBy defines. policy.reads returns one for each kind.
+func readInto[T any](field **view[T], kind clusterKind, indexes ...viewIndex[T]) read {
+	names := make([]string, len(indexes))
+	for i, x := range indexes {
+		names[i] = x.name
+	}
+	return read{kind: kind, indexes: names, makeView: func(health func() kubeclient.Health, fetch func(context.Context, string, string) ([]byte, error)) viewStore {
+		v := newView(kind, indexes, health, fetch)
+		*field = v
+		return v
+	}}
+}
+
+// checkReads checks what the policy reads, as the server starts: each kind
+// named as a manifest names it, read once, each index named once. A
+// mistake stops the server, naming the kind.
+func checkReads(reads []read) error {
+	var errs []error
+	seen := map[clusterKind]bool{}
+	for _, r := range reads {
+		k := r.kind
+		key := clusterKind{APIVersion: k.APIVersion, Kind: k.Kind, Namespace: k.Namespace}
+		fail := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("policy.go: reads %s %s: "+format, append([]any{k.APIVersion, k.Kind}, args...)...))
+		}
+		if _, err := schema.ParseGroupVersion(k.APIVersion); err != nil || k.APIVersion == "" {
+			fail("the apiVersion is not group/version or v1, such as apps/v1")
+		}
+		if k.Kind == "" || strings.ToUpper(k.Kind[:1]) != k.Kind[:1] {
+			fail("the kind is not as a manifest names it, such as ServiceAccount")
+		}
+		if k.Namespace != "" && len(validation.IsDNS1123Label(k.Namespace)) > 0 {
+			fail("namespace %q is not a namespace's name", k.Namespace)
+		}
+		if k.MaxStale < 0 {
+			fail("MaxStale %s is negative", k.MaxStale)
+		}
+		if seen[key] {
+			fail("it is read twice")
+		}
+		seen[key] = true
+		for i, name := range r.indexes {
+			if name == "" || slices.Contains(r.indexes[:i], name) {
+				fail("index %q is empty or named twice", name)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clusterViews are the views the server keeps in step with the apiserver:
+// nil when the policy reads nothing.
+type clusterViews struct {
+	views []watchedView
+}
+
+type watchedView struct {
+	kind      clusterKind
+	reflector *kubeclient.Reflector
+	store     viewStore
+}
+
+// watchCluster gives the policy a view of each kind it reads (reads, from
+// policy.reads), each kept in step with the apiserver by a Reflector that
+// runs until ctx is done, and returns them; nil, with no credentials asked
+// for, when it reads nothing. The credentials are kubeconfig's when it is
+// set, else the Pod's ServiceAccount's; none of either stops the server,
+// saying which kinds need them.
+func watchCluster(ctx context.Context, reads []read, kubeconfig string, getenv func(string) string, logger *slog.Logger) (*clusterViews, error) {
+	if err := checkReads(reads); err != nil {
+		return nil, err
+	}
+	if len(reads) == 0 {
+		if kubeconfig != "" {
+			logger.Info("the policy reads nothing of the cluster: -kubeconfig is not used")
+		}
+		return nil, nil
+	}
+	var cfg *kubeclient.Config
+	var err error
+	if kubeconfig != "" {
+		if cfg, err = kubeclient.LoadKubeconfig(kubeconfig); err != nil {
+			return nil, fmt.Errorf("-kubeconfig: %w", err)
+		}
+	} else if cfg, err = kubeclient.InCluster(getenv); err != nil {
+		return nil, fmt.Errorf("the policy reads %s of the cluster: give -kubeconfig FILE, or run the webhook in a Pod with its ServiceAccount's token (deploy/render.sh in-cluster): %w", describeReads(reads), err)
+	}
+	client, err := kubeclient.New(cfg, "webhook")
+	if err != nil {
+		return nil, err
+	}
+	logger.Info("reading the cluster", "kinds", describeReads(reads), "credentials", cfg.Source, "server", cfg.Server)
+	c := &clusterViews{}
+	for _, r := range reads {
+		resource := r.kind.resource()
+		var reflector *kubeclient.Reflector
+		fetch := func(ctx context.Context, namespace, name string) ([]byte, error) {
+			return client.Get(ctx, resource, namespace, name)
+		}
+		store := r.makeView(func() kubeclient.Health { return reflector.Health() }, fetch)
+		reflector = kubeclient.NewReflector(client, resource, store, logger)
+		c.views = append(c.views, watchedView{kind: r.kind, reflector: reflector, store: store})
+		go reflector.Run(ctx)
+	}
+	return c, nil
+}
+
+// notSynced says which view has not yet synced, or returns nil once every
+// one has: the webhook is ready to serve (/ping) once it can decide. A nil
+// c, a policy that reads nothing, is always ready.
+func (c *clusterViews) notSynced() error {
+	if c == nil {
+		return nil
+	}
+	for _, v := range c.views {
+		if h := v.reflector.Health(); !h.Synced {
+			if h.Err != nil {
+				return fmt.Errorf("the view of %s has not synced: %v", v.kind, h.Err)
+			}
+			return fmt.Errorf("the view of %s has not synced yet", v.kind)
+		}
+	}
+	return nil
+}
+
+// writeMetrics writes the views' series: what each holds, whether it is
+// synced, since when it has been out of touch, and how many lists and
+// watches it has sent, the load on the apiserver.
+func (c *clusterViews) writeMetrics(w io.Writer) {
+	if c == nil {
+		return
+	}
+	family, sample := promtext.Family, promtext.Sample
+	label := func(v watchedView) string {
+		return promtext.LabelPairs([]string{"resource"}, []string{v.kind.String()})
+	}
+	family(w, "webhook_view_objects", "gauge", "Objects in the policy's view of each kind it reads.")
+	for _, v := range c.views {
+		sample(w, "webhook_view_objects", label(v), float64(v.store.size()))
+	}
+	family(w, "webhook_view_synced", "gauge", "1 once the view of a kind has listed it whole, else 0.")
+	family(w, "webhook_view_disconnected_seconds", "gauge", "Seconds since the view of a kind last heard from the apiserver, 0 while its watch is open.")
+	family(w, "webhook_view_lists_total", "counter", "Lists of a kind the view sent to the apiserver: one at start, and one after a watch fails.")
+	family(w, "webhook_view_watches_total", "counter", "Watches of a kind the view opened: one every 5 to 10 minutes.")
+	for _, v := range c.views {
+		h := v.reflector.Health()
+		synced, disconnected := 0.0, 0.0
+		if h.Synced {
+			synced = 1
+		}
+		if !h.Since.IsZero() {
+			disconnected = time.Since(h.Since).Seconds()
+		}
+		sample(w, "webhook_view_synced", label(v), synced)
+		sample(w, "webhook_view_disconnected_seconds", label(v), disconnected)
+		sample(w, "webhook_view_lists_total", label(v), float64(h.Lists))
+		sample(w, "webhook_view_watches_total", label(v), float64(h.Watches))
+	}
+}
+
+// describeReads names the kinds reads reads, for messages.
+func describeReads(reads []read) string {
+	names := make([]string, len(reads))
+	for i, r := range reads {
+		names[i] = r.kind.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// clusterObject is an object read from a file, for fillViews.
+type clusterObject struct {
+	source string // the file and the item, for messages
+	raw    json.RawMessage
+	typeMeta
+}
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// readClusterObjects reads the objects of a file: YAML or JSON, several
+// documents, Lists (as `kubectl get KIND -A -o json` prints them, or the
+// apiserver lists them, a ServiceAccountList whose items have no kind)
+// taken apart. Each must have an apiVersion and a kind; an error names the
+// file and the document or item.
+func readClusterObjects(path string, r io.Reader) ([]clusterObject, error) {
+	var out []clusterObject
+	dec := yaml.NewYAMLOrJSONDecoder(r, 4096)
+	for doc := 1; ; doc++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, doc, err)
+		}
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		var list struct {
+			typeMeta
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			return nil, fmt.Errorf("%s: document %d is not an object: %w", path, doc, err)
+		}
+		items, where := []json.RawMessage{raw}, fmt.Sprintf("%s: document %d", path, doc)
+		if strings.HasSuffix(list.Kind, "List") {
+			items = list.Items
+		}
+		for i, item := range items {
+			o := clusterObject{source: where, raw: item}
+			if len(items) > 1 || strings.HasSuffix(list.Kind, "List") {
+				o.source = fmt.Sprintf("%s, item %d", where, i+1)
+			}
+			if err := json.Unmarshal(item, &o.typeMeta); err != nil {
+				return nil, fmt.Errorf("%s is not an object: %w", o.source, err)
+			}
+			if o.Kind == "" && list.Kind != "List" && strings.HasSuffix(list.Kind, "List") {
+				// The apiserver's own list, a ServiceAccountList, leaves
+				// them out of its items.
+				o.APIVersion, o.Kind = list.APIVersion, strings.TrimSuffix(list.Kind, "List")
+			}
+			if o.APIVersion == "" || o.Kind == "" {
+				return nil, fmt.Errorf("%s has no apiVersion and kind", o.source)
+			}
+			out = append(out, o)
+		}
+	}
+}
+
+// fillViews gives the policy a view of each kind it reads (reads, from
+// policy.reads), filled once with the objects of that kind (and namespace)
+// among objects, a kind absent from them being empty: the door a test
+// uses, and `webhook review -cluster`. A view whose objects do not decode
+// into what the policy keeps is not synced, and says why, as the server's
+// would be; the error returned says so too, naming the object.
+func fillViews(reads []read, objects []clusterObject) error {
+	if err := checkReads(reads); err != nil {
+		return err
+	}
+	var errs []error
+	for _, r := range reads {
+		var failed error
+		health := func() kubeclient.Health {
+			if failed != nil {
+				return kubeclient.Health{Err: failed}
+			}
+			return kubeclient.Health{Synced: true}
+		}
+		store := r.makeView(health, nil)
+		failed = store.Replace(func(add func([]byte) error) error {
+			for _, o := range objects {
+				if o.APIVersion == r.kind.APIVersion && o.Kind == r.kind.Kind {
+					if err := add(o.raw); err != nil {
+						return fmt.Errorf("%s: %w", o.source, err)
+					}
+				}
+			}
+			return nil
+		})
+		if failed != nil {
+			errs = append(errs, failed)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// clusterFiles is `webhook review -cluster`: files of the objects the
+// policy reads, each read as the flag is given.
+type clusterFiles struct {
+	objects []clusterObject
+	given   bool
+}
+
+func (f *clusterFiles) String() string { return "" }
+
+func (f *clusterFiles) Set(path string) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	objects, err := readClusterObjects(path, file)
+	if err != nil {
+		return err
+	}
+	f.objects, f.given = append(f.objects, objects...), true
+	return nil
+}
+
+// runReads is `webhook reads`: what the policy reads of the cluster
+// (reads, from the policy with its defaults), as a table, as JSON, or as the RBAC that lets the webhook's ServiceAccount get,
+// list and watch exactly that (-o rbac, which deploy/render.sh renders).
+// For a policy that reads nothing it prints nothing.
+func runReads(args []string, reads []read, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("webhook reads", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	output := flags.String("o", "text", "output `format`: text, json, or rbac (the ClusterRole, Roles and their bindings, as YAML)")
+	account := flags.String("service-account", "webhook-system/webhook", "with -o rbac: the `namespace/name` of the ServiceAccount the webhook runs as")
+	if err := flags.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if flags.NArg() > 0 {
+		return usageError{fmt.Errorf("reads: unexpected argument %q", flags.Arg(0))}
+	}
+	if err := checkReads(reads); err != nil {
+		return err
+	}
+	switch *output {
+	case "text":
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		for _, r := range reads {
+			res, where := r.kind.resource(), "every namespace"
+			if r.kind.Namespace != "" {
+				where = "namespace " + r.kind.Namespace
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.kind.APIVersion, r.kind.Kind, res.Resource, where)
+		}
+		return tw.Flush()
+	case "json":
+		type kindJSON struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Resource   string `json:"resource"`
+			Namespace  string `json:"namespace,omitempty"`
+		}
+		out := []kindJSON{}
+		for _, r := range reads {
+			out = append(out, kindJSON{r.kind.APIVersion, r.kind.Kind, r.kind.resource().Resource, r.kind.Namespace})
+		}
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(stdout, "%s\n", b)
+		return err
+	case "rbac":
+		namespace, name, ok := strings.Cut(*account, "/")
+		if !ok || namespace == "" || name == "" {
+			return usageError{fmt.Errorf("-service-account %q: want namespace/name, such as webhook-system/webhook", *account)}
+		}
+		_, err := io.WriteString(stdout, renderRBAC(reads, namespace, name))
+		return err
+	default:
+		return usageError{fmt.Errorf("-o %q: want text, json or rbac", *output)}
+	}
+}
+
+// renderRBAC is the RBAC that lets the ServiceAccount namespace/name get,
+// list and watch exactly what reads names: a ClusterRole for the kinds of
+// every namespace, a Role in each namespace read alone, and their
+// bindings; "" when it reads nothing. get is for a view's miss (view.get),
+// list and watch for the Reflector.
+func renderRBAC(reads []read, namespace, name string) string {
+	if len(reads) == 0 {
+		return ""
+	}
+	byNamespace := map[string][]kubeclient.Resource{}
+	var namespaces []string
+	for _, r := range reads {
+		res := r.kind.resource()
+		if _, ok := byNamespace[res.Namespace]; !ok {
+			namespaces = append(namespaces, res.Namespace)
+		}
+		byNamespace[res.Namespace] = append(byNamespace[res.Namespace], res)
+	}
+	slices.Sort(namespaces)
+	var b strings.Builder
+	b.WriteString("# What the policy reads of the cluster (policy.go, reads), and nothing else:\n" +
+		"# get, list and watch. Rendered by `webhook reads -o rbac`; change policy.go,\n" +
+		"# not this file.\n")
+	const roleName = "webhook-reads"
+	for _, ns := range namespaces {
+		role, binding, meta := "ClusterRole", "ClusterRoleBinding", fmt.Sprintf("  name: %s\n", roleName)
+		if ns != "" {
+			role, binding, meta = "Role", "RoleBinding", fmt.Sprintf("  name: %s\n  namespace: %s\n", roleName, ns)
+		}
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: %s\nmetadata:\n%srules:\n", role, meta)
+		for _, res := range byNamespace[ns] {
+			fmt.Fprintf(&b, "- apiGroups: [%q]\n  resources: [%q]\n  verbs: [\"get\", \"list\", \"watch\"]\n", res.Group, res.Resource)
+		}
+		fmt.Fprintf(&b, "---\napiVersion: rbac.authorization.k8s.io/v1\nkind: %s\nmetadata:\n%sroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: %s\n  name: %s\nsubjects:\n- kind: ServiceAccount\n  name: %s\n  namespace: %s\n",
+			binding, meta, role, roleName, name, namespace)
+	}
+	return b.String()
+}
+
+// offlineViews gives the policy, for `webhook review`, views of what it
+// reads (reads) filled from the files of -cluster, or, without any, views
+// that are never synced and say to give them: a lookup then answers
+// undecided, with that message, rather than decide as if the cluster held
+// nothing.
+func offlineViews(reads []read, files clusterFiles) error {
+	if files.given {
+		return fillViews(reads, files.objects)
+	}
+	if len(reads) == 0 {
+		return nil
+	}
+	missing := fmt.Errorf("webhook review has no view of the cluster: give -cluster FILE, such as the output of kubectl get %s -A -o json", reads[0].kind.resource().Resource)
+	for _, r := range reads {
+		r.makeView(func() kubeclient.Health { return kubeclient.Health{Err: missing} }, nil)
+	}
+	return nil
+}

@@ -1,0 +1,407 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// fakeCluster is an apiserver for the tests of a policy that reads the
+// cluster: it lists the objects it holds of any resource (an empty list
+// of any other), holds every watch open without an event, and answers a
+// GET of one of its objects, or 404. It counts each kind of request.
+type fakeCluster struct {
+	*httptest.Server
+	mu       sync.Mutex
+	objects  map[string][]string // by the resource's path, /api/v1/pods: each object's JSON
+	requests map[string]int      // "LIST", "WATCH", "GET"
+	listGate chan struct{}       // when set, a list waits until it is closed
+}
+
+func startFakeCluster(t testing.TB) *fakeCluster {
+	t.Helper()
+	f := &fakeCluster{objects: map[string][]string{}, requests: map[string]int{}}
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
+	f.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes a stopping server's client cuts
+	f.EnableHTTP2 = true
+	f.StartTLS()
+	t.Cleanup(f.Close)
+	return f
+}
+
+func (f *fakeCluster) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	items := f.objects[r.URL.Path]
+	// After /api/v1 or /apis/GROUP/VERSION: RESOURCE or
+	// namespaces/NS/RESOURCE is a list, one more segment a GET.
+	segments := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	rest := segments[2:]
+	if segments[0] == "apis" {
+		rest = segments[3:]
+	}
+	kind := "GET"
+	switch {
+	case r.URL.Query().Get("watch") == "true":
+		kind = "WATCH"
+	case len(rest) == 1 || len(rest) == 3:
+		kind = "LIST"
+	}
+	f.requests[kind]++
+	var one string
+	if kind == "GET" {
+		parent, name := r.URL.Path[:strings.LastIndex(r.URL.Path, "/")], r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]
+		for _, o := range f.objects[parent] {
+			if strings.Contains(o, `"name":"`+name+`"`) {
+				one = o
+			}
+		}
+	}
+	gate := f.listGate
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	switch kind {
+	case "LIST":
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		fmt.Fprintf(w, `{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[%s]}`, strings.Join(items, ","))
+	case "WATCH":
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	default:
+		if one == "" {
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":404,"reason":"NotFound","message":"not found"}`)
+			return
+		}
+		fmt.Fprint(w, one)
+	}
+}
+
+func (f *fakeCluster) count(kind string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[kind]
+}
+
+// kubeconfig writes a kubeconfig for f, with a token, and returns its path.
+func (f *fakeCluster) kubeconfig(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.Certificate().Raw})
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`apiVersion: v1
+kind: Config
+current-context: test
+contexts: [{name: test, context: {cluster: test, user: test}}]
+clusters: [{name: test, cluster: {server: %q, certificate-authority: ca.crt}}]
+users: [{name: test, user: {token: test-token}}]
+`, f.URL)
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestWatchCluster: the server's views, from a kubeconfig, list each kind
+// once and hold one watch, are not synced until their list is whole (so
+// the webhook is not ready), then answer; the metrics say what each holds
+// and what it cost the apiserver.
+func TestWatchCluster(t *testing.T) {
+	f := startFakeCluster(t)
+	f.objects["/api/v1/pods"] = []string{pod("a", "web", "builder"), pod("b", "db", "default")}
+	var pods *view[testPod]
+	var secrets *view[struct{}]
+	reads := []read{
+		readInto(&pods, podKind),
+		readInto(&secrets, clusterKind{APIVersion: "v1", Kind: "Secret", Namespace: "vault"}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var logs bytes.Buffer
+	c, err := watchCluster(ctx, reads, f.kubeconfig(t), func(string) string { return "" }, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); c.notSynced() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not synced after 10 s: %v", c.notSynced())
+		}
+	}
+	if p, ok, err := pods.get("a", "web"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
+		t.Errorf("get a/web: got %+v, %v, %v", p, ok, err)
+	}
+	if _, ok, err := secrets.getOrFetch(ctx, "vault", "token"); ok || err != nil {
+		t.Errorf("get vault/token: got %v, %v, want not found after asking", ok, err)
+	}
+	if f.count("LIST") != 2 || f.count("GET") != 1 {
+		t.Errorf("got %v requests, want a list of each kind and a GET for the miss", f.requests)
+	}
+	var metrics bytes.Buffer
+	c.writeMetrics(&metrics)
+	for _, want := range []string{`webhook_view_objects{resource="pods"} 2`, `webhook_view_synced{resource="secrets in namespace vault"} 1`, `webhook_view_lists_total{resource="pods"} 1`} {
+		if !strings.Contains(metrics.String(), want) {
+			t.Errorf("the metrics have no %q:\n%s", want, &metrics)
+		}
+	}
+	if strings.Contains(logs.String(), "test-token") || !strings.Contains(logs.String(), "credentials=") {
+		t.Errorf("got log %q, want where the credentials came from, never the token", &logs)
+	}
+}
+
+// TestWatchClusterNeedsCredentials: a policy that reads the cluster, run
+// outside a Pod with no -kubeconfig, stops at start-up naming the kinds and
+// what to give; one that reads nothing asks for no credentials at all,
+// and does not even open a -kubeconfig it is given.
+func TestWatchClusterNeedsCredentials(t *testing.T) {
+	var pods *view[testPod]
+	noEnv := func(string) string { return "" }
+	_, err := watchCluster(context.Background(), []read{readInto(&pods, podKind)}, "", noEnv, discardLogger)
+	if err == nil || !strings.Contains(err.Error(), "the policy reads pods of the cluster: give -kubeconfig FILE") {
+		t.Errorf("got %v, want a start-up error naming pods and -kubeconfig", err)
+	}
+	c, err := watchCluster(context.Background(), nil, "/nonexistent/kubeconfig", noEnv, discardLogger)
+	if c != nil || err != nil || c.notSynced() != nil {
+		t.Errorf("reading nothing: got %v, %v, want no views, no error, ready", c, err)
+	}
+}
+
+// TestCheckReads: what a policy reads is checked at start-up, each mistake
+// named.
+func TestCheckReads(t *testing.T) {
+	var a, b *view[testPod]
+	for _, tc := range []struct {
+		reads []read
+		want  string
+	}{
+		{[]read{readInto(&a, clusterKind{APIVersion: "apps/v1/x", Kind: "Deployment"})}, "not group/version"},
+		{[]read{readInto(&a, clusterKind{APIVersion: "v1", Kind: "pod"})}, "not as a manifest names it"},
+		{[]read{readInto(&a, clusterKind{APIVersion: "v1", Kind: "Pod", Namespace: "Not_A_Name"})}, `namespace "Not_A_Name"`},
+		{[]read{readInto(&a, podKind), readInto(&b, podKind)}, "read twice"},
+		{[]read{readInto(&a, podKind, byImage, byImage)}, `index "image" is empty or named twice`},
+	} {
+		err := checkReads(tc.reads)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "policy.go: reads") {
+			t.Errorf("got %v, want an error saying %q", err, tc.want)
+		}
+	}
+}
+
+// TestRenderRBAC: the RBAC of what a policy reads grants get, list and
+// watch of exactly those resources, cluster-wide or in their one
+// namespace, to the webhook's ServiceAccount, and nothing at all when it
+// reads nothing; it is YAML a kubectl apply takes.
+func TestRenderRBAC(t *testing.T) {
+	var pods *view[testPod]
+	var deployments, config *view[struct{}]
+	reads := []read{
+		readInto(&pods, podKind),
+		readInto(&deployments, clusterKind{APIVersion: "apps/v1", Kind: "Deployment"}),
+		readInto(&config, clusterKind{APIVersion: "v1", Kind: "ConfigMap", Namespace: "policy"}),
+	}
+	if got := renderRBAC(nil, "webhook-system", "webhook"); got != "" {
+		t.Errorf("reading nothing: got %q, want nothing", got)
+	}
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(renderRBAC(reads, "webhook-system", "webhook")), 4096)
+	type rbacObject struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name, Namespace string
+		} `json:"metadata"`
+		Rules    []rbacv1.PolicyRule `json:"rules"`
+		RoleRef  rbacv1.RoleRef      `json:"roleRef"`
+		Subjects []rbacv1.Subject    `json:"subjects"`
+	}
+	var roles, bindings []rbacObject
+	for {
+		var o rbacObject
+		if err := dec.Decode(&o); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasSuffix(o.Kind, "Binding") {
+			bindings = append(bindings, o)
+		} else if o.Kind != "" {
+			roles = append(roles, o)
+		}
+	}
+	if len(roles) != 2 || len(bindings) != 2 {
+		t.Fatalf("got %d roles and %d bindings, want a ClusterRole, a Role and their bindings", len(roles), len(bindings))
+	}
+	want := map[string][]rbacv1.PolicyRule{
+		"": {{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}},
+		"policy": {{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
+	}
+	for _, r := range roles {
+		if !slices.EqualFunc(r.Rules, want[r.Metadata.Namespace], func(a, b rbacv1.PolicyRule) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
+			t.Errorf("the %s in %q grants %v, want %v", r.Kind, r.Metadata.Namespace, r.Rules, want[r.Metadata.Namespace])
+		}
+	}
+	for _, b := range bindings {
+		if len(b.Subjects) != 1 || b.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "webhook", Namespace: "webhook-system"}) || b.RoleRef.Name != "webhook-reads" {
+			t.Errorf("binding in %q: got %+v, want webhook-system/webhook bound to webhook-reads", b.Metadata.Namespace, b)
+		}
+	}
+}
+
+// TestReadClusterObjects reads what `kubectl get -A -o json` and -o yaml
+// print, and a file of several documents, and names the file and the item
+// of an object without a kind.
+func TestReadClusterObjects(t *testing.T) {
+	list := `{"apiVersion":"v1","kind":"List","items":[` + pod("a", "web", "x") + `,` + pod("b", "db", "x") + `]}`
+	docs := "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: builder, namespace: a}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: a}\n"
+	for _, tc := range []struct {
+		text string
+		want int
+	}{{list, 2}, {docs, 2}, {`{"apiVersion":"v1","kind":"PodList","items":null}`, 0},
+		{`{"apiVersion":"v1","kind":"ServiceAccountList","items":[{"metadata":{"name":"a","namespace":"b"}}]}`, 1}} {
+		got, err := readClusterObjects("f", strings.NewReader(tc.text))
+		if err != nil || len(got) != tc.want {
+			t.Errorf("got %d objects, %v, want %d", len(got), err, tc.want)
+		}
+	}
+	_, err := readClusterObjects("cluster.json", strings.NewReader(`{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"a"}}]}`))
+	if err == nil || !strings.Contains(err.Error(), "cluster.json: document 1, item 1 has no apiVersion and kind") {
+		t.Errorf("got %v, want the file and the item named", err)
+	}
+}
+
+// TestReadsSubcommand: `webhook reads` prints the kinds, as a table, as
+// JSON, or as RBAC for another ServiceAccount.
+func TestReadsSubcommand(t *testing.T) {
+	var pods *view[testPod]
+	reads := []read{readInto(&pods, podKind)}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "v1  Pod  pods  every namespace"},
+		{[]string{"-o", "json"}, `"resource": "pods"`},
+		{[]string{"-o", "rbac", "-service-account", "e2e/reader"}, "name: reader\n  namespace: e2e"},
+	} {
+		var out bytes.Buffer
+		if err := runReads(tc.args, reads, &out, io.Discard); err != nil || !strings.Contains(out.String(), tc.want) {
+			t.Errorf("reads %v: got %q, %v, want %q", tc.args, &out, err, tc.want)
+		}
+	}
+	if err := runReads([]string{"-o", "rbac", "-service-account", "webhook"}, reads, io.Discard, io.Discard); err == nil {
+		t.Error("a -service-account without its namespace: got no error")
+	}
+}
+
+// TestNotReadyUntilSynced: /ping fails, saying which view, until the
+// policy's views of the cluster have synced, and the webhook then is
+// ready: a replica that could only answer undecided gets no traffic.
+func TestNotReadyUntilSynced(t *testing.T) {
+	f := startFakeCluster(t)
+	f.listGate = make(chan struct{})
+	t.Chdir(t.TempDir())
+	cfg, err := parseFlags([]string{"-listen", "127.0.0.1:0"}, testEnv, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods *view[testPod]
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if cfg.cluster, err = watchCluster(ctx, []read{readInto(&pods, podKind)}, f.kubeconfig(t), testEnv, discardLogger); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := newServer(cfg, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.serve(ctx) }()
+	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+	ping := func() (int, string) {
+		resp, err := client.Get("https://" + srv.listener.Addr().String() + "/ping")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		code, body := ping()
+		if code == http.StatusServiceUnavailable {
+			if !strings.Contains(body, "the view of pods has not synced yet") {
+				t.Errorf("got %s, want it to name the view", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("got %d %s, want 503 while the list is under way", code, body)
+		}
+	}
+	close(f.listGate)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if code, _ := ping(); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("not ready 10 s after the list could end")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOfflineViews: `webhook review` fills the views from -cluster's
+// files, a kind none holds being empty; without any file, each view says
+// to give one, so that a lookup answers undecided rather than as if the
+// cluster were empty.
+func TestOfflineViews(t *testing.T) {
+	var pods *view[testPod]
+	reads := []read{readInto(&pods, podKind)}
+	if err := offlineViews(reads, clusterFiles{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pods.get("a", "web"); err == nil || !strings.Contains(err.Error(), "give -cluster FILE, such as the output of kubectl get pods -A -o json") {
+		t.Errorf("without -cluster: got %v, want an error saying to give it", err)
+	}
+	var files clusterFiles
+	path := filepath.Join(t.TempDir(), "cluster.json")
+	if err := os.WriteFile(path, []byte(`{"apiVersion":"v1","kind":"List","items":[`+pod("a", "web", "builder")+`]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := files.Set(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := offlineViews(reads, files); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := pods.get("a", "web"); !ok || err != nil {
+		t.Errorf("with -cluster: got %v, %v, want a/web", ok, err)
+	}
+	if err := files.Set(filepath.Join(t.TempDir(), "missing.json")); err == nil {
+		t.Error("-cluster of a missing file: got no error")
+	}
+}

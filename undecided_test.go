@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestUndecidedLetsFailurePolicyDecide: an answer whose code is a 5xx,
+// undecided's or refused's, is sent as that HTTP status with a Status
+// carrying its message, not as a review, on /validate under every
+// -validation-action and on /mutate, so that the apiserver's failurePolicy
+// decides; no Retry-After, which would make the apiserver retry. Its log
+// line says errored and the code, never the message. A 4xx refusal stays
+// in the review.
+func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
+	body := plumbingReviews(t)["v1-deployment-create"]
+	uid := decodeReviewIn(t, body).Request.UID
+	const why = "the webhook's view of serviceaccounts is not synced yet: secret=hunter2"
+	for _, tc := range []struct {
+		name   string
+		answer *admissionv1.AdmissionResponse
+		code   int
+		reason metav1.StatusReason
+		action validationAction
+	}{
+		{"undecided", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, validationAction{}},
+		{"undecided under warn,audit", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, validationAction{warn: true, audit: true}},
+		{"refused with 500", refused(http.StatusInternalServerError, errors.New(why)), http.StatusInternalServerError, metav1.StatusReasonInternalError, validationAction{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admissionHandler("/validate", func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+				return tc.answer
+			}, tc.action)
+			w := post(h, "/validate?timeout=5s", body)
+			s := checkStatusBody(t, w, tc.code, tc.reason)
+			if s.Message != why {
+				t.Errorf("got message %q, want %q", s.Message, why)
+			}
+			if w.Header().Get("Retry-After") != "" {
+				t.Errorf("got Retry-After %q: the apiserver would retry", w.Header().Get("Retry-After"))
+			}
+			line := reviewLine(t, &logs)
+			if line["verdict"] != "errored" || line["code"] != float64(tc.code) || line["uid"] != uid {
+				t.Errorf("got log line %v, want verdict errored, code %d, uid %s", line, tc.code, uid)
+			}
+			if strings.Contains(logs.String(), "hunter2") {
+				t.Errorf("the log holds the message: %s", &logs)
+			}
+		})
+	}
+	t.Run("a 4xx refusal stays in the review", func(t *testing.T) {
+		admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			return refused(http.StatusConflict, errors.New("taken"))
+		}
+		out := checkReview(t, "/validate", decodeReviewIn(t, body), post(admissionHandler(discardLogger, admit), "/validate", body))
+		if out.Response.Allowed || out.Response.Status.Code != http.StatusConflict {
+			t.Errorf("got %+v, want a refusal with 409 in the review", out.Response)
+		}
+	})
+}
+
+// TestAuthorizeUndecided: an authorize function's undecidedBecause is sent
+// as HTTP 503 with a Status carrying its message, which the apiserver does
+// not retry, and its authorizer's failurePolicy decides; logged errored.
+func TestAuthorizeUndecided(t *testing.T) {
+	body := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
+	var logs bytes.Buffer
+	undecidedAuthorize := func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
+		return undecidedBecause(errors.New("the webhook's view of namespaces is too stale"))
+	}
+	w := post(authorizationHandler(slog.New(slog.NewTextHandler(&logs, nil)), undecidedAuthorize), "/authorize", body)
+	s := checkStatusBody(t, w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
+	if s.Message != "the webhook's view of namespaces is too stale" {
+		t.Errorf("got message %q", s.Message)
+	}
+	if !strings.Contains(logs.String(), "verdict=errored") || !strings.Contains(logs.String(), "code=503") {
+		t.Errorf("got log %q, want verdict=errored code=503", &logs)
+	}
+}

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/example/webhook/kubeclient"
+)
+
+// testPod is what the view tests keep of a Pod: its name, and the
+// ServiceAccount and images it names.
+type testPod struct {
+	Metadata struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+	Spec struct {
+		ServiceAccountName string `json:"serviceAccountName"`
+		Containers         []struct {
+			Image string `json:"image"`
+		} `json:"containers"`
+	} `json:"spec"`
+}
+
+var podKind = clusterKind{APIVersion: "v1", Kind: "Pod"}
+
+// byImage indexes a Pod by its containers' images.
+var byImage = indexBy("image", func(p testPod) []string {
+	var images []string
+	for _, c := range p.Spec.Containers {
+		images = append(images, c.Image)
+	}
+	return images
+})
+
+func pod(namespace, name, serviceAccount string, images ...string) string {
+	var containers []string
+	for _, i := range images {
+		containers = append(containers, `{"name":"c","image":"`+i+`"}`)
+	}
+	return `{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"` + namespace + `","name":"` + name + `","resourceVersion":"1"},"spec":{"serviceAccountName":"` + serviceAccount + `","containers":[` + strings.Join(containers, ",") + `]}}`
+}
+
+// filledView is a view of Pods made through fillViews, the door tests
+// use, from the Pods given as JSON.
+func filledView(t *testing.T, kind clusterKind, pods ...string) *view[testPod] {
+	t.Helper()
+	var v *view[testPod]
+	var objects []clusterObject
+	for i, p := range pods {
+		got, err := readClusterObjects(fmt.Sprint("pod ", i), strings.NewReader(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		objects = append(objects, got...)
+	}
+	if err := fillViews([]read{readInto(&v, kind, byImage)}, objects); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func names(pods []testPod) []string {
+	var out []string
+	for _, p := range pods {
+		out = append(out, p.Metadata.Name)
+	}
+	return out
+}
+
+// TestViewLookups: a view answers by namespace and name, by namespace, and
+// by the policy's index, in order; watch events add, change and remove
+// objects and their index entries; a list whose object does not decode
+// into what the policy keeps leaves the view as it was.
+func TestViewLookups(t *testing.T) {
+	v := filledView(t, podKind, pod("a", "web", "builder", "nginx"), pod("a", "api", "default", "go", "nginx"), pod("b", "db", "default", "postgres"))
+	if p, ok, err := v.get("a", "web"); err != nil || !ok || p.Spec.ServiceAccountName != "builder" {
+		t.Errorf("get a/web: got %+v, %v, %v", p, ok, err)
+	}
+	if _, ok, err := v.get("b", "web"); err != nil || ok {
+		t.Errorf("get b/web: got %v, %v, want not found", ok, err)
+	}
+	for _, tc := range []struct {
+		namespace string
+		want      []string
+	}{{"a", []string{"api", "web"}}, {"", []string{"api", "web", "db"}}, {"c", nil}} {
+		if got, err := v.list(tc.namespace); err != nil || !slices.Equal(names(got), tc.want) {
+			t.Errorf("list(%q): got %v, %v, want %v", tc.namespace, names(got), err, tc.want)
+		}
+	}
+	if got, err := v.indexed("image", "nginx"); err != nil || !slices.Equal(names(got), []string{"api", "web"}) {
+		t.Errorf("indexed nginx: got %v, %v", names(got), err)
+	}
+	if _, err := v.indexed("color", "red"); err == nil || !strings.Contains(err.Error(), `has no index "color"`) {
+		t.Errorf("an index the view lacks: got %v, want an error", err)
+	}
+
+	// web changes its image, api goes, a new one comes.
+	for _, e := range []struct{ eventType, object string }{
+		{"MODIFIED", pod("a", "web", "builder", "caddy")},
+		{"DELETED", pod("a", "api", "default")},
+		{"ADDED", pod("c", "cache", "default", "nginx")},
+	} {
+		if err := v.Apply(e.eventType, []byte(e.object)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for image, want := range map[string][]string{"nginx": {"cache"}, "caddy": {"web"}, "go": nil} {
+		if got, _ := v.indexed("image", image); !slices.Equal(names(got), want) {
+			t.Errorf("after the events, indexed %s: got %v, want %v", image, names(got), want)
+		}
+	}
+	if v.size() != 3 {
+		t.Errorf("got %d objects, want 3", v.size())
+	}
+
+	bad := `{"apiVersion":"v1","kind":"Pod","metadata":{"namespace":"a","name":"odd"},"spec":{"serviceAccountName":5}}`
+	err := v.Replace(func(add func([]byte) error) error {
+		if err := add([]byte(pod("z", "new", "default"))); err != nil {
+			return err
+		}
+		return add([]byte(bad))
+	})
+	if err == nil || !strings.Contains(err.Error(), "Pod a/odd does not decode into the policy's main.testPod") {
+		t.Errorf("a list with an object that does not decode: got %v, want an error naming it", err)
+	}
+	if got, _ := v.list(""); !slices.Equal(names(got), []string{"web", "db", "cache"}) {
+		t.Errorf("after a failed list: got %v, want the view as it was", names(got))
+	}
+}
+
+// TestViewFreshness: a view answers only once synced, and until it has
+// heard nothing from the apiserver for longer than its kind's MaxStale;
+// its errors say which, and errors.Is tells them apart. A nil view is an
+// error, not a panic.
+func TestViewFreshness(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		health  kubeclient.Health
+		wantErr error
+		want    string
+	}{
+		{"listing", kubeclient.Health{Since: time.Now()}, errNotSynced, "its first list is under way"},
+		{"refused", kubeclient.Health{Since: time.Now(), Err: errors.New("pods is forbidden")}, errNotSynced, "pods is forbidden"},
+		{"watching", kubeclient.Health{Synced: true}, nil, ""},
+		{"reconnecting", kubeclient.Health{Synced: true, Since: time.Now().Add(-time.Second)}, nil, ""},
+		{"cut off", kubeclient.Health{Synced: true, Since: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, errStale, "heard nothing from the apiserver for 1m0s (connection refused)"},
+	} {
+		v := newView[testPod](podKind, nil, func() kubeclient.Health { return tc.health }, nil)
+		_, _, err := v.get("a", "b")
+		if !errors.Is(err, tc.wantErr) || (tc.want != "" && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %v saying %q", tc.name, err, tc.wantErr, tc.want)
+		}
+		if _, listErr := v.list(""); !errors.Is(listErr, tc.wantErr) {
+			t.Errorf("%s: list: got %v, want %v", tc.name, listErr, tc.wantErr)
+		}
+	}
+	var missing *view[testPod]
+	if _, _, err := missing.get("a", "b"); !errors.Is(err, errNotSynced) {
+		t.Errorf("a nil view: got %v, want errNotSynced", err)
+	}
+}
+
+// TestViewAsksTheAPIServerOnAMiss: an object the view lacks is asked of
+// the apiserver before getOrFetch says it does not exist; a failure to ask
+// is an error, never "not found"; get asks nothing.
+func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
+	ctx := context.Background()
+	var asked []string
+	fetch := func(_ context.Context, namespace, name string) ([]byte, error) {
+		asked = append(asked, namespace+"/"+name)
+		switch name {
+		case "late":
+			return []byte(pod(namespace, name, "builder")), nil
+		case "gone":
+			return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+		}
+		return nil, errors.New("connection reset")
+	}
+	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true} }, fetch)
+	if p, ok, err := v.getOrFetch(ctx, "a", "late"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
+		t.Errorf("late: got %+v, %v, %v, want the apiserver's", p, ok, err)
+	}
+	if _, ok, err := v.getOrFetch(ctx, "a", "gone"); ok || err != nil {
+		t.Errorf("gone: got %v, %v, want not found", ok, err)
+	}
+	if _, ok, err := v.getOrFetch(ctx, "a", "broken"); ok || err == nil || !strings.Contains(err.Error(), "connection reset") {
+		t.Errorf("broken: got %v, %v, want the error", ok, err)
+	}
+	if _, ok, err := v.get("a", "late"); ok || err != nil {
+		t.Errorf("get of late: got %v, %v, want the view's answer alone", ok, err)
+	}
+	if want := []string{"a/late", "a/gone", "a/broken"}; !slices.Equal(asked, want) {
+		t.Errorf("asked %v, want %v", asked, want)
+	}
+}
+
+// TestViewOfOneNamespace: a view of one namespace holds only its objects,
+// and a lookup elsewhere is an error saying so, not a miss.
+func TestViewOfOneNamespace(t *testing.T) {
+	kind := podKind
+	kind.Namespace = "a"
+	v := filledView(t, kind, pod("a", "web", "x"), pod("b", "db", "x"))
+	if got, err := v.list(""); err != nil || !slices.Equal(names(got), []string{"web"}) {
+		t.Errorf("got %v, %v, want namespace a's alone", names(got), err)
+	}
+	if _, _, err := v.get("b", "db"); err == nil || !strings.Contains(err.Error(), "holds only namespace a") {
+		t.Errorf("get in b: got %v, want an error", err)
+	}
+}
+
+// benchServiceAccount is a ServiceAccount as the apiserver lists it, with
+// a label and the managedFields kubectl create leaves: about 600 bytes of
+// JSON, numbered i, in one of 100 namespaces.
+func benchServiceAccount(i int) []byte {
+	return []byte(fmt.Sprintf(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"account-%06d","namespace":"team-%03d","uid":"6f1c2a4e-%04d-4b7e-9c51-%012d","resourceVersion":"%d","creationTimestamp":"2026-11-26T20:00:00Z","labels":{"app.kubernetes.io/name":"web"},"managedFields":[{"manager":"kubectl-create","operation":"Update","apiVersion":"v1","time":"2026-11-26T20:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:metadata":{"f:labels":{".":{},"f:app.kubernetes.io/name":{}}}}}]}}`, i, i%100, i%10000, i, 1000+i))
+}
+
+// benchFill fills v with n of benchServiceAccount's, as a list does.
+func benchFill(tb testing.TB, v viewStore, n int) {
+	tb.Helper()
+	err := v.Replace(func(add func([]byte) error) error {
+		for i := range n {
+			if err := add(benchServiceAccount(i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// benchLabels is what a policy keeps of an object when it reads its
+// labels.
+type benchLabels struct {
+	Metadata struct {
+		Labels map[string]string `json:"labels"`
+	} `json:"metadata"`
+}
+
+// BenchmarkViewMemory is a view's memory at 10,000 and 100,000
+// ServiceAccounts, as the live heap after each fill: keeping nothing but
+// the names (T struct{}, "names"), and keeping the labels too ("labels").
+// ns/op is the time to decode and file them all, as the first list does.
+func BenchmarkViewMemory(b *testing.B) {
+	synced := func() kubeclient.Health { return kubeclient.Health{Synced: true} }
+	for _, n := range []int{10_000, 100_000} {
+		for _, kind := range []struct {
+			name string
+			view func() viewStore
+		}{
+			{"names", func() viewStore { return newView[struct{}](podKind, nil, synced, nil) }},
+			{"labels", func() viewStore { return newView[benchLabels](podKind, nil, synced, nil) }},
+		} {
+			b.Run(fmt.Sprintf("%s/%d", kind.name, n), func(b *testing.B) {
+				var heap uint64
+				for b.Loop() {
+					before := liveHeap()
+					v := kind.view()
+					benchFill(b, v, n)
+					heap = liveHeap() - before
+					runtime.KeepAlive(v)
+				}
+				b.ReportMetric(float64(heap)/(1<<20), "MiB")
+				b.ReportMetric(float64(heap)/float64(n), "bytes/object")
+			})
+		}
+	}
+}
+
+// liveHeap is the heap in use after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkLookup is /validate of the 2 KB Deployment CREATE as the
+// demonstration answers it, and as a policy that also looks its
+// ServiceAccount up in a view of 100,000 does, the worked example of
+// docs/cluster.md: its serviceAccountName decoded, the view asked, then
+// the demonstration's check. Their ratio is what a lookup costs a review.
+func BenchmarkLookup(b *testing.B) {
+	p := policyWithDefaults(b)
+	var accounts *view[struct{}]
+	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true} }, nil)
+	benchFill(b, store, 100_000)
+	store.Apply("ADDED", []byte(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default","namespace":"fixtures"}}`))
+	demonstration := validate(p)
+	lookup := func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		var d struct {
+			Spec struct {
+				Template struct {
+					Spec struct {
+						ServiceAccountName string `json:"serviceAccountName"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := decodeObject(req.Object, &d); err != nil {
+			return refused(http.StatusBadRequest, err)
+		}
+		_, found, err := accounts.getOrFetch(ctx, req.Namespace, cmp.Or(d.Spec.Template.Spec.ServiceAccountName, "default"))
+		if err != nil {
+			return undecided(err)
+		}
+		if !found {
+			return denied("no such ServiceAccount")
+		}
+		return demonstration(ctx, req)
+	}
+	body := benchBodies(b)[0].body
+	reviews := newTestReviews(discardLogger)
+	for _, policy := range []struct {
+		name  string
+		admit admitFunc
+	}{{"demonstration", demonstration}, {"lookup", lookup}} {
+		h := reviews.admissionHandler("/validate", policy.admit, validationAction{})
+		b.Run(policy.name, func(b *testing.B) { benchServe(b, h, "/validate", body) })
+	}
+}
+
+// BenchmarkViewGet is one lookup by namespace and name in a view of
+// 100,000 ServiceAccounts, found and not, from the view alone.
+func BenchmarkViewGet(b *testing.B) {
+	var accounts *view[struct{}]
+	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true} }, nil)
+	benchFill(b, store, 100_000)
+	for _, name := range []string{"account-050050", "absent"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, _, err := accounts.get("team-050", name); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
