@@ -1,8 +1,6 @@
 // Package body reads a request's body whole, for a server that must answer
-// every request before its deadline whatever its clients send: Budget.Read
-// is the one call, and its comment is the whole contract. It knows nothing
-// of webhooks but their sizes: the largest review, and the few kilobytes
-// most of them are.
+// every request before its deadline whatever its clients send. Budget.Read
+// is the one call; its comment is the whole contract.
 package body
 
 import (
@@ -16,54 +14,41 @@ import (
 )
 
 const (
-	// MaxBytes caps what a body may be. The apiserver accepts request
-	// bodies up to 3 MiB and a review can carry both object and oldObject,
-	// so 2 × 3 MiB plus the envelope fits; anything larger is not from it.
+	// MaxBytes caps a body: object and oldObject of the apiserver's 3 MiB
+	// each, and the envelope.
 	MaxBytes = 7 << 20
 
-	// UnbudgetedBytes is the most a body may be and be read outside the
-	// budget, into a buffer of its own: most of the apiserver's reviews
-	// are 2 to 14 KB.
+	// UnbudgetedBytes is the most a body is and is read outside the budget,
+	// into a buffer of its own: most reviews are 2 to 14 KB.
 	UnbudgetedBytes = 16 << 10
 
-	// readBeforeRoom is how much of a larger body is read, at the pace,
-	// before it takes room in the budget: a client that declares much and
-	// stalls or trickles is cut before it holds any room, and a body
-	// waiting for room holds only this (256 KiB at the connection cap:
-	// 16 KiB each kept the heap so near the soft memory limit that 1 MB
-	// reviews were answered 20 % slower; bench/README.md).
+	// readBeforeRoom is what a larger body sends, at the pace, before it
+	// takes room: one that declares much and stalls is cut holding none
+	// (16 KiB answered 1 MB reviews 20 % slower at the cap; bench/README.md).
 	readBeforeRoom = 1 << 10
 
-	// StallTimeout is how long a body may send nothing. The apiserver
-	// writes a body from memory, but may pause between its header and the
-	// rest: a lost TCP segment is resent after 200 ms, and on a busy node
-	// its writing goroutine waits for a core. With the apiserver and the
-	// webhook on two cores beside other work (load 7-10), e2e
-	// TestBurstServed saw 1 in about 1,600 writes pause over a second, and
-	// fail, with one second here.
+	// StallTimeout is how long a body may send nothing: the apiserver can
+	// pause between a review's header and the rest over a second on a busy
+	// node (1 write in 1,600, e2e TestBurstServed at load 7-10).
 	StallTimeout = 5 * time.Second
 
-	// MinRate is the slowest a body may arrive, in bytes a second of the
-	// server's waiting, after StallTimeout of grace. 1 MiB/s is 8 Mbit/s, a
-	// hundredth of a datacenter link: the largest body still has 8 s.
+	// MinRate is the slowest a body may arrive after StallTimeout of grace,
+	// in bytes a second of the server's waiting: a hundredth of a
+	// datacenter link, 8 s for the largest body.
 	MinRate = 1 << 20
 
-	// AnswerMargin is how long before its deadline a body must be read
-	// for its answer to arrive in time: decoding the largest review and
-	// answering it takes tens of milliseconds, more on a busy core.
+	// AnswerMargin is how long before its deadline a body must be read for
+	// its answer to arrive in time: decoding the largest review takes tens
+	// of milliseconds, more on a busy core.
 	AnswerMargin = 250 * time.Millisecond
 )
 
-// BusyStatus answers a body that could not be read before its deadline,
-// without Retry-After. The apiserver calls an admission webhook with
-// client-go's rest.Request.Do (k8s.io/apiserver/pkg/admission/plugin/
-// webhook/validating/dispatcher.go, callHook), which retries a 429 or 5xx
-// only with Retry-After (k8s.io/client-go/rest/with_retry.go, checkWait);
-// without it, the answer's message is the error failurePolicy judges, and
-// a retry could not be served in the time left anyway. 429, not 503, so
-// that apiserver_admission_webhook_rejection_count{rejection_code} tells it
-// from the 503 of a webhook it cannot reach. An authorization webhook's
-// client retries a 429 with backoff whatever the headers.
+// BusyStatus answers a body not read before its deadline, without
+// Retry-After: with it, the apiserver's client-go would retry
+// (k8s.io/client-go/rest/with_retry.go, checkWait) a review it can no
+// longer be answered in time; without it, the message is the error its
+// failurePolicy judges. 429, not 503, tells it from an unreachable webhook
+// in apiserver_admission_webhook_rejection_count{rejection_code}.
 const BusyStatus = http.StatusTooManyRequests
 
 // Why a body was refused or cut: the metrics' reason labels.
@@ -80,13 +65,10 @@ const (
 type Budget struct {
 	room room
 
-	// buffers keeps large bodies' buffers once released, a pool for each
-	// of bufferSizes, for the next large body. A new buffer costs the
-	// kernel's page faults and the GC's collections as well as its size:
-	// taken from here, the 1.1 MB review of the benchmarks costs 16–18 %
-	// less CPU served (bench/README.md). A kept buffer is outside the
-	// budget until two collections pass without a large body taking it;
-	// the runtime's soft memory limit bounds it with the rest of the heap.
+	// buffers keeps released buffers, a pool for each of bufferSizes, for
+	// the next large body: a new one costs page faults and collections, and
+	// the 1.1 MB review 16-18 % more CPU (bench/README.md). A kept buffer
+	// is outside the budget, bounded by the soft memory limit.
 	buffers []sync.Pool
 
 	longQueue, noRoom, slowRead, stalled, tooSlow atomic.Uint64
@@ -127,53 +109,40 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-// Read reads r's body whole, for a request to be answered by ctx's
-// deadline, and returns it, to Release once answered; or an *Error to
-// answer with. It is safe for concurrent use. Read guarantees:
+// Read reads r's body whole, to be answered by ctx's deadline, and returns
+// it, to Release once answered; or an *Error to answer with. It is safe for
+// concurrent use, and guarantees:
 //
-// Memory. A body of up to UnbudgetedBytes, most reviews, is read into a
-// buffer of its declared length, allocated before it arrives: one per
-// connection, so the connection cap bounds them. A larger body is first
-// read for readBeforeRoom bytes at the pace; then it takes room in the
-// budget for a buffer that holds it, at most half as large again, waiting
-// for room first come, first served; then it is read into that buffer,
-// keeping the room until Release. The budget is never exceeded, and a body
-// waiting for room holds none, so no two wait for each other.
+// Memory. A body of up to UnbudgetedBytes is read into a buffer of its
+// declared length, allocated before it arrives: one per connection, which
+// the connection cap bounds. A larger body sends readBeforeRoom bytes at
+// the pace, then waits, first come, first served, for room in the budget
+// for a buffer at most half as large again, which it holds until Release.
+// The budget is never exceeded, and a body waiting holds no room.
 //
-// Pace. A body is cut, answered 408, when it sends nothing for
-// StallTimeout, or when the server has waited for it longer in all than
-// StallTimeout plus a second for each MinRate bytes it sent; its room is
-// given back at once. Only time the server spends in a read waiting for
-// the client counts, never its time waiting for room. And a deadline that
-// lapses is the client's only if, when the server checks on time, the
-// client sends less than 20 ms of MinRate (or the rest of the body) within
-// 20 ms (checkWindow): a lapse while the server was short of CPU, or with
-// the bytes already in the socket, is not the client's, and reading goes
-// on. A server too starved to check on time checks again over twice the
-// window, until it checks on time: then a client that sent nothing is cut.
+// Pace. A body is cut (408) when it sends nothing for StallTimeout, or when
+// the server has waited in reads for it longer than StallTimeout plus a
+// second for each MinRate bytes it sent. Only the server's waiting in a
+// read counts, never its waiting for room. A lapse is the client's only if
+// it then sends less than checkBytes within checkWindow, checked on time:
+// a server too starved to look on time looks again over twice the window.
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
-// less AnswerMargin, so that the answer can still arrive in time: a body
-// still waiting for room then (NoRoom), or still being read (SlowRead), is
-// refused. And a large body that, at the pace room has come back over the
-// last whole second that bodies waited for it, would wait for room, behind
-// what the bodies waiting ahead of it want, more than half the time it has
-// left, is refused at once (LongQueue). A refusal is answered BusyStatus
-// with a message that says why; never 400 or 408, which would blame the
-// client.
+// less AnswerMargin: a body still waiting for room then (NoRoom), or still
+// being read (SlowRead), is refused; and one that, at the pace room came
+// back over the last second bodies waited, would wait more than half its
+// time left behind those ahead is refused at once (LongQueue). A refusal
+// is BusyStatus with the reason, never 400 or 408, which blame the client.
 //
-// Errors. A body is answered 413 when it declares more than MaxBytes, 411
-// when it declares no length (the apiserver always does), 408 when cut,
-// BusyStatus when refused, and 400 when it cannot be read (a reset
-// connection).
+// Errors: 413 over MaxBytes, 411 without a declared length (the apiserver
+// always declares it), 408 when cut, BusyStatus when refused, 400 when
+// unreadable (a reset connection).
 //
 // The connection. Each read sets the connection's read deadline through
-// http.ResponseController: the pace's next, or the request's. A body read
-// whole leaves it to net/http, which clears it as it starts its own read
-// for the next request (connReader.startBackgroundRead in
-// net/http/server.go). A body not read whole sets "Connection: close" on
-// w and the read deadline to now: nothing more is read from its
-// connection, which net/http closes once the answer is written.
+// http.ResponseController. A body read whole leaves it to net/http, which
+// clears it as it reads the next request (connReader.startBackgroundRead).
+// A body not read whole sets "Connection: close" and the read deadline to
+// now: net/http closes the connection once the answer is written.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
 	switch {
 	case r.ContentLength > MaxBytes:

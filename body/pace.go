@@ -9,15 +9,13 @@ import (
 	"time"
 )
 
-// checkWindow is how long the server gives a client whose pace deadline
-// lapsed to show that it is still sending, at MinRate, before cutting
-// its body: long enough for bytes a client is sending to arrive and for
-// the server to read them on a loaded core, short against StallTimeout.
-const checkWindow = 20 * time.Millisecond
-
-// checkBytes is what a client must send within checkWindow: MinRate's
-// worth of it.
-const checkBytes = MinRate * int64(checkWindow) / int64(time.Second)
+// checkWindow is how long a client whose pace lapsed has to show it still
+// sends checkBytes, MinRate's worth: long enough for a loaded core to read
+// bytes on their way, short against StallTimeout.
+const (
+	checkWindow = 20 * time.Millisecond
+	checkBytes  = MinRate * int64(checkWindow) / int64(time.Second)
+)
 
 // errPastDeadline is a body not read by its deadline (the request's, less
 // AnswerMargin): the server can no longer answer it in time.
@@ -34,10 +32,8 @@ func (e *cutError) Error() string {
 }
 
 // pacedReader reads a body held to StallTimeout and MinRate, counting only
-// the time it waits in Read for the client: time between reads (the
-// server waiting in line or for room, decoding, or short of CPU, while the
-// client's bytes queue in the socket) is the server's. It is used by
-// value, on the stack: a small body's read makes no allocation for it.
+// its waiting in Read: time between reads is the server's. Used by value,
+// it costs a small body no allocation.
 type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
 	conn     *http.ResponseController
@@ -69,16 +65,11 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 	}
 }
 
-// check decides whose a lapsed pace deadline was: the client's, and its
-// body is cut for reason, only if, with the server ready, it sends less
-// than checkBytes (or the rest of its body, or enough to fill p) within
-// checkWindow. A check the server made late, short of CPU, is no evidence:
-// a read whose deadline passed before it ran fails without looking at the
-// socket, where the bytes may be. It checks again over twice the window,
-// until it looks in time: the window outgrows how late a starved server
-// runs, and the body's deadline ends it all. A client that keeps its pace
-// is never cut here; one that does not is cut once the server has looked
-// on time.
+// check decides whose a lapsed pace was: the client's, cut for reason, if
+// it sends less than checkBytes (or the rest, or enough to fill p) within
+// checkWindow. A read the server made late, short of CPU, fails without
+// looking at the socket, so it is no evidence: check looks again over
+// twice the window, until it looks on time, or the body's deadline ends it.
 func (c *pacedReader) check(p []byte, reason string) (int, error) {
 	need := int(min(checkBytes, c.length-c.received, int64(len(p))))
 	got := 0

@@ -8,26 +8,22 @@ import (
 	"time"
 )
 
-// roomUnit is what one token of room is worth: every buffer size is a
-// multiple of it.
+// roomUnit is one token of room; every buffer size is a multiple of it.
 const roomUnit = 8 << 10
 
-// room is the budget's bytes, as tokens in a channel, taken first come,
-// first served: a body that does not fit waits, and those behind it wait
-// too, so that a large body is not starved by a stream of smaller ones.
+// room is the budget's bytes as tokens in a channel, taken first come,
+// first served: those behind a body that does not fit wait too, so that no
+// large body is starved by smaller ones.
 type room struct {
 	capacity int64
-	// turn is held by the one body taking tokens; the others wait for it
-	// in order of arrival, as a channel's senders do.
-	turn    chan struct{}
-	tokens  chan struct{} // one for each roomUnit free
-	waiting atomic.Int64
+	turn     chan struct{} // held by the one body taking tokens
+	tokens   chan struct{} // one for each roomUnit free
+	waiting  atomic.Int64
 
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
-	// The pace at which room comes back while bodies wait for it: bytes a
-	// second over the last whole second of waiting (0 until one has
-	// passed), and the second being measured.
+	// pace is the bytes a second room came back over the last whole second
+	// bodies waited (0 until one has), measured from paceSince.
 	pace                float64
 	paceSince           time.Time
 	givenSincePaceStart int64
@@ -39,10 +35,9 @@ func (r *room) init(capacity int64) {
 	r.give(r.capacity)
 }
 
-// errLongQueue is a body refused at once: at the pace room has lately come
-// back, the room the bodies waiting ahead of it want, and its own, would
-// take more than half the time it has left, leaving too little to read and
-// answer it.
+// errLongQueue is a body refused at once: at the pace room lately came
+// back, what the bodies ahead want and its own would take more than half
+// the time it has left.
 type errLongQueue struct {
 	ahead int64
 	wait  time.Duration
@@ -53,10 +48,9 @@ func (e *errLongQueue) Error() string {
 }
 
 // take takes n bytes of room, n at most the capacity, waiting its turn and
-// then for room until ctx ends; or it refuses at once (*errLongQueue). A
-// queue whose wait outlasts the deadlines serves every body too late: on
-// one core offered twice what it can answer, 21 % of its peak was answered
-// in time without this refusal (bench/README.md).
+// then for room until ctx ends; or refuses at once (*errLongQueue): a line
+// that outlasts its deadlines serves every body too late (bench/README.md,
+// "What the hardening's lines buy").
 func (r *room) take(ctx context.Context, n int64) error {
 	r.mu.Lock()
 	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {

@@ -1,6 +1,5 @@
 // Package limits holds Listener, which bounds the connections a server holds
-// open and never closes one that behaves to make room for another. It
-// knows nothing of webhooks; the root package says how many connections.
+// open and never closes one that behaves to make room for another.
 package limits
 
 import (
@@ -16,29 +15,24 @@ import (
 )
 
 const (
-	// Grace is how long, in all, a connection may make the server wait for
-	// its part of the TLS handshake: the apiserver sends its own at once.
+	// Grace is how long, in all, a handshake may make the server wait in
+	// reads: the apiserver sends its part at once.
 	Grace = 250 * time.Millisecond
 
-	// IdleGrace is how long an unused connection is spared: under load
-	// the apiserver reuses one within milliseconds.
+	// IdleGrace is how long an unused connection is spared: under load the
+	// apiserver reuses one within milliseconds.
 	IdleGrace = 500 * time.Millisecond
 
-	// KeptAliveAllowance is how many unused connections an address may
-	// keep and be spared. Go's transport, the apiserver's, keeps at most
-	// 25 (client-go's MaxIdleConnsPerHost).
+	// KeptAliveAllowance is how many unused connections an address may keep
+	// and be spared: client-go's MaxIdleConnsPerHost is 25.
 	KeptAliveAllowance = 32
 
-	// MaxWaiting is how many newcomers may wait for a place: as many as
-	// Linux's default backlog (net.core.somaxconn) holds. The apiserver
-	// dials for every call that finds no idle connection, and the call
-	// takes the first to come free, so its dials outnumber its calls: 1,000
-	// writes left 1,282 waiting, and the newest shed, with 1,024 (e2e
-	// TestBurstServed).
+	// MaxWaiting is how many newcomers may wait, as Linux's default
+	// somaxconn: 1,000 writes through the apiserver left 1,282 waiting
+	// (e2e TestBurstServed), its dials outnumbering its calls.
 	MaxWaiting = 4096
 
-	// HandshakeTimeout bounds a TLS handshake: the apiserver gives up on
-	// one after as long (client-go's TLSHandshakeTimeout).
+	// HandshakeTimeout bounds a handshake, as client-go's TLSHandshakeTimeout.
 	HandshakeTimeout = 10 * time.Second
 )
 
@@ -46,34 +40,30 @@ const (
 // most max of them open. It guarantees:
 //
 // A connection that behaves is never closed to make room for another. It
-// behaves while it does its handshake without making the server wait Grace
-// in all; while it is served; and while it is unused (kept alive between
-// requests, or with no whole request header yet) by a client that keeps
-// at most KeptAliveAllowance unused. The apiserver's always behave.
+// behaves while its handshake has made the server wait less than Grace in
+// reads, while it is served, and while it is unused (kept alive, or with no
+// whole request header yet) by an address keeping at most
+// KeptAliveAllowance unused. The apiserver's always behave.
 //
-// A newcomer that finds no place waits for one in the process, holding
-// only its socket: the Listener takes every newcomer from the kernel as it
-// comes, so that none waits there behind a flood. Places go first to the
-// newcomers of the address holding the fewest connections, in order of
-// arrival, and no address holds more than max less a sixteenth, so that
-// the kubelet's probe, or another apiserver, finds one during any one
-// client's burst. When more than MaxWaiting wait, the newest of the
-// address with the most waiting is closed ("shed").
+// A newcomer that finds no place waits in the process, holding only its
+// socket: every newcomer is taken from the kernel as it comes, so none
+// waits there behind a flood. Places go first to the newcomers of the
+// address holding the fewest connections, in order of arrival, and no
+// address holds more than max less a sixteenth, so that a probe, or another
+// apiserver, finds one during any one client's burst. Past MaxWaiting, the
+// newest of the address with the most waiting is closed ("shed").
 //
 // Only for a waiting newcomer is a connection closed, and only one that
-// misbehaves: "stalled", its handshake has made the server wait Grace, or
-// "idle", unused for IdleGrace while its address keeps more than
-// KeptAliveAllowance unused. It is another address's, as a client's own
-// newcomers wait for its own connections; but when one address alone
-// holds connections, as behind a proxy, its own may be closed, the only
-// way to find a client's among a flood's. A handshake's waiting counts
-// only the server's time in Read, never time it was short of CPU. No
-// connection being served is ever closed.
+// misbehaves: "stalled" (its handshake made the server wait Grace) or
+// "idle" (unused for IdleGrace while its address keeps more than
+// KeptAliveAllowance unused), of another address than the newcomer's
+// unless one address holds them all, as behind a proxy. No connection
+// being served is ever closed.
 //
-// A handshake that fails, or lasts HandshakeTimeout, closes its
-// connection. Accept returns each connection once its handshake is done,
+// A handshake that fails or lasts HandshakeTimeout closes its connection
+// ("handshake"). Accept returns each connection once its handshake is done,
 // as a *tls.Conn (without a TLS configuration, the TCP connection): serve
-// it with http.Server.Serve, not ServeTLS, and set the server's ConnState
+// it with http.Server.Serve, not ServeTLS, with the server's ConnState set
 // to the Listener's. Close closes the connections Accept has not returned.
 type Listener struct {
 	raw        net.Listener
