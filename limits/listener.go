@@ -15,9 +15,9 @@ import (
 )
 
 const (
-	// Grace is how long, in all, a handshake may make the server wait in
-	// reads: the apiserver sends its part at once.
-	Grace = 250 * time.Millisecond
+	// HandshakeGrace is how long, in all, a handshake may make the server
+	// wait in reads: the apiserver sends its part at once.
+	HandshakeGrace = 250 * time.Millisecond
 
 	// IdleGrace is how long an unused connection is spared: under load the
 	// apiserver reuses one within milliseconds.
@@ -40,7 +40,7 @@ const (
 // most max of them open. It guarantees:
 //
 // A connection that behaves is never closed to make room for another. It
-// behaves while its handshake has made the server wait less than Grace in
+// behaves while its handshake has made the server wait less than HandshakeGrace in
 // reads, while it is served, and while it is unused (kept alive, or with no
 // whole request header yet) by an address keeping at most
 // KeptAliveAllowance unused. The apiserver's always behave.
@@ -54,7 +54,7 @@ const (
 // newest of the address with the most waiting is closed ("shed").
 //
 // Only for a waiting newcomer is a connection closed, and only one that
-// misbehaves: "stalled" (its handshake made the server wait Grace) or
+// misbehaves: "stalled" (its handshake made the server wait HandshakeGrace) or
 // "idle" (unused for IdleGrace while its address keeps more than
 // KeptAliveAllowance unused), of another address than the newcomer's
 // unless one address holds them all, as behind a proxy. No connection
@@ -217,7 +217,7 @@ func (l *Listener) keepRoom() {
 		l.mu.Unlock()
 		var recheck <-chan time.Time
 		if stillWaiting {
-			recheck = time.After(Grace / 5)
+			recheck = time.After(HandshakeGrace / 5)
 		}
 		select {
 		case <-l.wake:
@@ -300,7 +300,7 @@ func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[neti
 	for c := range l.conns {
 		switch {
 		case c.source == source && !alone: // the newcomer waits for its own
-		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= Grace:
+		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= HandshakeGrace:
 			return c
 		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&
 			(victim == nil || c.since.Before(victim.since)):

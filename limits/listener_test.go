@@ -254,8 +254,8 @@ func TestStalledMakeRoom(t *testing.T) {
 	if err := get(c, "/"); err != nil {
 		t.Fatalf("the newcomer: %v, want it served", err)
 	}
-	if took := time.Since(began); took < Grace {
-		t.Errorf("the newcomer was served after %s, want it to wait until a stalled connection had made the server wait %s", took, Grace)
+	if took := time.Since(began); took < HandshakeGrace {
+		t.Errorf("the newcomer was served after %s, want it to wait until a stalled connection had made the server wait %s", took, HandshakeGrace)
 	}
 	if got := s.listener.Stats().Closed["stalled"]; got != 1 {
 		t.Errorf("connections closed as stalled: got %d, want 1", got)
@@ -347,7 +347,7 @@ func TestOwnNewcomersWait(t *testing.T) {
 		s.dialFrom(t, "127.0.0.1")
 	}
 	s.waitFor(t, "every place taken", func(st Stats) bool { return st.Open == max })
-	time.Sleep(Grace + 50*time.Millisecond)
+	time.Sleep(HandshakeGrace + 50*time.Millisecond)
 	c := s.tlsFrom(t, "127.0.0.2") // a place for another address
 	if err := get(c, "/"); err != nil {
 		t.Fatal(err)
@@ -359,7 +359,7 @@ func TestOwnNewcomersWait(t *testing.T) {
 	// its own, though they misbehave.
 	waiting := s.dialFrom(t, "127.0.0.1")
 	s.waitFor(t, "the newcomer waiting", func(st Stats) bool { return st.Waiting == 1 })
-	time.Sleep(2 * Grace)
+	time.Sleep(2 * HandshakeGrace)
 	if st := s.listener.Stats(); st.Waiting != 1 || st.Closed["stalled"] != 1 {
 		t.Fatalf("got %+v, want the newcomer still waiting and no other connection closed", st)
 	}
