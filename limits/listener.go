@@ -40,9 +40,9 @@ const (
 // most max of them open. It guarantees:
 //
 // A connection that behaves is never closed to make room for another. It
-// behaves while its handshake has made the server wait less than HandshakeGrace in
-// reads, while it is served, and while it is unused (kept alive, or with no
-// whole request header yet) by an address keeping at most
+// behaves while its handshake has made the server wait in reads less than
+// HandshakeGrace, while it is served, and while it is unused (kept alive,
+// or with no whole request header yet) by an address keeping at most
 // KeptAliveAllowance unused. The apiserver's always behave.
 //
 // A newcomer that finds no place waits in the process, holding only its
@@ -54,11 +54,11 @@ const (
 // newest of the address with the most waiting is closed ("shed").
 //
 // Only for a waiting newcomer is a connection closed, and only one that
-// misbehaves: "stalled" (its handshake made the server wait HandshakeGrace) or
-// "idle" (unused for IdleGrace while its address keeps more than
-// KeptAliveAllowance unused), of another address than the newcomer's
-// unless one address holds them all, as behind a proxy. No connection
-// being served is ever closed.
+// misbehaves: "stalled" (its handshake made the server wait
+// HandshakeGrace) or "idle" (unused for IdleGrace while its address keeps
+// more than KeptAliveAllowance unused), of another address than the
+// newcomer's unless one address holds them all, as behind a proxy. No
+// connection being served is ever closed.
 //
 // A handshake that fails or lasts HandshakeTimeout closes its connection
 // ("handshake"). Accept returns each connection once its handshake is done,
