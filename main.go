@@ -80,7 +80,7 @@ const (
 	// connection for each call in flight, 600 and more, but the webhook
 	// answers at the pace of its CPU whatever their number, and a call that
 	// waits for a connection is sent on the first of its own to come free
-	// (bench/README.md, "One client above the cap").
+	// (bench/README.md, "The apiserver's burst, above the connection cap").
 	maxConnections = 256
 
 	// maxMetricsConnections is the most connections the metrics port holds
