@@ -56,10 +56,9 @@ const (
 // Only for a waiting newcomer is a connection closed, and only one that
 // misbehaves: "stalled" (its handshake made the server wait
 // HandshakeGrace) or "idle" (unused for IdleGrace while its address keeps
-// more than KeptAliveAllowance unused): of another address than the
-// newcomer's, unless one address holds them all, as behind a proxy; and
-// of its own when its address holds all it may. No connection being
-// served is ever closed.
+// more than KeptAliveAllowance unused), of another address than the
+// newcomer's unless one address holds them all, as behind a proxy, at
+// most max less a sixteenth. No connection being served is ever closed.
 //
 // A handshake that fails or lasts HandshakeTimeout closes its connection
 // ("handshake"). Accept returns each connection once its handshake is done,
@@ -252,13 +251,13 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 		var victim *conn
 		found := false
 		for addr := range l.waiting {
-			if found && openBy[addr] >= openBy[next] {
+			atCap, alone := openBy[addr] >= l.perAddress, openBy[addr] == len(l.conns)
+			if atCap && !alone || found && openBy[addr] >= openBy[next] {
 				continue
 			}
-			atCap := openBy[addr] >= l.perAddress
 			if len(l.conns) < l.max && !atCap {
 				next, victim, found = addr, nil, true
-			} else if v := l.victimLocked(addr, openBy[addr] == len(l.conns), atCap, unusedBy); v != nil {
+			} else if v := l.victimLocked(addr, alone, unusedBy); v != nil {
 				next, victim, found = addr, v, true
 			}
 		}
@@ -293,15 +292,15 @@ func (l *Listener) dequeueLocked(source netip.Addr, rest []net.Conn) {
 	}
 }
 
-// victimLocked returns a connection that misbehaves, or nil: of another
-// address than source unless alone, and of source itself when atCap; of
-// those unused, the one unused the longest.
-func (l *Listener) victimLocked(source netip.Addr, alone, atCap bool, unusedBy map[netip.Addr]int) *conn {
+// victimLocked returns a connection that misbehaves, of another address
+// than source unless alone, or nil; of those unused, the one unused the
+// longest.
+func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) *conn {
 	now := time.Since(l.epoch)
 	var victim *conn
 	for c := range l.conns {
 		switch {
-		case (c.source == source) != (alone || atCap): // the newcomer waits for its own, or at its cap takes one
+		case c.source == source && !alone: // the newcomer waits for its own
 		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= HandshakeGrace:
 			return c
 		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&
