@@ -23,7 +23,8 @@ type room struct {
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
 	// pace is the bytes a second room came back over the last whole second
-	// bodies waited (0 until one has), measured from paceSince.
+	// of this line of waiting bodies (0 until one has passed), measured
+	// from paceSince.
 	pace                float64
 	paceSince           time.Time
 	givenSincePaceStart int64
@@ -59,6 +60,11 @@ func (r *room) take(ctx context.Context, n int64) error {
 			return &errLongQueue{r.wanted, wait}
 		}
 	}
+	if r.wanted == 0 {
+		// A new line: a pace measured while none waited would be the pace
+		// of the reviews, not of the room.
+		r.pace, r.paceSince, r.givenSincePaceStart = 0, time.Now(), 0
+	}
 	r.wanted += n
 	r.mu.Unlock()
 	r.waiting.Add(1)
@@ -93,11 +99,7 @@ func (r *room) give(n int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
-	if r.wanted == 0 {
-		r.paceSince, r.givenSincePaceStart = now, 0
-		return
-	}
-	if r.givenSincePaceStart += n; now.Sub(r.paceSince) >= time.Second {
+	if r.givenSincePaceStart += n; r.wanted > 0 && now.Sub(r.paceSince) >= time.Second {
 		r.pace = float64(r.givenSincePaceStart) / now.Sub(r.paceSince).Seconds()
 		r.paceSince, r.givenSincePaceStart = now, 0
 	}

@@ -73,10 +73,12 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 	if err := r.take(context.Background(), 100*roomUnit); err != nil {
 		t.Fatal(err)
 	}
-	r.pace = 10 * roomUnit // a second
 	ahead := make(chan error, 1)
 	go func() { ahead <- r.take(context.Background(), 10*roomUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r.mu.Lock()
+	r.pace = 10 * roomUnit // a second
+	r.mu.Unlock()
 
 	// 20 units at 10 a second: 2 s of waiting.
 	short, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -97,5 +99,38 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 	}
 	if err := <-waited; err != nil {
 		t.Errorf("a body with a minute left: got %v, want it to wait for its room", err)
+	}
+}
+
+// TestPaceIsOfTheLine: the pace that refuses a body at once is measured
+// only while bodies wait: room held for a second that no body waited for
+// is not a slow line. (With the pace measured from the last time the line
+// was empty, 128 connections of 1 MB reviews, which the webhook answers in
+// time, were refused at four in five.)
+func TestPaceIsOfTheLine(t *testing.T) {
+	r := &NewBudget(2 * roomUnit).room
+	if err := r.take(context.Background(), 2*roomUnit); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // held, and none waiting
+	second := make(chan error, 1)
+	go func() { second <- r.take(context.Background(), 2*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r.give(2 * roomUnit) // the line moves at once
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	third := make(chan error, 1)
+	go func() { third <- r.take(context.Background(), 2*roomUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	var long *errLongQueue
+	if err := r.take(short, roomUnit); errors.As(err, &long) {
+		t.Errorf("behind a line that has not waited a second: got %v, want it to wait, not a long queue", err)
+	}
+	r.give(2 * roomUnit)
+	if err := <-third; err != nil {
+		t.Fatal(err)
 	}
 }
