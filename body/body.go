@@ -123,9 +123,7 @@ func (e *Error) Error() string { return e.Message }
 // Pace. A body is cut (408) when it sends nothing for StallTimeout, or when
 // the server has waited in reads for it longer than StallTimeout plus a
 // second for each MinRate bytes it sent. Only the server's waiting in a
-// read counts, never its waiting for room. A lapse is the client's only if
-// it then sends less than checkBytes within checkWindow, checked on time:
-// a server too starved to look on time looks again over twice the window.
+// read counts, never its waiting for room.
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin: a body still waiting for room then (NoRoom), or still

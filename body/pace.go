@@ -9,14 +9,6 @@ import (
 	"time"
 )
 
-// checkWindow is how long a client whose pace lapsed has to show it still
-// sends checkBytes, MinRate's worth: long enough for a loaded core to read
-// bytes on their way, short against StallTimeout.
-const (
-	checkWindow = 20 * time.Millisecond
-	checkBytes  = MinRate * int64(checkWindow) / int64(time.Second)
-)
-
 // errPastDeadline is a body not read by its deadline (the request's, less
 // AnswerMargin): the server can no longer answer it in time.
 var errPastDeadline = errors.New("the request body was not read before its deadline")
@@ -43,16 +35,12 @@ type pacedReader struct {
 	received int64
 }
 
-// Read reads into p, waiting at most until the client is out of time, or
-// the body out of time (errPastDeadline). When the client's time lapses,
-// check decides whose the lapse was.
+// Read reads into p, waiting at most until the client is out of time, its
+// body then cut for reason, or the body out of time (errPastDeadline).
 func (c *pacedReader) Read(p []byte) (int, error) {
 	wait, reason := StallTimeout, Stalled
 	if left := StallTimeout + time.Duration(c.received)*time.Second/MinRate - c.waited; left < wait {
 		wait, reason = left, TooSlow
-	}
-	if wait <= 0 {
-		return c.check(p, reason)
 	}
 	n, err := c.readBy(p, time.Now().Add(wait))
 	switch {
@@ -61,39 +49,7 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 	case n > 0:
 		return n, nil
 	default:
-		return c.check(p, reason)
-	}
-}
-
-// check decides whose a lapsed pace was: the client's, cut for reason, if
-// it sends less than checkBytes (or the rest, or enough to fill p) within
-// checkWindow. A read the server made late, short of CPU, fails without
-// looking at the socket, so it is no evidence: check looks again over
-// twice the window, until it looks on time, or the body's deadline ends it.
-func (c *pacedReader) check(p []byte, reason string) (int, error) {
-	need := int(min(checkBytes, c.length-c.received, int64(len(p))))
-	got := 0
-	window := checkWindow
-	due := time.Now().Add(window)
-	for {
-		n, err := c.readBy(p[got:], due)
-		got += n
-		switch {
-		case got >= need:
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				err = nil
-			}
-			return got, err
-		case err == nil:
-			continue
-		case !errors.Is(err, os.ErrDeadlineExceeded):
-			return got, err // io.EOF included: the body is whole
-		case time.Since(due) > window: // noticed late, being short of CPU
-			window *= 2
-			due = time.Now().Add(window)
-		default:
-			return got, &cutError{reason}
-		}
+		return 0, &cutError{reason}
 	}
 }
 
