@@ -23,11 +23,13 @@ type room struct {
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
 	// pace is the bytes a second room came back over the last whole second
-	// of this line of waiting bodies (0 until one has passed), measured
-	// from paceSince.
-	pace                float64
-	paceSince           time.Time
-	givenSincePaceStart int64
+	// that bodies waited (0 until one has): waited and given count toward
+	// the next, on a clock that runs only while a body waits, since
+	// waitedSince. Time no body waited is not a slow line.
+	pace        float64
+	waited      time.Duration
+	given       int64
+	waitedSince time.Time
 }
 
 // init makes capacity bytes of room, to the roomUnit below.
@@ -61,9 +63,7 @@ func (r *room) take(ctx context.Context, n int64) error {
 		}
 	}
 	if r.wanted == 0 {
-		// A new line: a pace measured while none waited would be the pace
-		// of the reviews, not of the room.
-		r.pace, r.paceSince, r.givenSincePaceStart = 0, time.Now(), 0
+		r.waitedSince = time.Now()
 	}
 	r.wanted += n
 	r.mu.Unlock()
@@ -71,7 +71,9 @@ func (r *room) take(ctx context.Context, n int64) error {
 	defer func() {
 		r.waiting.Add(-1)
 		r.mu.Lock()
-		r.wanted -= n
+		if r.wanted -= n; r.wanted == 0 {
+			r.waited += time.Since(r.waitedSince)
+		}
 		r.mu.Unlock()
 	}()
 	select {
@@ -98,10 +100,13 @@ func (r *room) give(n int64) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.wanted == 0 {
+		return
+	}
 	now := time.Now()
-	if r.givenSincePaceStart += n; r.wanted > 0 && now.Sub(r.paceSince) >= time.Second {
-		r.pace = float64(r.givenSincePaceStart) / now.Sub(r.paceSince).Seconds()
-		r.paceSince, r.givenSincePaceStart = now, 0
+	r.waited, r.waitedSince, r.given = r.waited+now.Sub(r.waitedSince), now, r.given+n
+	if r.waited >= time.Second {
+		r.pace, r.waited, r.given = float64(r.given)/r.waited.Seconds(), 0, 0
 	}
 }
 
