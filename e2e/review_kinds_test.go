@@ -177,11 +177,11 @@ func TestReviewMatchesTheAPIServerOnKinds(t *testing.T) {
 	gizmo := func(version, name string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "review.example.com/" + version, "kind": "Gizmo", "metadata": map[string]any{"name": name}}}
 	}
+	// Called, whatever the policy answers: no plumbing test knows it.
 	waitUntil(t, "the apiserver calls the gizmos webhook", func() bool {
-		_, err := apiserver.dynamic.Resource(gizmoGVR).Create(ctx, gizmo("v1", "probe-"+ns), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "denied the request")
+		_, _ = apiserver.dynamic.Resource(gizmoGVR).Create(ctx, gizmo("v1", "probe-"+ns), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return len(fwd.take()) > 0
 	})
-	fwd.take()
 
 	hpa := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
 		"metadata": map[string]any{"name": "frontend", "namespace": ns},
@@ -212,25 +212,24 @@ func TestReviewMatchesTheAPIServerOnKinds(t *testing.T) {
 		name string
 		args []string // webhook review's, besides -o json and -config
 		send func() error
-		// webhooks are those the apiserver sends it to; deny is whether
-		// the demonstration's /validate denies it there.
+		// webhooks are those the apiserver sends it to; whether they deny
+		// it is the policy's, and review must say what the apiserver does.
 		webhooks []string
-		deny     bool
 	}{
 		{"a cluster-scoped custom resource", []string{"-f", writeObject(t, dir, "gizmo.json", gizmo("v1", "gizmo-a")), "-f", crd},
-			create(gizmoGVR, gizmo("v1", "gizmo-a")), []string{"gizmos"}, true},
+			create(gizmoGVR, gizmo("v1", "gizmo-a")), []string{"gizmos"}},
 		{"a custom resource of another served version", []string{"-f", writeObject(t, dir, "gizmo-v2.json", gizmo("v2", "gizmo-b")), "-f", crd},
-			create(schema.GroupVersionResource{Group: "review.example.com", Version: "v2", Resource: "gizmos"}, gizmo("v2", "gizmo-b")), []string{"gizmos"}, true},
+			create(schema.GroupVersionResource{Group: "review.example.com", Version: "v2", Resource: "gizmos"}, gizmo("v2", "gizmo-b")), []string{"gizmos"}},
 		{"an autoscaling/v1 HorizontalPodAutoscaler", []string{"-f", writeObject(t, dir, "hpa.json", hpa)},
-			create(schema.GroupVersionResource{Group: "autoscaling", Version: "v1", Resource: "horizontalpodautoscalers"}, hpa), []string{"hpas"}, true},
+			create(schema.GroupVersionResource{Group: "autoscaling", Version: "v1", Resource: "horizontalpodautoscalers"}, hpa), []string{"hpas"}},
 		{"kubectl exec", []string{"-f", podFile, "-operation", "CONNECT", "-subresource", "exec", "-connect-query", "container=web&command=sh&command=-c&command=date&stdin=true&stdout=true&tty=true"},
-			connect("exec", map[string][]string{"container": {"web"}, "command": {"sh", "-c", "date"}, "stdin": {"true"}, "stdout": {"true"}, "tty": {"true"}}, ""), []string{"connect"}, false},
+			connect("exec", map[string][]string{"container": {"web"}, "command": {"sh", "-c", "date"}, "stdin": {"true"}, "stdout": {"true"}, "tty": {"true"}}, ""), []string{"connect"}},
 		{"kubectl attach", []string{"-f", podFile, "-operation", "CONNECT", "-subresource", "attach", "-connect-query", "container=web&stdin=true&stdout=true"},
-			connect("attach", map[string][]string{"container": {"web"}, "stdin": {"true"}, "stdout": {"true"}}, ""), []string{"connect"}, false},
+			connect("attach", map[string][]string{"container": {"web"}, "stdin": {"true"}, "stdout": {"true"}}, ""), []string{"connect"}},
 		{"kubectl port-forward", []string{"-f", podFile, "-operation", "CONNECT", "-subresource", "portforward", "-connect-query", "ports=8080"},
-			connect("portforward", map[string][]string{"ports": {"8080"}}, ""), []string{"connect"}, false},
+			connect("portforward", map[string][]string{"ports": {"8080"}}, ""), []string{"connect"}},
 		{"a proxy", []string{"-f", podFile, "-operation", "CONNECT", "-subresource", "proxy", "-connect-query", "path=/healthz"},
-			connect("proxy", nil, "healthz"), []string{"connect"}, false},
+			connect("proxy", nil, "healthz"), []string{"connect"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			offline := reviewKinds(t, append([]string{"-config", configs}, tc.args...)...)
@@ -238,10 +237,10 @@ func TestReviewMatchesTheAPIServerOnKinds(t *testing.T) {
 			sent := fwd.take()
 			t.Logf("review: %s %+v %q; the apiserver: %v", offline.Verdict, offline.Validate, offline.Notes, err)
 			denied := err != nil && strings.Contains(err.Error(), "denied the request")
-			if denied != tc.deny || (offline.Verdict == "denied") != tc.deny {
-				t.Errorf("review says %s, the apiserver answered %v; want denied %v by both", offline.Verdict, err, tc.deny)
+			if denied != (offline.Verdict == "denied") {
+				t.Errorf("review says %s, the apiserver answered %v; want the same verdict from both", offline.Verdict, err)
 			}
-			if tc.deny && offline.Validate != nil && !strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request: %s", offline.Validate.DeniedBy, offline.Validate.Message)) {
+			if denied && offline.Validate != nil && !strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request: %s", offline.Validate.DeniedBy, offline.Validate.Message)) {
 				t.Errorf("review says denied by %s: %q; the apiserver: %v", offline.Validate.DeniedBy, offline.Validate.Message, err)
 			}
 			var want []string
@@ -477,7 +476,8 @@ func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
 	writeText(t, input, strings.Join(docs, "---\n"))
 
 	none, fail, everything := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Fail, admissionregistrationv1.AllScopes
-	url := w.url("/validate")
+	fwd, base := startForwarder(t, w)
+	url := base + "/validate"
 	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ns + ".corpus.webhook.example.com"},
@@ -501,9 +501,10 @@ func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
 	}
 	writeText(t, configs, string(b))
 	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: ns, Labels: label}}
+	// Called, whatever the policy answers: no plumbing test knows it.
 	waitUntil(t, "the apiserver calls the corpus webhook", func() bool {
-		_, err := apiserver.client.CoreV1().ConfigMaps(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err != nil && strings.Contains(err.Error(), "denied the request")
+		_, _ = apiserver.client.CoreV1().ConfigMaps(ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return len(fwd.take()) > 0
 	})
 
 	out, code := runReviewJSON(t, nil, "-user", "admin", "-group", "system:masters", "-group", "system:authenticated", "-config", configs, "-f", input)
@@ -530,9 +531,11 @@ func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
 			if !strings.Contains(err.Error(), got.Validate.Message) {
 				t.Errorf("%s: review denies it with %q, the apiserver: %v", what, got.Validate.Message, err)
 			}
-		case got.Verdict == "admitted" && err == nil:
+		case got.Verdict == "admitted" && (err == nil || apierrors.IsAlreadyExists(err)):
+			// Already stored (a CustomResourceDefinition another test
+			// made): the webhooks admitted it, and storage refused it.
 			counts["admitted"]++
-		case apierrors.IsInvalid(err) && got.Verdict == "denied":
+		case apierrors.IsInvalid(err):
 			// The apiserver's validation refused it before validating
 			// webhooks run: here, privileged containers, which this
 			// apiserver does not allow (--allow-privileged). Review does
@@ -544,7 +547,9 @@ func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
 		}
 	}
 	t.Logf("%d documents: %v; %d review cannot read, nor could the apiserver", len(all), counts, unreadable)
-	if counts["denied"] < 40 || counts["admitted"] == 0 || counts["not served"] == 0 {
-		t.Errorf("got %v: want most sent to the webhook and denied, some never sent, and one not served", counts)
+	// Whether the policy denies them is the policy's; that review and the
+	// apiserver agree on most is the test's.
+	if counts["denied"]+counts["admitted"] < 40 || counts["not served"] == 0 {
+		t.Errorf("got %v: want most compared, and one not served", counts)
 	}
 }
