@@ -240,8 +240,10 @@ func startProcessEnv(name, dir string, env []string, bin string, args ...string)
 		p.cmd.Env = append(os.Environ(), env...)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	// Its own process group, so a stop reaches anything it started.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so a stop reaches anything it started; and
+	// killed with the test binary, which a panicking test ends before
+	// any cleanup runs (etcd and kube-apiserver were left running).
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -576,10 +577,17 @@ func (m *verdictMode) sendAdmitted(t *testing.T) {
 	}
 }
 
-// record adds a verdict, with the scope's namespace, its names' ending
-// and its label's value made generic.
+// tokenVolumeName is the volume the apiserver's ServiceAccount admission
+// adds to a Pod, its name made at random (generateName of
+// "kube-api-access-": k8s.io/kubernetes v1.37.2
+// plugin/pkg/admission/serviceaccount/admission.go).
+var tokenVolumeName = regexp.MustCompile(`kube-api-access-[a-z0-9]+`)
+
+// record adds a verdict, with the scope's namespace, its names' ending,
+// its label's value and a Pod's token volume made generic.
 func (m *verdictMode) record(format string, args ...any) {
 	v := fmt.Sprintf(format, args...)
+	v = tokenVolumeName.ReplaceAllString(v, "kube-api-access-RANDOM")
 	v = strings.ReplaceAll(v, m.scope.namespace, "NAMESPACE")
 	v = strings.ReplaceAll(v, "-"+m.scope.id, "-ID")
 	v = strings.ReplaceAll(v, `:"`+m.scope.id+`"`, `:"ID"`)
