@@ -103,7 +103,7 @@ func run() error {
 	steadyDelay := flag.Duration("steady-delay", 0, "with -slow-clients, each of the steady client's writes arrives this `long` after it is made, as from an apiserver far away or busy; written to results/slow-clients-far.md")
 	http2Flood := flag.Bool("http2", false, "with -slow-clients, run the webhook with -http2 against a flood of HTTP/2 streams; written to results/slow-clients-http2.md")
 	oneClient := flag.Bool("one-client", false, "run only the one-client rows (about a minute): one client sending 2,000 reviews at once, as the apiserver's burst, written to results/one-client.md")
-	overload := flag.Bool("overload", false, "run only the overload rows (about 4 minutes): the webhook on one core, its peak, then twice the peak offered, and 256 connections of 100 KB reviews; written to results/overload.md")
+	overload := flag.Bool("overload", false, "run only the overload rows (about 4 minutes): the webhook on one core, its peak, then twice the peak offered, and 240 connections of 100 KB reviews; written to results/overload.md")
 	overloadFor := flag.Duration("overload-for", 15*time.Second, "how long each phase of an overload row runs")
 	busyNeighbour := flag.Int("busy-neighbour", 0, "with -slow-clients, processes spinning this many `cores` beside the webhook through each load, as a node's other Pods do; written to results/slow-clients-busy-N.md")
 	flag.Parse()
