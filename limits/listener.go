@@ -57,8 +57,10 @@ const (
 // misbehaves: "stalled" (its handshake made the server wait
 // HandshakeGrace) or "idle" (unused for IdleGrace while its address keeps
 // more than KeptAliveAllowance unused), of another address than the
-// newcomer's unless one address holds them all, as behind a proxy, at
-// most max less a sixteenth. No connection being served is ever closed.
+// newcomer's. A client's newcomers wait for its own connections, even
+// when one address holds them all, as behind a proxy: a slow handshake of
+// the apiserver's own, alone in a burst, is never closed for its next.
+// No connection being served is ever closed.
 //
 // A handshake that fails or lasts HandshakeTimeout closes its connection
 // ("handshake"). Accept returns each connection once its handshake is done,
@@ -251,13 +253,12 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 		var victim *conn
 		found := false
 		for addr := range l.waiting {
-			atCap, alone := openBy[addr] >= l.perAddress, openBy[addr] == len(l.conns)
-			if atCap && !alone || found && openBy[addr] >= openBy[next] {
+			if openBy[addr] >= l.perAddress || found && openBy[addr] >= openBy[next] {
 				continue
 			}
-			if len(l.conns) < l.max && !atCap {
+			if len(l.conns) < l.max {
 				next, victim, found = addr, nil, true
-			} else if v := l.victimLocked(addr, alone, unusedBy); v != nil {
+			} else if v := l.victimLocked(addr, unusedBy); v != nil {
 				next, victim, found = addr, v, true
 			}
 		}
@@ -293,14 +294,13 @@ func (l *Listener) dequeueLocked(source netip.Addr, rest []net.Conn) {
 }
 
 // victimLocked returns a connection that misbehaves, of another address
-// than source unless alone, or nil; of those unused, the one unused the
-// longest.
-func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) *conn {
+// than source, or nil; of those unused, the one unused the longest.
+func (l *Listener) victimLocked(source netip.Addr, unusedBy map[netip.Addr]int) *conn {
 	now := time.Since(l.epoch)
 	var victim *conn
 	for c := range l.conns {
 		switch {
-		case c.source == source && !alone: // the newcomer waits for its own
+		case c.source == source: // the newcomer waits for its own
 		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= HandshakeGrace:
 			return c
 		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&

@@ -341,8 +341,8 @@ func halfHeader(c net.Conn) error {
 func TestOwnNewcomersWait(t *testing.T) {
 	const max = 4
 	s := newTestServer(t, max)
-	// Its connections misbehave, never sending a ClientHello: while it
-	// alone holds connections, they make room for its own newcomer.
+	// Its connections misbehave, never sending a ClientHello: another
+	// address's newcomer takes the place of one.
 	for range max {
 		s.dialFrom(t, "127.0.0.1")
 	}
@@ -370,24 +370,25 @@ func TestOwnNewcomersWait(t *testing.T) {
 	}
 }
 
-// TestAloneItsOwnMakeRoom: when one address holds every connection, as
-// every client does behind a proxy, it holds at most max less a sixteenth,
-// and its newcomer still gets in, in the place of one of its own
-// connections that misbehaves.
-func TestAloneItsOwnMakeRoom(t *testing.T) {
+// TestOwnNewcomersWaitEvenAlone: an address that holds every connection,
+// as the apiserver does in URL mode, at its cap, has its newcomers wait
+// for its own connections, even those whose handshake has made the server
+// wait past its grace: the apiserver's own, slow on a busy control plane.
+// (Closing them for its newcomers failed 60 of 600 requests of
+// TestBurstAboveTheCap under the race detector.)
+func TestOwnNewcomersWaitEvenAlone(t *testing.T) {
 	const max = 32
 	s := newTestServer(t, max)
 	perAddress := max - max/16
 	for range perAddress {
-		s.dialFrom(t, "127.0.0.1") // never sends a ClientHello
+		s.dialFrom(t, "127.0.0.1") // its handshake not begun
 	}
 	s.waitFor(t, "the address at its cap", func(st Stats) bool { return st.Open == perAddress })
-	c := s.tlsFrom(t, "127.0.0.1")
-	if err := get(c, "/"); err != nil {
-		t.Fatalf("the newcomer of an address alone at its cap: %v, want it served", err)
-	}
-	if st := s.listener.Stats(); st.Closed["stalled"] != 1 || st.Open != perAddress {
-		t.Errorf("got %+v, want one of its own closed as stalled, and %d open", st, perAddress)
+	s.dialFrom(t, "127.0.0.1")
+	s.waitFor(t, "the newcomer waiting", func(st Stats) bool { return st.Waiting == 1 })
+	time.Sleep(2 * HandshakeGrace)
+	if st := s.listener.Stats(); st.Waiting != 1 || st.Closed["stalled"] != 0 {
+		t.Errorf("got %+v, want the newcomer still waiting and none of its own closed", st)
 	}
 }
 
