@@ -370,26 +370,84 @@ func TestOwnNewcomersWait(t *testing.T) {
 	}
 }
 
-// TestOwnNewcomersWaitEvenAlone: an address that holds every connection,
-// as the apiserver does in URL mode, at its cap, has its newcomers wait
-// for its own connections, even those whose handshake has made the server
-// wait past its grace: the apiserver's own, slow on a busy control plane.
-// (Closing them for its newcomers failed 60 of 600 requests of
-// TestBurstAboveTheCap under the race detector.)
-func TestOwnNewcomersWaitEvenAlone(t *testing.T) {
+// TestAloneMisbehavingMakeRoom: an address that holds every connection,
+// as behind a proxy, at its cap, has its newcomers served in the place of
+// its own that misbehave plainly: one silent since its accept for
+// SilenceGrace, or one unused past its allowance.
+func TestAloneMisbehavingMakeRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name, reason string
+		open         func(s *testServer, t *testing.T)
+		wait         time.Duration
+	}{
+		{"never a byte", "stalled", func(s *testServer, t *testing.T) { s.dialFrom(t, "127.0.0.1") }, SilenceGrace},
+		{"half a header", "idle", func(s *testServer, t *testing.T) {
+			if err := halfHeader(s.tlsFrom(t, "127.0.0.1")); err != nil {
+				t.Fatal(err)
+			}
+		}, IdleGrace},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const max = 48 // its cap, 45, keeps more than KeptAliveAllowance
+			s := newTestServer(t, max)
+			perAddress := max - max/16
+			for range perAddress {
+				tc.open(s, t)
+			}
+			s.waitFor(t, "the address at its cap", func(st Stats) bool { return st.Open == perAddress })
+			began := time.Now()
+			if err := get(s.tlsFrom(t, "127.0.0.1"), "/"); err != nil {
+				t.Fatalf("the newcomer: %v, want it served", err)
+			}
+			if took := time.Since(began); took < tc.wait/2 {
+				t.Errorf("the newcomer was served after %s, want it to wait for its own to misbehave (%s)", took, tc.wait)
+			}
+			if got := s.listener.Stats().Closed[tc.reason]; got != 1 {
+				t.Errorf("closed as %s: got %d, want 1", tc.reason, got)
+			}
+		})
+	}
+}
+
+// TestOwnSlowHandshakesSparedEvenAlone: an address that holds every
+// connection, as the apiserver does in URL mode, at its cap, has its
+// newcomers wait for its own handshakes begun, however slow: a client
+// busy in a burst is slow to finish them. (Closing them for its
+// newcomers failed 60 of 600 requests of TestBurstAboveTheCap under the
+// race detector.)
+func TestOwnSlowHandshakesSparedEvenAlone(t *testing.T) {
 	const max = 32
 	s := newTestServer(t, max)
 	perAddress := max - max/16
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
 	for range perAddress {
-		s.dialFrom(t, "127.0.0.1") // its handshake not begun
+		c := tls.Client(&helloOnly{Conn: s.dialFrom(t, "127.0.0.1"), stop: stop}, s.client)
+		go c.Handshake()
 	}
 	s.waitFor(t, "the address at its cap", func(st Stats) bool { return st.Open == perAddress })
 	s.dialFrom(t, "127.0.0.1")
 	s.waitFor(t, "the newcomer waiting", func(st Stats) bool { return st.Waiting == 1 })
-	time.Sleep(2 * HandshakeGrace)
+	time.Sleep(SilenceGrace + 2*HandshakeGrace)
 	if st := s.listener.Stats(); st.Waiting != 1 || st.Closed["stalled"] != 0 {
 		t.Errorf("got %+v, want the newcomer still waiting and none of its own closed", st)
 	}
+}
+
+// helloOnly sends its ClientHello, the first write, and then holds every
+// write until stop: a handshake begun and never finished.
+type helloOnly struct {
+	net.Conn
+	stop   <-chan struct{}
+	writes atomic.Int64
+}
+
+func (c *helloOnly) Write(p []byte) (int, error) {
+	if c.writes.Add(1) > 1 {
+		<-c.stop
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(p)
 }
 
 // TestShedWhenTooManyWait: past MaxWaiting newcomers, the newest of the
