@@ -929,11 +929,12 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	if len(doc) == 0 || doc[0] != '{' {
 		return nil, []unreadable{{u.source, fmt.Errorf("the document beginning at line %d is not an object: review reads objects with apiVersion and kind", u.line)}}, ""
 	}
-	if u.listKind != "" {
+	obj := parsedObject{source: u.source, line: u.line, json: doc}
+	headErr := readHead(doc, &obj.head)
+	if u.listKind != "" && headErr == nil {
 		// An item of a *List may leave out its kind and apiVersion, which
 		// are then the List's (a DeploymentList's items are Deployments).
-		var head objectHead
-		_ = json.Unmarshal(doc, &head)
+		head := obj.head
 		itemKind := strings.TrimSuffix(u.listKind, "List")
 		var add []string
 		if head.Kind == "" && itemKind != "" {
@@ -951,11 +952,12 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 			if canonical, err := canonicalJSON(doc); err == nil {
 				doc = canonical
 			}
+			obj = parsedObject{source: u.source, line: u.line, json: doc}
+			headErr = readHead(doc, &obj.head)
 		}
 	}
-	obj := parsedObject{source: u.source, line: u.line, json: doc}
-	if err := readHead(doc, &obj.head); err != nil {
-		return nil, []unreadable{{u.source, headError(err)}}, ""
+	if headErr != nil {
+		return nil, []unreadable{{u.source, headError(headErr)}}, ""
 	}
 	if err := checkKind(obj.head); err != nil {
 		return nil, []unreadable{{u.source, err}}, ""

@@ -516,7 +516,7 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 				chosen = append(chosen, c)
 			}
 		}
-		p.admit(ctx, &run.res, req, chosen)
+		p.admit(ctx, &run.res, req, chosen, appliedPatches{})
 		runs = append(runs, run)
 	}
 	out := combine(runs, nil, req.namespace)
