@@ -516,7 +516,7 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 				chosen = append(chosen, c)
 			}
 		}
-		p.admit(ctx, &run.res, req, chosen, appliedPatches{})
+		p.admit(ctx, &run.res, req, chosen, nil) // one run: nothing to reuse
 		runs = append(runs, run)
 	}
 	out := combine(runs, nil, req.namespace)
