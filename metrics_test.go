@@ -111,6 +111,7 @@ func TestMetricsCountReviews(t *testing.T) {
 		`webhook_inflight_budget_bytes`:                                           body.MaxBytes,
 		`webhook_inflight_bytes`:                                                  0,
 		`webhook_inflight_waiting_requests`:                                       0,
+		`webhook_inflight_waited_total`:                                           0,
 		`webhook_inflight_rejected_total`:                                         0,
 		`webhook_overload_refusals_total{reason="no_room"}`:                       0,
 		`webhook_overload_refusals_total{reason="slow_read"}`:                     0,

@@ -228,6 +228,7 @@ type Stats struct {
 	BudgetBytes int64             // the budget of large bodies
 	HeldBytes   int64             // of it, held now
 	Waiting     int               // large bodies waiting for room
+	Waited      uint64            // large bodies that found too little room free, so far
 	Refused     map[string]uint64 // bodies answered BusyStatus, by reason: LongQueue, NoRoom, SlowRead
 	Cut         map[string]uint64 // bodies answered 408: Stalled, TooSlow
 }
@@ -235,7 +236,7 @@ type Stats struct {
 // Stats returns what b holds now and has refused and cut so far.
 func (b *Budget) Stats() Stats {
 	held, waiting := b.room.state()
-	return Stats{BudgetBytes: b.room.capacity, HeldBytes: held, Waiting: waiting,
+	return Stats{BudgetBytes: b.room.capacity, HeldBytes: held, Waiting: waiting, Waited: b.room.short.Load(),
 		Refused: map[string]uint64{LongQueue: b.longQueue.Load(), NoRoom: b.noRoom.Load(), SlowRead: b.slowRead.Load()},
 		Cut:     map[string]uint64{Stalled: b.stalled.Load(), TooSlow: b.tooSlow.Load()}}
 }

@@ -419,6 +419,9 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 			t.Fatalf("body %d of %d waiting: got HTTP %d %q (%v), want 200", i, waiting, a.code, a.body, errs[i])
 		}
 	}
+	if got := s.b.Stats().Waited; got != waiting {
+		t.Errorf("Stats().Waited: got %d, want %d: each found the room taken", got, waiting)
+	}
 	checkCounted(t, s.b, nil)
 }
 

@@ -19,6 +19,7 @@ type room struct {
 	turn     chan struct{} // held by the one body taking tokens
 	tokens   chan struct{} // one for each roomUnit free
 	waiting  atomic.Int64
+	short    atomic.Uint64 // bodies that found too little room free, and waited
 
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
@@ -64,6 +65,9 @@ func (r *room) take(ctx context.Context, n int64) error {
 	}
 	if r.wanted == 0 {
 		r.waitedSince = time.Now()
+	}
+	if int64(len(r.tokens))*roomUnit < n {
+		r.short.Add(1)
 	}
 	r.wanted += n
 	r.mu.Unlock()
