@@ -80,8 +80,8 @@ func deploymentRun(t *testing.T, certDir, metricsAddr string) (args, env []strin
 // TestMemoryUnderBurst sends the policy's admitted requests, padded to
 // large objects, through the real apiserver, many at once, to the webhook
 // run as the Deployment runs it. No request fails, reviews wait for the
-// byte budget (webhook_inflight_waited_total counts them), and the webhook's peak RSS
-// stays under the Deployment's memory limit.
+// byte budget (webhook_inflight_waited_total counts them), and the
+// webhook's peak RSS stays under the Deployment's memory limit.
 func TestMemoryUnderBurst(t *testing.T) {
 	const (
 		writers = 24
