@@ -50,23 +50,26 @@ const (
 // KeptAliveAllowance unused. The apiserver's always behave.
 //
 // A newcomer that finds no place waits in the process, holding only its
-// socket: every newcomer is taken from the kernel as it comes, so none
-// waits there behind a flood. Places go first to the newcomers of the
-// address holding the fewest connections, in order of arrival, and no
+// socket, so that none waits in the kernel behind a flood. Places go first
+// to the newcomers of the address holding the fewest connections, and no
 // address holds more than max less a sixteenth, so that a probe, or another
-// apiserver, finds one during any one client's burst. Past MaxWaiting, the
-// newest of the address with the most waiting is closed ("shed").
+// apiserver, finds one during any one client's burst. An address's
+// newcomers are served oldest first, and past MaxWaiting the newest of the
+// address with the most waiting is closed ("shed"); for a second after a
+// shed, the reverse: a line that overflows is a flood's, and the
+// apiserver's next connection is served, not shed or left behind it.
 //
 // Only for a waiting newcomer is a connection closed, and only one that
 // misbehaves: "stalled" (its handshake made the server wait
 // HandshakeGrace) or "idle" (unused for IdleGrace while its address keeps
 // more than KeptAliveAllowance unused), of another address than the
-// newcomer's: a client's newcomers wait for its own connections. Only
-// when one address holds them all, as behind a proxy, may its newcomers
-// take the places of its own "idle", and of its "stalled" handshakes that
-// sent nothing for SilenceGrace from their accept; never of a handshake
-// begun: the apiserver, alone in a burst on a busy host, is slow to
-// finish its handshakes. No connection being served is ever closed.
+// newcomer's: a client's newcomers wait for its own. When one address
+// holds them all, as behind a proxy, they take its own "idle", and its
+// "stalled" that sent nothing for SilenceGrace from their accept or, for
+// a second after a shed, made the server wait HandshakeGrace before their
+// first request header: the apiserver, alone in a burst on a busy host,
+// is slow in its handshakes but never fills the line. No connection being
+// served is ever closed.
 //
 // A handshake that fails or lasts HandshakeTimeout closes its connection
 // ("handshake"). Accept returns each connection once its handshake is done,
@@ -89,7 +92,8 @@ type Listener struct {
 	mu      sync.Mutex
 	conns   map[*conn]bool // those holding a place
 	waiting map[netip.Addr][]*conn
-	queued  int // newcomers waiting
+	queued  int       // newcomers waiting
+	shedAt  time.Time // when one was last shed
 	closed  map[string]uint64
 }
 
@@ -110,10 +114,11 @@ type conn struct {
 	accepted time.Time
 	phase    atomic.Int32
 	since    time.Time // when it came to its phase, under l.mu
-	// The server's waiting in Read in the handshake, and when the Read
-	// waiting now began (since l.epoch; 0 when none is).
+	// The server's waiting in Read before the first request header, and
+	// when the Read waiting now began (since l.epoch; 0 when none is).
 	waited, readingSince atomic.Int64
 	heard                atomic.Bool // a byte of the handshake came
+	served               atomic.Bool // a request header came whole
 }
 
 // NewListener returns a Listener of at most max connections from ln, with
@@ -209,10 +214,9 @@ func (l *Listener) acceptAll() {
 					most = addr
 				}
 			}
-			q := l.waiting[most]
-			q[len(q)-1].Conn.Close()
-			l.dequeueLocked(most, q[:len(q)-1])
+			l.takeLocked(most, !l.floodedLocked()).Conn.Close()
 			l.closed["shed"]++
+			l.shedAt = time.Now()
 		}
 		l.mu.Unlock()
 		l.signal()
@@ -260,6 +264,7 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 		// The lightest address with a newcomer a place can go to.
 		var next netip.Addr
 		var victim *conn
+		var reason string
 		found := false
 		for addr := range l.waiting {
 			atCap, alone := openBy[addr] >= l.perAddress, openBy[addr] == len(l.conns)
@@ -268,22 +273,21 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 			}
 			if len(l.conns) < l.max && !atCap {
 				next, victim, found = addr, nil, true
-			} else if v := l.victimLocked(addr, alone, unusedBy); v != nil {
-				next, victim, found = addr, v, true
+			} else if v, why := l.victimLocked(addr, alone, unusedBy); v != nil {
+				next, victim, reason, found = addr, v, why, true
 			}
 		}
 		if !found {
 			return true
 		}
 		if victim != nil {
-			l.closed[map[phase]string{handshaking: "stalled", unused: "idle"}[phase(victim.phase.Load())]]++
+			l.closed[reason]++
 			victim.releaseLocked()
 			// The raw connection: TLS's close_notify could block on a
 			// client that does not read.
 			victim.Conn.Close()
 		}
-		c := l.waiting[next][0]
-		l.dequeueLocked(next, l.waiting[next][1:])
+		c := l.takeLocked(next, l.floodedLocked())
 		l.conns[c] = true
 		if l.tlsConfig == nil {
 			c.setPhaseLocked(unused)
@@ -295,33 +299,45 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 	return false
 }
 
-// dequeueLocked leaves rest waiting from source, one fewer.
-func (l *Listener) dequeueLocked(source netip.Addr, rest []*conn) {
+// floodedLocked reports whether a newcomer was shed in the last second.
+func (l *Listener) floodedLocked() bool { return time.Since(l.shedAt) < time.Second }
+
+// takeLocked takes from source's newcomers the oldest, or the newest.
+func (l *Listener) takeLocked(source netip.Addr, newest bool) *conn {
+	q := l.waiting[source]
+	c, rest := q[0], q[1:]
+	if newest {
+		c, rest = q[len(q)-1], q[:len(q)-1]
+	}
 	l.queued--
 	if l.waiting[source] = rest; len(rest) == 0 {
 		delete(l.waiting, source)
 	}
+	return c
 }
 
-// victimLocked returns a connection that misbehaves, of another address
-// than source unless source is alone, or nil; of those unused, the one
-// unused the longest. (Taking a lone address's own handshakes begun
-// failed 60 of 600 requests of TestBurstAboveTheCap under the race
-// detector.)
-func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) *conn {
-	now := time.Since(l.epoch)
+// victimLocked returns a connection that misbehaves, and why, of another
+// address than source unless source is alone, or nil; of those unused,
+// the one unused the longest. (Taking a lone address's own handshakes
+// begun failed 60 of 600 requests of TestBurstAboveTheCap under the race
+// detector; that burst never made the listener shed.)
+func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) (*conn, string) {
+	now, flooded := time.Since(l.epoch), l.floodedLocked()
 	var victim *conn
 	for c := range l.conns {
+		stalled := c.waitedBy(now) >= HandshakeGrace
 		switch {
 		case c.source == source && !alone: // the newcomer waits for its own
-		case phase(c.phase.Load()) == handshaking && c.waitedBy(now) >= HandshakeGrace && (c.source != source || !c.heard.Load() && time.Since(c.accepted) >= SilenceGrace):
-			return c
+		case c.source == source && flooded && !c.served.Load() && stalled:
+			return c, "stalled"
+		case phase(c.phase.Load()) == handshaking && stalled && (c.source != source || !c.heard.Load() && time.Since(c.accepted) >= SilenceGrace):
+			return c, "stalled"
 		case phase(c.phase.Load()) == unused && time.Since(c.since) >= IdleGrace && unusedBy[c.source] > KeptAliveAllowance &&
 			(victim == nil || c.since.Before(victim.since)):
 			victim = c
 		}
 	}
-	return victim
+	return victim, "idle"
 }
 
 // handshake does c's TLS handshake, and hands c to Accept.
@@ -369,6 +385,7 @@ func (l *Listener) ConnState(nc net.Conn, state http.ConnState) {
 	defer l.mu.Unlock()
 	switch state {
 	case http.StateActive:
+		c.served.Store(true)
 		c.setPhaseLocked(serving)
 	case http.StateIdle:
 		c.setPhaseLocked(unused)
@@ -400,7 +417,7 @@ func (c *conn) releaseLocked() {
 }
 
 // waitedBy returns how long the server has waited in Read for c's
-// handshake, at now (since the epoch).
+// handshake and first request header, at now (since the epoch).
 func (c *conn) waitedBy(now time.Duration) time.Duration {
 	waited := time.Duration(c.waited.Load())
 	if since := c.readingSince.Load(); since != 0 {
@@ -409,10 +426,10 @@ func (c *conn) waitedBy(now time.Duration) time.Duration {
 	return waited
 }
 
-// Read reads from the connection, counting the server's waiting in the
-// handshake.
+// Read reads from the connection, counting the server's waiting until the
+// first request header.
 func (c *conn) Read(p []byte) (int, error) {
-	if phase(c.phase.Load()) != handshaking {
+	if c.served.Load() {
 		return c.Conn.Read(p)
 	}
 	start := time.Since(c.l.epoch)

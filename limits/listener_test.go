@@ -450,7 +450,7 @@ func (c *helloOnly) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// TestShedWhenTooManyWait: past MaxWaiting newcomers, the newest of the
+// TestShedWhenTooManyWait: past MaxWaiting newcomers, those of the
 // address with the most waiting are closed, and a newcomer of another
 // address still waits its turn and is served.
 func TestShedWhenTooManyWait(t *testing.T) {
@@ -491,4 +491,55 @@ func TestCloseClosesWaiting(t *testing.T) {
 	if _, err := s.listener.Accept(); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("Accept after Close: got %v, want net.ErrClosed", err)
 	}
+}
+
+// TestFloodServesNewest: once the line overflows, as only a flood makes
+// it, the newest newcomer gets the next place and the oldest is shed.
+// (Each flood of these tests comes from an address of its own: 4,000
+// connections closed leave their ports in TIME_WAIT for a minute.)
+// Behind a proxy that gives every client one address, the apiserver's
+// next connection is thus served during a flood, not shed on arrival.
+func TestFloodServesNewest(t *testing.T) {
+	const max = 1
+	s := newTestServer(t, max)
+	holder := s.tlsFrom(t, "127.0.0.4")
+	if err := get(holder, "/"); err != nil {
+		t.Fatal(err)
+	}
+	var flood []net.Conn
+	for range MaxWaiting + 10 {
+		flood = append(flood, s.dialFrom(t, "127.0.0.4"))
+	}
+	s.waitFor(t, "the line overflowing", func(st Stats) bool { return st.Closed["shed"] == 10 })
+	newcomer := s.dialFrom(t, "127.0.0.4")
+	s.waitFor(t, "the newcomer in line", func(st Stats) bool { return st.Closed["shed"] == 11 })
+	holder.Close()
+	c := tls.Client(newcomer, s.client)
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := c.Handshake(); err != nil {
+		t.Fatalf("the newest newcomer's handshake: %v, want it given the place", err)
+	}
+	if err := get(c, "/"); err != nil {
+		t.Fatalf("the newest newcomer: %v, want it served", err)
+	}
+	if !closedByServer(flood[0]) {
+		t.Error("the oldest newcomer is still open, want it shed")
+	}
+}
+
+// TestFloodTakesOwnStalledHandshakes: once the line overflows, a lone
+// address's newcomers take the place of its own handshake begun that made
+// the server wait HandshakeGrace, which TestOwnSlowHandshakesSparedEvenAlone
+// spares while the line holds them all.
+func TestFloodTakesOwnStalledHandshakes(t *testing.T) {
+	const max = 1
+	s := newTestServer(t, max)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	go tls.Client(&helloOnly{Conn: s.dialFrom(t, "127.0.0.5"), stop: stop}, s.client).Handshake()
+	s.waitFor(t, "the place taken", func(st Stats) bool { return st.Open == max })
+	for range MaxWaiting + 10 {
+		s.dialFrom(t, "127.0.0.5")
+	}
+	s.waitFor(t, "the stalled handshake closed", func(st Stats) bool { return st.Closed["stalled"] > 0 })
 }
