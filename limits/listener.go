@@ -36,6 +36,10 @@ const (
 	// (e2e TestBurstServed), its dials outnumbering its calls.
 	MaxWaiting = 4096
 
+	// NewestFirstAfter is how long an address's oldest newcomer waits before
+	// the newest go first: the kubelet's probe gives up after 1 s.
+	NewestFirstAfter = time.Second
+
 	// HandshakeTimeout bounds a handshake, as client-go's TLSHandshakeTimeout.
 	HandshakeTimeout = 10 * time.Second
 )
@@ -55,9 +59,10 @@ const (
 // address holds more than max less a sixteenth, so that a probe, or another
 // apiserver, finds one during any one client's burst. An address's
 // newcomers are served oldest first, and past MaxWaiting the newest of the
-// address with the most waiting is closed ("shed"); for a second after a
-// shed, the reverse: a line that overflows is a flood's, and the
-// apiserver's next connection is served, not shed or left behind it.
+// address with the most waiting is closed ("shed"); once its oldest has
+// waited NewestFirstAfter, the reverse (adaptive LIFO): a probe or the
+// apiserver's next connection is served at once, and the apiserver's
+// transport gives any connection that comes free to its oldest request.
 //
 // Only for a waiting newcomer is a connection closed, and only one that
 // misbehaves: "stalled" (its handshake made the server wait
@@ -214,7 +219,7 @@ func (l *Listener) acceptAll() {
 					most = addr
 				}
 			}
-			l.takeLocked(most, !l.floodedLocked()).Conn.Close()
+			l.takeLocked(most, true).Conn.Close()
 			l.closed["shed"]++
 			l.shedAt = time.Now()
 		}
@@ -287,7 +292,7 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 			// client that does not read.
 			victim.Conn.Close()
 		}
-		c := l.takeLocked(next, l.floodedLocked())
+		c := l.takeLocked(next, false)
 		l.conns[c] = true
 		if l.tlsConfig == nil {
 			c.setPhaseLocked(unused)
@@ -299,14 +304,13 @@ func (l *Listener) makeRoomLocked() (stillWaiting bool) {
 	return false
 }
 
-// floodedLocked reports whether a newcomer was shed in the last second.
-func (l *Listener) floodedLocked() bool { return time.Since(l.shedAt) < time.Second }
-
-// takeLocked takes from source's newcomers the oldest, or the newest.
-func (l *Listener) takeLocked(source netip.Addr, newest bool) *conn {
+// takeLocked takes source's next newcomer to serve, or with shed the next
+// to shed: the oldest and the newest, the reverse once the oldest has
+// waited NewestFirstAfter.
+func (l *Listener) takeLocked(source netip.Addr, shed bool) *conn {
 	q := l.waiting[source]
 	c, rest := q[0], q[1:]
-	if newest {
+	if shed != (time.Since(q[0].accepted) >= NewestFirstAfter) {
 		c, rest = q[len(q)-1], q[:len(q)-1]
 	}
 	l.queued--
@@ -322,7 +326,7 @@ func (l *Listener) takeLocked(source netip.Addr, newest bool) *conn {
 // begun failed 60 of 600 requests of TestBurstAboveTheCap under the race
 // detector; that burst never made the listener shed.)
 func (l *Listener) victimLocked(source netip.Addr, alone bool, unusedBy map[netip.Addr]int) (*conn, string) {
-	now, flooded := time.Since(l.epoch), l.floodedLocked()
+	now, flooded := time.Since(l.epoch), time.Since(l.shedAt) < time.Second
 	var victim *conn
 	for c := range l.conns {
 		stalled := c.waitedBy(now) >= HandshakeGrace
