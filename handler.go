@@ -48,13 +48,17 @@ import (
 const maxWebhookTimeout = 30 * time.Second
 
 // routes serves the review routes, each with the policy's function, each
-// behind checkClient (requireClient with -client-ca-file; else nothing).
-func routes(reviews *handlers, p policy, action validationAction, checkClient func(http.Handler) http.Handler) *http.ServeMux {
+// behind checkClient (requireClient with -client-ca-file; else nothing);
+// /authorize only with authorization (-authorization).
+func routes(reviews *handlers, p policy, action validationAction, checkClient func(http.Handler) http.Handler, authorization bool) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", checkClient(reviews.admissionHandler("/mutate", mutate(p), validationAction{})))
 	mux.Handle("/validate", checkClient(reviews.admissionHandler("/validate", validate(p), action)))
-	// The authorization webhook's, for an AuthorizationConfiguration's Webhook.
-	mux.Handle("/authorize", checkClient(reviews.authorizationHandler("/authorize", authorize(p))))
+	// The authorization webhook's, for an AuthorizationConfiguration's
+	// Webhook: only when asked for, as its answers name the policy's rules.
+	if authorization {
+		mux.Handle("/authorize", checkClient(reviews.authorizationHandler("/authorize", authorize(p))))
+	}
 	return mux
 }
 

@@ -138,6 +138,24 @@ const (
 	memoryLimitBase = 32 << 20
 )
 
+// version is the webhook's version, set where the image is built
+// (-ldflags "-X main.version=..." in the Dockerfile and make image); empty
+// otherwise, and buildVersion falls back to what the Go toolchain recorded.
+var version string
+
+// buildVersion is version, or the module's version as the toolchain
+// stamped it from git (go build in a checkout), or "devel".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok || info.Main.Version == "" || info.Main.Version == "(devel)" {
+		return "devel"
+	}
+	return info.Main.Version
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The first signal asks run to finish; a second, during
@@ -173,6 +191,7 @@ type config struct {
 	validationAction validationAction // what /validate does with denials (rollout.go)
 
 	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
+	authorization      bool     // serve /authorize
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
 	tlsMinVersion      uint16
 	http2              bool
@@ -183,6 +202,8 @@ type config struct {
 	// memoryLimit is the soft memory limit to set (memoryLimitBase), or 0
 	// to leave the runtime's own: GOMEMLIMIT's, when it is set.
 	memoryLimit int64
+	// showVersion is -version: print the version, serve nothing.
+	showVersion bool
 	// replacedDefaults are the policy's flags given on the command line
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
@@ -217,6 +238,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
+	flags.BoolVar(&cfg.authorization, "authorization", false, "serve /authorize, the authorization webhook's SubjectAccessReviews; needs -client-ca-file, since its answers name the policy's rules")
+	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
 	flags.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
 	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
@@ -253,6 +276,13 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 		if n = strings.TrimSpace(n); n != "" {
 			cfg.allowedClientNames = append(cfg.allowedClientNames, n)
 		}
+	}
+	if *showVersion {
+		cfg.showVersion = true
+		return cfg, nil
+	}
+	if cfg.authorization && cfg.clientCAFile == "" {
+		return config{}, errors.New("-authorization needs -client-ca-file: /authorize answers only the apiserver, whose client certificate that CA signed (docs/authorization.md)")
 	}
 	if len(cfg.allowedClientNames) > 0 && cfg.clientCAFile == "" {
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
@@ -344,6 +374,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if err != nil {
 		return usageError{err}
 	}
+	if cfg.showVersion {
+		_, err := fmt.Fprintln(stdout, "webhook", buildVersion())
+		return err
+	}
 	var logHandler slog.Handler = slog.NewTextHandler(stderr, nil)
 	if cfg.logFormat == "json" {
 		logHandler = slog.NewJSONHandler(stderr, nil)
@@ -382,7 +416,7 @@ func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		}
 		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
-		return routes(reviews, p, action, anyClient)
+		return routes(reviews, p, action, anyClient, true)
 	})
 }
 
@@ -441,7 +475,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if clientCAs != nil {
 		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
-	mux := routes(reviews, cfg.policy, cfg.validationAction, checkClient)
+	mux := routes(reviews, cfg.policy, cfg.validationAction, checkClient, cfg.authorization)
 	mux.HandleFunc("GET /ping", s.ping)
 	s.reviews = &http.Server{
 		Handler:           s.closeWhenDraining(mux),
@@ -536,7 +570,7 @@ func (s *server) serve(ctx context.Context) error {
 		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.Serve(s.listener))
 	}()
 	cfg := s.cfg
-	s.logger.Info("serving", "addr", s.listener.Addr().String(), "mtls", cfg.clientCAFile != "", "http2", cfg.http2,
+	s.logger.Info("serving", "addr", s.listener.Addr().String(), "version", buildVersion(), "mtls", cfg.clientCAFile != "", "authorize", cfg.authorization, "http2", cfg.http2,
 		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1), "validation_action", cfg.validationAction)
 	// What the policy enforces, and where an operator's flag replaced the
 	// defaults policy.go gives: a rule on by default is gone once a flag of

@@ -141,6 +141,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-log-format", "xml"}, []string{"-log-format", "text or json"}},
 		{[]string{"-shutdown-delay", "-1s"}, []string{"-shutdown-delay"}},
 		{[]string{"-allowed-client-names", "kube-apiserver"}, []string{"-allowed-client-names needs -client-ca-file"}},
+		{[]string{"-authorization"}, []string{"-authorization needs -client-ca-file"}},
 		{[]string{"-client-ca-file", "/does/not/exist"}, []string{"-client-ca-file", "/does/not/exist"}},
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
@@ -168,6 +169,21 @@ func TestBadFlags(t *testing.T) {
 	}
 	if err := run(context.Background(), []string{"-h"}, testEnv, nil, io.Discard, io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: got %v, want flag.ErrHelp (exit 0)", err)
+	}
+}
+
+// TestVersion: -version prints the version, and serves nothing.
+func TestVersion(t *testing.T) {
+	t.Chdir(t.TempDir())
+	var stdout bytes.Buffer
+	if err := run(context.Background(), []string{"-version"}, testEnv, nil, &stdout, io.Discard); err != nil {
+		t.Fatalf("-version: %v", err)
+	}
+	if got := stdout.String(); !strings.HasPrefix(got, "webhook ") || strings.TrimSpace(got) == "webhook" {
+		t.Errorf("-version printed %q, want \"webhook VERSION\"", got)
+	}
+	if _, err := os.Stat("tls"); err == nil {
+		t.Error("-version made a development certificate")
 	}
 }
 
@@ -306,6 +322,19 @@ func TestRunFirstCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkReview(t, "POST "+route, decodeReviewIn(t, review), recorded(t, resp))
+	}
+
+	// /authorize is served only when asked for (-authorization).
+	resp, err := client.Post("https://localhost"+port+"/authorize", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("POST /authorize without -authorization: got %d, want 404", resp.StatusCode)
+	}
+	if !strings.Contains(logs.String(), "version=") {
+		t.Errorf("the start-up log does not say the version:\n%s", logs)
 	}
 
 	for name, wantPerm := range map[string]os.FileMode{"ca.crt": 0o644, "tls.crt": 0o644, "tls.key": 0o600} {
