@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,7 +181,7 @@ func TestDeployManifests(t *testing.T) {
 			}
 		}
 	}
-	if _, err := os.Stat(filepath.Join(out, "rbac.yaml")); (err == nil) != (len(readsOf(t, webhookBinary)) > 0) {
+	if _, err := os.Stat(filepath.Join(out, "02-rbac.yaml")); (err == nil) != (len(readsOf(t, webhookBinary)) > 0) {
 		t.Errorf("rbac.yaml rendered: %v; the policy reads %v: want RBAC exactly when it reads something", err == nil, readsOf(t, webhookBinary))
 	}
 	want := []string{"Namespace", "ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "Secret"}
@@ -200,7 +201,7 @@ func TestDeployManifests(t *testing.T) {
 			t.Errorf("%s was not rendered", s)
 		}
 	}
-	rendered, _ := os.ReadFile(filepath.Join(out, "webhooks.yaml"))
+	rendered, _ := os.ReadFile(filepath.Join(out, "08-webhooks.yaml"))
 	if strings.Contains(string(rendered), "__") {
 		t.Errorf("a placeholder is left in the rendered webhooks.yaml:\n%s", rendered)
 	}
@@ -264,7 +265,7 @@ func TestRenderWithoutAuthorization(t *testing.T) {
 	if output, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("deploy/render.sh url without the authorization files: %v\n%s", err, output)
 	}
-	if _, err := os.Stat(filepath.Join(out, "webhooks.yaml")); err != nil {
+	if _, err := os.Stat(filepath.Join(out, "08-webhooks.yaml")); err != nil {
 		t.Errorf("no webhooks.yaml rendered: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(out, "apiserver")); !os.IsNotExist(err) {
@@ -330,4 +331,53 @@ func renderedCredentials(t *testing.T, out string, reads []readKind) []string {
 		t.Fatal(err)
 	}
 	return []string{"-kubeconfig", path}
+}
+
+// TestURLModeRecipe runs the install lines of deploy/url-mode/webhook.service
+// as its header gives them, in a directory of the test's own for
+// /etc/webhook and with group 65532 for the service user's: the service
+// reads the serving key, and the CA's key, which signs any certificate the
+// apiserver would trust, stays root's alone.
+func TestURLModeRecipe(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown needs root; CI runs as root")
+	}
+	unit, err := os.ReadFile(filepath.Join(repoRoot, "deploy", "url-mode", "webhook.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "etc-webhook")
+	ran := 0
+	for line := range strings.Lines(string(unit)) {
+		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "#   ")
+		if !ok {
+			continue
+		}
+		cmd, _, _ = strings.Cut(cmd, "#") // a comment after the command
+		if f := strings.Fields(cmd); len(f) == 0 || slices.Contains([]string{"useradd", "install", "systemctl"}, f[0]) {
+			continue // the machine's, not the files'
+		}
+		cmd = strings.NewReplacer("/etc/webhook", dir, "webhook certs", webhookBinary+" certs", "root:webhook", "root:65532", "HOST", "localhost").Replace(cmd)
+		if out, err := exec.Command("sh", "-ec", cmd).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		ran++
+	}
+	if ran < 2 {
+		t.Fatalf("ran %d of the recipe's lines, want its certs, chown and chmod", ran)
+	}
+	for _, tc := range []struct {
+		file      string
+		groupRead bool
+	}{{"tls.key", true}, {"ca.key", false}} {
+		fi, err := os.Stat(filepath.Join(dir, tc.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		serviceReads := st.Gid == 65532 && fi.Mode().Perm()&0o040 != 0 || fi.Mode().Perm()&0o004 != 0
+		if serviceReads != tc.groupRead {
+			t.Errorf("%s: mode %v, owner %d:%d; the service user reads it: %v, want %v", tc.file, fi.Mode().Perm(), st.Uid, st.Gid, serviceReads, tc.groupRead)
+		}
+	}
 }
