@@ -460,7 +460,8 @@ func renderRBAC(reads []read, namespace, name string) string {
 	b.WriteString("# What the policy reads of the cluster (policy.go, reads), and nothing else:\n" +
 		"# get, list and watch. Rendered by `webhook reads -o rbac`; change policy.go,\n" +
 		"# not this file.\n")
-	const roleName = "webhook-reads"
+	// Named after the account, so that two webhooks' never meet.
+	roleName := name + "-reads"
 	for _, ns := range namespaces {
 		role, binding, meta := "ClusterRole", "ClusterRoleBinding", fmt.Sprintf("  name: %s\n", roleName)
 		if ns != "" {

@@ -14,26 +14,31 @@
 #                                          # feature gate: docs/versions.md)
 #
 # then `kubectl apply -f OUT`, or for static, kube-apiserver
-# --admission-control-config-file=OUT/admission-config.yaml. A policy that
-# reads the cluster (`webhook reads` lists what) also gets OUT/rbac.yaml,
-# the RBAC that lets its ServiceAccount, webhook-system/webhook, get, list
-# and watch exactly that; in service mode the Deployment then mounts that
-# account's token, and outside the cluster the webhook needs a kubeconfig
-# of it (-kubeconfig, docs/deploy.md). Certificates go to
-# OUT/certs (override with CERTS=dir). Run it again to renew the serving
-# certificate: the CA in the certificate directory is kept, so caBundle does
-# not change.
+# --admission-control-config-file=OUT/admission-config.yaml. The files are
+# numbered in the order kubectl applies a directory's: the Namespace first,
+# the webhook configurations last. A policy that reads the cluster
+# (`webhook reads` lists what) also gets OUT/NN-rbac.yaml, the RBAC that
+# lets its ServiceAccount get, list and watch exactly that; in service mode
+# the Deployment then mounts that account's token, and outside the cluster
+# the webhook needs a kubeconfig of it (-kubeconfig, docs/deploy.md).
+# Certificates go to OUT/certs (override with CERTS=dir). Run it again to
+# renew the serving certificate: the CA in the certificate directory is
+# kept, so caBundle does not change; kubectl apply -f OUT/03-secret.yaml.
 #
-# Environment: WEBHOOK, the command that runs the webhook binary (default:
-# `go run` of this repository); IMAGE, the Deployment's image (default
-# webhook:latest). For OUT/apiserver: APISERVER_DIR, where its files will
-# be on the control-plane host (default: OUT/apiserver itself);
+# Environment: NAMESPACE and NAME, where the webhook runs and what its
+# Deployment, Service, ServiceAccount, Secret (NAME-tls) and the rest are
+# called (default webhook-system and webhook; every file, the certificate
+# and the webhook configurations' service references follow them);
+# WEBHOOK, the command that runs the webhook binary (default: `go run` of
+# this repository); IMAGE, the Deployment's image (default webhook:latest,
+# what `make image` builds). For OUT/apiserver: APISERVER_DIR, where its
+# files will be on the control-plane host (default: OUT/apiserver itself);
 # CLIENT_CERT and CLIENT_KEY, the client certificate the apiserver presents
 # to /authorize, signed by a CA of the webhook's own (default:
 # /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,33p' "$0" >&2; exit 2; }
+usage() { sed -n '2,42p' "$0" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -53,30 +58,55 @@ certs=${CERTS:-$out/certs}
 mkdir -p "$certs"
 certs=$(cd "$certs" && pwd)
 image=${IMAGE:-webhook:latest}
+namespace=${NAMESPACE:-webhook-system}
+name=${NAME:-webhook}
+# As the apiserver checks a Namespace's and a Service's name: a DNS label.
+for v in "NAMESPACE=$namespace" "NAME=$name"; do
+  [[ ${v#*=} =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
+    { echo "render.sh: $v: want a DNS label (lowercase letters, digits and '-', at most 63)" >&2; exit 2; }
+done
 if [ -n "${WEBHOOK:-}" ]; then
   webhook=($WEBHOOK)
 else
   webhook=(go -C "$root" run .)
 fi
 
-# render FILE [DEST]: copy FILE to DEST (default: into OUT) with the
-# placeholders filled in.
+# The order kubectl applies a directory's files in is their names': each
+# rendered file is numbered by its place here, so that the Namespace comes
+# first and the webhook configurations last (kubernetes/kubectl#1356).
+order=(namespace serviceaccount rbac secret service networkpolicy deployment poddisruptionbudget webhooks)
+# numbered NAME.yaml: NAME.yaml as OUT names it, such as 00-namespace.yaml.
+numbered() {
+  local i
+  for i in "${!order[@]}"; do
+    [ "${order[$i]}.yaml" = "$1" ] && { printf '%02d-%s' "$i" "$1"; return; }
+  done
+  echo "render.sh: $1 is not in render.sh's order" >&2; exit 1
+}
+
+# render FILE [DEST]: copy FILE to DEST (default: into OUT, numbered) with
+# the placeholders, the namespace and the names filled in.
 render() {
-  sed -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" "$1" > "${2:-$out/$(basename "$1")}"
+  sed -E -e "s|__CA_BUNDLE__|$ca_bundle|g" -e "s|__IMAGE__|$image|g" \
+    -e "s/\bwebhook-system\b/$namespace/g" \
+    -e "s/^( *-? *(name|serviceAccountName|app\.kubernetes\.io\/name)): webhook$/\1: $name/" \
+    -e "s/^( *(secretName|name)): webhook-tls$/\1: $name-tls/" \
+    -e "s/service: \{name: webhook, /service: {name: $name, /" \
+    "$1" > "${2:-$out/$(numbered "$(basename "$1")")}"
 }
 
 # reads: what the policy reads of the cluster, as RBAC for its
 # ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing.
-reads=$("${webhook[@]}" reads -o rbac)
+reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
 
-# render_reads: when the policy reads the cluster, OUT/rbac.yaml, and the
+# render_reads: when the policy reads the cluster, OUT/NN-rbac.yaml, and the
 # Namespace and ServiceAccount it is bound to when they are not rendered
 # already; nothing otherwise, and no credentials are asked for.
 render_reads() {
   [ -n "$reads" ] || return 0
-  printf '%s\n' "$reads" > "$out/rbac.yaml"
+  printf '%s\n' "$reads" > "$out/$(numbered rbac.yaml)"
   for f in namespace.yaml serviceaccount.yaml; do
-    [ -e "$out/$f" ] || render "$root/deploy/in-cluster/$f"
+    [ -e "$out/$(numbered $f)" ] || render "$root/deploy/in-cluster/$f"
   done
 }
 
@@ -89,7 +119,7 @@ url_webhooks() {
   ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
   render "$root/deploy/webhooks.yaml" "$1"
   # Each `service: {…, path: P, port: 443}` becomes `url: https://HOST:PORT/P`.
-  sed -i -E "s#service: \{name: webhook, namespace: webhook-system, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$1"
+  sed -i -E "s#service: \{name: $name, namespace: $namespace, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$1"
   sed -i -e '/# Service mode:/,/# checks its certificate/d' "$1"
   if grep -qE '^ *service:' "$1"; then
     echo "render.sh: a clientConfig in deploy/webhooks.yaml is not of the form service: {name: webhook, namespace: webhook-system, path: /P, port: 443}" >&2
@@ -100,22 +130,24 @@ url_webhooks() {
 case $mode in
   in-cluster)
     # The name the apiserver checks is <service>.<namespace>.svc.
-    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service webhook -namespace webhook-system)
+    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service "$name" -namespace "$namespace")
     for f in "$root"/deploy/in-cluster/*.yaml "$root"/deploy/webhooks.yaml; do render "$f"; done
     if [ -n "$reads" ]; then
       # The Deployment mounts the ServiceAccount's token only for a policy
-      # that reads the cluster.
-      sed -i 's/automountServiceAccountToken: false/automountServiceAccountToken: true/' "$out/deployment.yaml" "$out/serviceaccount.yaml"
+      # that reads the cluster, which may then reach the apiserver's port.
+      sed -i 's/automountServiceAccountToken: false/automountServiceAccountToken: true/' "$out/$(numbered deployment.yaml)" "$out/$(numbered serviceaccount.yaml)"
+      [ ! -e "$out/$(numbered networkpolicy.yaml)" ] ||
+        sed -i 's/^  egress: \[\]$/  egress:\n  # The apiserver, for what the policy reads: its port behind the\n  # kubernetes Service (443), and the port it listens on (often 6443).\n  - ports:\n    - {port: 443, protocol: TCP}\n    - {port: 6443, protocol: TCP}/' "$out/$(numbered networkpolicy.yaml)"
       render_reads
     fi
-    cat > "$out/secret.yaml" <<YAML
+    cat > "$out/$(numbered secret.yaml)" <<YAML
 # The serving certificate and key from \`webhook certs\`; the CA's key stays
 # in $certs and never enters the cluster.
 apiVersion: v1
 kind: Secret
 metadata:
-  name: webhook-tls
-  namespace: webhook-system
+  name: $name-tls
+  namespace: $namespace
 type: kubernetes.io/tls
 data:
   tls.crt: $(base64 -w0 < "$certs/tls.crt")
@@ -123,11 +155,11 @@ data:
 YAML
     ;;
   url)
-    url_webhooks "$out/webhooks.yaml"
+    url_webhooks "$out/$(numbered webhooks.yaml)"
     render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
-    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount webhook-system/webhook, which $out/rbac.yaml lets read what the policy reads (docs/deploy.md)" >&2
+    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount $namespace/$name, which $out/$(numbered rbac.yaml) lets read what the policy reads (docs/deploy.md)" >&2
     # The authorization webhook is configured on the apiserver's command
     # line, not through the API: its files go apart from what kubectl
     # applies. A policy with no use for /authorize deletes them
@@ -144,7 +176,7 @@ YAML
         sed -i -e "s|__HOSTPORT__|$hostport|g" -e "s|__APISERVER_DIR__|$apiserver_dir|g" \
           -e "s|__CLIENT_CERT__|$client_cert|g" -e "s|__CLIENT_KEY__|$client_key|g" "$apiserver_out/$(basename "$f")"
       done
-      echo "for /authorize, add -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
+      echo "for /authorize, add -authorization -client-ca-file CA -allowed-client-names NAME for the apiserver's client certificate" >&2
       echo "  (it then guards /mutate and /validate too: give the apiserver that certificate for admission webhooks" >&2
       echo "  as well, docs/operations.md's Security, or run a second webhook for /authorize alone)," >&2
       echo "  and start kube-apiserver with --authorization-config $apiserver_dir/authorization-config.yaml" >&2
@@ -215,7 +247,7 @@ YAML
     render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
     echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
-    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount webhook-system/webhook; kubectl apply -f $out/rbac.yaml -f $out/namespace.yaml -f $out/serviceaccount.yaml lets it read what the policy reads (docs/deploy.md)" >&2
+    [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount $namespace/$name; kubectl apply -f $out lets it read what the policy reads (docs/deploy.md)" >&2
     echo "rendered into $out; start kube-apiserver with --admission-control-config-file=$out/admission-config.yaml" >&2
     echo "  (kube-apiserver 1.37 or later, or 1.36 with --feature-gates=ManifestBasedAdmissionControlConfig=true;" >&2
     echo "  an older one exits at start-up with: kubeConfigFile: Invalid value: \"\": must be an absolute file path)" >&2

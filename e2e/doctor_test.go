@@ -463,13 +463,13 @@ func TestDoctor(t *testing.T) {
 		hostport := "127.0.0.1:" + itoa(port)
 		out := render(t, "url", hostport)
 		startWebhookServing(t, hostport, filepath.Join(out, "certs", "tls.crt"), filepath.Join(out, "certs", "tls.key"))
-		rendered, err := os.ReadFile(filepath.Join(out, "webhooks.yaml"))
+		rendered, err := os.ReadFile(filepath.Join(out, "08-webhooks.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		findings, status := diagnose(t, rendered)
 		if status != 0 {
-			t.Errorf("doctor on %s exited %d, want 0; failed: %v", filepath.Join(out, "webhooks.yaml"), status, failedChecks(findings))
+			t.Errorf("doctor on %s exited %d, want 0; failed: %v", filepath.Join(out, "08-webhooks.yaml"), status, failedChecks(findings))
 		}
 		// Registered, and fetched back as kubectl prints it, with the
 		// apiserver's defaults filled in: docs/troubleshooting.md's command, for one
@@ -499,7 +499,7 @@ func TestDoctor(t *testing.T) {
 		// As kubectl port-forward would: the webhook on a local port,
 		// serving the certificate for webhook.webhook-system.svc.
 		addr := startWebhookServing(t, "", filepath.Join(out, "certs", "tls.crt"), filepath.Join(out, "certs", "tls.key"))
-		rendered, err := os.ReadFile(filepath.Join(out, "webhooks.yaml"))
+		rendered, err := os.ReadFile(filepath.Join(out, "08-webhooks.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
