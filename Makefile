@@ -1,7 +1,7 @@
 # The README's commands, kept short. `make test` is what CI runs.
 GO ?= go
 
-.PHONY: test unit fuzz e2e e2e-oldest e2e-versions capture check run bench bench-smoke bench-tools
+.PHONY: test unit fuzz e2e e2e-oldest e2e-versions capture check run image node-tools bench bench-smoke bench-tools
 
 # Everything: static checks, unit tests with the race detector, a short fuzz
 # run, and the end-to-end suite against a real kube-apiserver: all of it on
@@ -46,7 +46,7 @@ fuzz:
 # The whole suite against the newest kube-apiserver in e2e/kube
 # (docs/versions.md), summarized (e2e/summary): a line per test, each
 # skip's reason, and each failure's whole output.
-e2e:
+e2e: node-tools
 	cd e2e && $(GO) test -count=1 -timeout 30m -json ./... | $(GO) run ./summary
 
 # The oldest minor the project supports, and the tests that ask something of
@@ -79,6 +79,29 @@ capture:
 
 run:
 	$(GO) run .
+
+# The image, as the Dockerfile builds it, without a Docker engine or a
+# registry: an OCI archive to load into a node (ctr -n k8s.io images import
+# FILE; kind load image-archive FILE) or to push (skopeo copy
+# oci-archive:FILE docker://REGISTRY/webhook:TAG). docs/deploy.md says how
+# its root filesystem differs from distroless's.
+IMAGE ?= webhook:latest
+IMAGE_ARCHIVE ?= webhook-image.tar
+image:
+	cd e2e && $(GO) run ./ociimage -o $(abspath $(IMAGE_ARCHIVE)) -name $(IMAGE) -repo ..
+
+# What the e2e suite's node runs from the machine's packages: containerd,
+# runc and the CNI plugins, and iptables for kube-proxy (docs/testing.md);
+# kubectl, for the README's own commands, comes with these machines. As
+# root, as CI runs.
+NODE_PACKAGES = containerd runc containernetworking-plugins iptables
+node-tools:
+	@command -v kubectl >/dev/null || echo "make node-tools: the e2e node's tests run kubectl, which is not installed: they will fail"
+	@missing=; for c in containerd ctr runc iptables nsenter /usr/lib/cni/bridge; do command -v $$c >/dev/null || missing="$$missing $$c"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "make node-tools: the e2e node needs$$missing; as root: apt-get install $(NODE_PACKAGES)"; exit 0; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(NODE_PACKAGES) >/dev/null; \
+	fi
 
 # The load generator, from Debian's packages: the next machine starts bare.
 bench-tools:

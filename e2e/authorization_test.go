@@ -75,7 +75,7 @@ func TestAuthorization(t *testing.T) {
 	writeText(t, filepath.Join(policyDir, "tls", "ca.crt"), string(servingCA))
 	policy := startWebhookOn(t, policyDir, hostport,
 		"-tls-cert-file", filepath.Join(out, "certs", "tls.crt"), "-tls-private-key-file", filepath.Join(out, "certs", "tls.key"),
-		"-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver",
+		"-authorization", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver",
 		"-deny", janeRule,
 		"-deny", "user=jane,path=/version",
 		"-deny", "group="+routeV1beta1+",verb=list,resource=secrets",
@@ -83,7 +83,7 @@ func TestAuthorization(t *testing.T) {
 	)
 	// The webhook that stops, and the recorder, which serves with its
 	// development certificate.
-	down := startWebhook(t, "", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver", "-deny", "group=route:down-*")
+	down := startWebhook(t, "", "-authorization", "-client-ca-file", caFile, "-allowed-client-names", "kube-apiserver", "-deny", "group=route:down-*")
 	rec := &recorder{answer: noOpinionOnAnything}
 	pair, err := tls.LoadX509KeyPair(filepath.Join(down.dir, "tls", "tls.crt"), filepath.Join(down.dir, "tls", "tls.key"))
 	if err != nil {

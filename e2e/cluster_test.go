@@ -64,6 +64,10 @@ var (
 	etcdURL       string // for a second apiserver of a test's own
 	kubeAPIServer string // the binary
 	etcdBinary    string // the binary
+
+	// suiteCleanups run when the suite ends, last first: what a test
+	// started once for every test (theNode).
+	suiteCleanups []func(failed bool)
 )
 
 func TestMain(m *testing.M) {
@@ -80,7 +84,12 @@ func runSuite(m *testing.M) (code int) {
 	defer os.RemoveAll(workDir)
 	var procs []*process
 	defer func() {
-		// Stop in reverse order, and show every log when anything failed.
+		// What tests started for the whole suite (the node), then the
+		// suite's own processes in reverse order; every log when anything
+		// failed.
+		for i := len(suiteCleanups) - 1; i >= 0; i-- {
+			suiteCleanups[i](code != 0)
+		}
 		for i := len(procs) - 1; i >= 0; i-- {
 			procs[i].stop()
 		}
@@ -152,6 +161,9 @@ func cachedBinaries() (etcdBin, kubeBin string, err error) {
 	}
 	for _, b := range builds {
 		if err := buildOnce(b.bin, func(tmp string) error {
+			if err := enoughTimeToBuild(); err != nil {
+				return err
+			}
 			fmt.Fprintf(os.Stderr, "e2e: building %s into %s (once per version; kube-apiserver takes about 5 minutes)\n", b.pkg, dir)
 			start := time.Now()
 			if err := goBuild(filepath.Join(repoRoot, "e2e", b.module), tmp, b.pkg, "-ldflags", "-s -w "+b.ldflags); err != nil {
@@ -164,6 +176,20 @@ func cachedBinaries() (etcdBin, kubeBin string, err error) {
 		}
 	}
 	return etcdBin, kubeBin, nil
+}
+
+// enoughTimeToBuild fails at once when the run's -timeout cannot fit a
+// cold build of kube-apiserver: go test's default of 10 minutes ends the
+// run in the middle of it, and the next run starts the build again.
+func enoughTimeToBuild() error {
+	f := flag.Lookup("test.timeout")
+	if f == nil {
+		return nil
+	}
+	if d, err := time.ParseDuration(f.Value.String()); err == nil && d > 0 && d < 25*time.Minute {
+		return fmt.Errorf("this run's -timeout %s is too short for the first run's build of kube-apiserver and the node (up to 15 minutes on 2 cores): use make e2e, or go test -timeout 40m", d)
+	}
+	return nil
 }
 
 // buildOnce makes bin with build, unless it exists, once for every run on
@@ -464,6 +490,7 @@ type apiServer struct {
 	users   map[string]dynamic.Interface // impersonating clients (dynamicAs)
 
 	dir       string             // its files: certs/apiserver.crt, its serving certificate
+	reachesAt string             // the address at which it reaches the tests' own webhooks; "" is 127.0.0.1
 	readersMu sync.Mutex         // guards readers
 	readers   map[string]*reader // by webhook binary, how it reads the cluster (webhookCredentials)
 }
@@ -566,6 +593,16 @@ func startAPIServerOn(bin, etcdURL, dir string, extraArgs []string, pick func() 
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		return err == nil && string(body) == "ok"
 	})
+}
+
+// testsAddress is the address a test's own webhook listens on for this
+// apiserver to call it: loopback for the suite's, the machine's end of the
+// link for the node's, which runs in a network namespace of its own.
+func (a *apiServer) testsAddress() string {
+	if a.reachesAt == "" {
+		return "127.0.0.1"
+	}
+	return a.reachesAt
 }
 
 // waitFor polls ready until it is true, the process exits or timeout passes.

@@ -248,8 +248,10 @@ func demonstrateEnforced(t *testing.T, api *apiServer, name string) {
 
 	// A mutating webhook of the test's own that sets the annotation to
 	// "false", as a user's other webhook might.
-	undo := startPatcher(t, fmt.Sprintf(`[{"op":"replace","path":"/metadata/annotations/%s","value":"false"}]`, strings.ReplaceAll(allowKey, "/", "~1")))
-	registerMutating(t, hookOptions{name: "undo-" + ns + ".example.com", url: undo.url, caBundle: undo.caPEM, scope: scope, seen: undo.saw})
+	undo := startPatcher(t, api, fmt.Sprintf(`[{"op":"replace","path":"/metadata/annotations/%s","value":"false"}]`, strings.ReplaceAll(allowKey, "/", "~1")))
+	// The apiserver calls mutating webhooks in the order of their
+	// configurations' names: "zz-" comes after the policy's.
+	registerMutating(t, hookOptions{name: "zz-undo-" + ns + ".example.com", url: undo.url, caBundle: undo.caPEM, scope: scope, seen: undo.saw})
 	_, err = deployments.Create(ctx, nginxDeployment("undone", nil), metav1.CreateOptions{})
 	want := `admission webhook "validate.webhook.example.com" denied the request:`
 	if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {

@@ -475,10 +475,11 @@ type patcher struct {
 
 // startPatcher serves a patcher answering with patch (JSON) until the test
 // ends.
-func startPatcher(t *testing.T, patch string) *patcher {
+func startPatcher(t *testing.T, api *apiServer, patch string) *patcher {
 	t.Helper()
 	ca := newTestCA(t, "patcher CA")
-	serving := servingCert(t, ca, x509.Certificate{Subject: pkix.Name{CommonName: "127.0.0.1"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}})
+	host := api.testsAddress()
+	serving := servingCert(t, ca, x509.Certificate{Subject: pkix.Name{CommonName: host}, IPAddresses: []net.IP{net.ParseIP(host)}})
 	pair, err := tls.X509KeyPair(serving.certPEM, serving.keyPEM)
 	if err != nil {
 		t.Fatal(err)
@@ -504,6 +505,12 @@ func startPatcher(t *testing.T, patch string) *patcher {
 		_, _ = w.Write(out)
 	}))
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener.Close()
+	srv.Listener = ln
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	p.url = srv.URL + "/patch"

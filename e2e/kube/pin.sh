@@ -10,8 +10,9 @@
 #
 #   e2e/kube/pin.sh v1.37.2     # then commit e2e/kube/v1.37/
 #
-# The e2e suite builds the binary (cd e2e/kube/vX.Y && go build
-# k8s.io/kubernetes/cmd/kube-apiserver) and caches it by version.
+# The e2e suite builds the binaries (cd e2e/kube/vX.Y && go build
+# k8s.io/kubernetes/cmd/kube-apiserver, and on the newest minor the node's
+# four) and caches them by version.
 set -euo pipefail
 
 version=${1:?usage: pin.sh vX.Y.Z (go list -m -versions k8s.io/kubernetes lists them)}
@@ -46,10 +47,18 @@ rm -f "$dir/go.mod" "$dir/go.sum"
 cat >"$dir/tools.go" <<EOF
 //go:build tools
 
-// Package kube pins kube-apiserver $version for the e2e suite.
+// Package kube pins kube-apiserver $version for the e2e suite, and the node
+// the suite runs the shipped Deployment on: kubelet, kube-controller-manager,
+// kube-scheduler and kube-proxy of the same release.
 package kube
 
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+)
 EOF
 (cd "$dir" && go mod tidy)
 echo "pin.sh: e2e/kube/v1.$minor builds kube-apiserver $version"
