@@ -206,6 +206,12 @@ func (d *deployment) restarts(t *testing.T) map[string]string {
 	return got
 }
 
+// writeResults is what a run of writes did.
+type writeResults struct {
+	ok     []string // the bases (testScope.name) of the writes that succeeded
+	failed []failedCreate
+}
+
 // nodeWrites sends the policy's admitted requests through every deployed
 // webhook as server-side dry runs, perSecond of them a second, each begun
 // on time, until the function it returns is called or limit have begun:
@@ -365,6 +371,38 @@ func TestNodeDeploy(t *testing.T) {
 			t.Errorf("containers restarted: %v", r)
 		}
 		demonstrateEnforced(t, n.apiServer, "node-renewed")
+	})
+
+	t.Run("ScaleOut", func(t *testing.T) {
+		if out, err := n.kubectl("scale", "-n", d.namespace, "deployment/"+d.name, "--replicas=3"); err != nil {
+			t.Fatalf("kubectl scale: %v\n%s", err, out)
+		}
+		defer func() {
+			if out, err := n.kubectl("scale", "-n", d.namespace, "deployment/"+d.name, "--replicas=2"); err != nil {
+				t.Fatalf("kubectl scale: %v\n%s", err, out)
+			}
+			d.waitOldPodsGone(t)
+		}()
+		d.waitRolledOut(t)
+		// kube-proxy balances connections, and the apiserver keeps them:
+		// a burst opens enough for every Pod to be given some.
+		scope := newScopeIn(t, n.apiServer, "node-scale")
+		before := map[string]int{}
+		for _, p := range d.pods(t) {
+			before[p.Name] = strings.Count(d.logOf(p), `"msg":"review"`)
+		}
+		if failed := burstOf(scope, 90); len(failed) > 0 {
+			t.Errorf("%d of 90 failed: %s", len(failed), failureCauses(failed))
+		}
+		var shares []string
+		for _, p := range d.pods(t) {
+			got := strings.Count(d.logOf(p), `"msg":"review"`) - before[p.Name]
+			shares = append(shares, fmt.Sprintf("%s %d", p.Name, got))
+			if got == 0 {
+				t.Errorf("%s reviewed nothing of 90 requests behind the Service", p.Name)
+			}
+		}
+		t.Logf("three replicas, 90 requests at once: %s", strings.Join(shares, ", "))
 	})
 
 	t.Run("KilledHard", func(t *testing.T) {
@@ -620,13 +658,13 @@ func certificateNotAfter(t *testing.T, pemBytes []byte) string {
 	return string(bytes.Trim(b, `"`))
 }
 
-// TestNodeReadsTheCluster deploys, beside nothing, a policy that reads the
-// cluster (e2e/testdata/lookup-policy.go as policy.go, built into an image
-// as a copier builds theirs) with render.sh's RBAC, in a namespace and
-// under a name of its own (NAMESPACE, NAME): the Pods become Ready only
-// once their view has synced, reading the apiserver through the
-// kubernetes Service with the token kubelet mounted; that token is the
-// Pod's, bound to it, of the ServiceAccount render.sh names.
+// TestNodeReadsTheCluster deploys a policy that reads the cluster
+// (e2e/testdata/lookup-policy.go as policy.go, built into an image as a
+// copier builds theirs) with render.sh's RBAC, in a namespace and under a
+// name of its own (NAMESPACE, NAME): the Pods become Ready only once their
+// views have synced, reading the apiserver through the kubernetes Service
+// with the token kubelet mounted, the Pod's own, bound to it, of the
+// ServiceAccount render.sh names; lookups see the cluster.
 func TestNodeReadsTheCluster(t *testing.T) {
 	n := theNode(t)
 	buildContext := lookupPolicyContext(t)
@@ -641,11 +679,8 @@ func TestNodeReadsTheCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := deployAsTheREADMESays(t, n, image, "NAMESPACE=lookup-system", "NAME=lookup", "WEBHOOK="+lookupPolicyBinary(t))
-	for _, p := range d.pods(t) {
-		if log := d.logOf(p); !strings.Contains(log, "synced") {
-			t.Errorf("%s is Ready without its view's synced line:\n%s", p.Name, log)
-		}
-		// The token kubelet mounted for the Pod, as the webhook reads it.
+	mountedToken := func(p corev1.Pod) string {
+		t.Helper()
 		tokens, _ := filepath.Glob(filepath.Join(n.dir, "kubelet", "pods", string(p.UID), "volumes", "kubernetes.io~projected", "kube-api-access-*", "token"))
 		if len(tokens) != 1 {
 			t.Fatalf("%s: found %d mounted tokens, want 1", p.Name, len(tokens))
@@ -654,7 +689,15 @@ func TestNodeReadsTheCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		review, err := n.client.AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: string(token)}}, metav1.CreateOptions{})
+		return string(token)
+	}
+	for _, p := range d.pods(t) {
+		if log := d.logOf(p); !strings.Contains(log, "synced") {
+			t.Errorf("%s is Ready without its view's synced line:\n%s", p.Name, log)
+		}
+		// The token kubelet mounted for the Pod, as the webhook reads it.
+		token := mountedToken(p)
+		review, err := n.client.AuthenticationV1().TokenReviews().Create(context.Background(), &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -662,23 +705,46 @@ func TestNodeReadsTheCluster(t *testing.T) {
 			t.Errorf("%s's mounted token authenticates as %+v, want %s bound to the Pod", p.Name, review.Status, want)
 		}
 	}
-	// The policy's admitted requests, reviewed by the Pods, each looking
-	// the cluster up.
-	scope := newScopeIn(t, n.apiServer, "node-lookup")
+	lookedUp(t, n, d, "node-lookup")
+
+	// kubelet rotates the token at 80 % of its life, about 48 minutes
+	// (the apiserver makes it live an hour at least): the suite does not
+	// wait. The webhook reads the file again at each request to the
+	// apiserver (kubeclient's TestTokenFileIsReadAgain).
+}
+
+// lookedUp proves the lookup policy's Pods read the cluster now: the
+// policy's admitted requests are admitted, and once a namespace holds the
+// ConfigMap e2e-undecided, which the Pods' views see through their
+// watches, its request is refused with the policy's reason.
+func lookedUp(t *testing.T, n *node, d *deployment, name string) {
+	t.Helper()
+	ctx := context.Background()
+	scope := newScopeIn(t, n.apiServer, name)
 	for i := range 10 {
 		for _, req := range scope.admittedThroughAll(fmt.Sprintf("lookup-%d", i)) {
-			if err := req.send(context.Background(), true); err != nil {
+			if err := req.send(ctx, true); err != nil {
 				t.Errorf("%s: %v", req, err)
 			}
 		}
 	}
-	reviews := 0
-	for _, p := range d.pods(t) {
-		reviews += strings.Count(d.logOf(p), `"msg":"review"`)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "e2e-undecided"}}
+	if _, err := n.client.CoreV1().ConfigMaps(scope.namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
-	if reviews == 0 {
-		t.Error("the Pods logged no review")
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		err = nil
+		for _, req := range scope.admittedThroughAll("undecided") {
+			if err = req.send(ctx, true); err != nil {
+				break
+			}
+		}
+		if err != nil && strings.Contains(err.Error(), "holds the ConfigMap e2e-undecided") {
+			return
+		}
 	}
+	t.Errorf("the request in a namespace holding e2e-undecided got %v, want the policy's undecided: do the Pods' views see the cluster?", err)
 }
 
 // lookupPolicyContext is the webhook's image build context with
