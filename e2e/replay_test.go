@@ -158,9 +158,18 @@ func TestAuditReplay(t *testing.T) {
 	t.Cleanup(recSrv.Close)
 
 	dir := t.TempDir()
+	// /authorize is served with -authorization, which answers only a
+	// client the CA of -client-ca-file signed: a second webhook of the
+	// same policy and flags, for the apiserver's authorizer, which presents
+	// that certificate; the admission webhooks are called without one.
+	clientCA := newTestCA(t, "webhook client CA")
+	caFile := filepath.Join(dir, "client-ca.crt")
+	writeText(t, caFile, string(clientCA.certPEM))
+	clientCert, clientKey := writePair(t, dir, "apiserver", newTestClientCert(t, clientCA, "kube-apiserver"))
+	authorizer := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, append(slices.Clone(baseFlags), "-authorization", "-client-ca-file", caFile)...)
 	api, auditLog := startReplayAPIServer(t, dir,
 		replayAuthorizer("recorder", writeKubeconfig(t, dir, "recorder", recSrv.URL+"/authorize", w.caPEM, "", "")),
-		replayAuthorizer("policy", writeKubeconfig(t, dir, "policy", w.url("/authorize"), w.caPEM, "", "")))
+		replayAuthorizer("policy", writeKubeconfig(t, dir, "policy", authorizer.url("/authorize"), authorizer.caPEM, clientCert, clientKey)))
 
 	ns := createLabelledNamespaceIn(t, api, "replay", nil)
 	// RBAC lets every authenticated user do anything in ns (cluster-admin,
