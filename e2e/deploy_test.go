@@ -193,13 +193,17 @@ func TestDeployManifests(t *testing.T) {
 			t.Errorf("the rendered manifests have no %s", want)
 		}
 	}
-	// Every source manifest is among those rendered.
+	// Every source manifest is among those rendered, numbered in the
+	// order kubectl applies them, the Namespace first.
 	sources, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "in-cluster", "*.yaml"))
 	sources = append(sources, filepath.Join(repoRoot, "deploy", "webhooks.yaml"))
 	for _, s := range sources {
-		if _, err := os.Stat(filepath.Join(out, filepath.Base(s))); err != nil {
-			t.Errorf("%s was not rendered", s)
+		if m, _ := filepath.Glob(filepath.Join(out, "[0-9][0-9]-"+filepath.Base(s))); len(m) != 1 {
+			t.Errorf("%s was not rendered as NN-%s", s, filepath.Base(s))
 		}
+	}
+	if names, _ := filepath.Glob(filepath.Join(out, "*.yaml")); len(names) == 0 || filepath.Base(names[0]) != "00-namespace.yaml" {
+		t.Errorf("the first file kubectl applies is %v, want 00-namespace.yaml", names)
 	}
 	rendered, _ := os.ReadFile(filepath.Join(out, "08-webhooks.yaml"))
 	if strings.Contains(string(rendered), "__") {
