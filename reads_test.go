@@ -142,10 +142,11 @@ func TestWatchCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var logs bytes.Buffer
-	c, err := watchCluster(ctx, reads, f.kubeconfig(t), func(string) string { return "" }, slog.New(slog.NewTextHandler(&logs, nil)))
+	c, err := watchCluster(reads, clusterFlags{kubeconfig: f.kubeconfig(t), lookupsPerSecond: 100}, func(string) string { return "" }, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.stop()
 	for deadline := time.Now().Add(10 * time.Second); c.notSynced() != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not synced after 10 s: %v", c.notSynced())
@@ -162,7 +163,7 @@ func TestWatchCluster(t *testing.T) {
 	}
 	var metrics bytes.Buffer
 	c.writeMetrics(&metrics)
-	for _, want := range []string{`webhook_view_objects{resource="pods"} 2`, `webhook_view_synced{resource="secrets in namespace vault"} 1`, `webhook_view_lists_total{resource="pods"} 1`} {
+	for _, want := range []string{`webhook_view_objects{resource="pods"} 2`, `webhook_view_synced{resource="secrets in namespace vault"} 1`, `webhook_view_list_requests_total{resource="pods"} 1`} {
 		if !strings.Contains(metrics.String(), want) {
 			t.Errorf("the metrics have no %q:\n%s", want, &metrics)
 		}
@@ -179,11 +180,11 @@ func TestWatchCluster(t *testing.T) {
 func TestWatchClusterNeedsCredentials(t *testing.T) {
 	var pods *view[testPod]
 	noEnv := func(string) string { return "" }
-	_, err := watchCluster(context.Background(), []read{readInto(&pods, podKind)}, "", noEnv, discardLogger)
+	_, err := watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{}, noEnv, discardLogger)
 	if err == nil || !strings.Contains(err.Error(), "the policy reads pods of the cluster: give -kubeconfig FILE") {
 		t.Errorf("got %v, want a start-up error naming pods and -kubeconfig", err)
 	}
-	c, err := watchCluster(context.Background(), nil, "/nonexistent/kubeconfig", noEnv, discardLogger)
+	c, err := watchCluster(nil, clusterFlags{kubeconfig: "/nonexistent/kubeconfig"}, noEnv, discardLogger)
 	if c != nil || err != nil || c.notSynced() != nil {
 		t.Errorf("reading nothing: got %v, %v, want no views, no error, ready", c, err)
 	}
@@ -328,9 +329,10 @@ func TestNotReadyUntilSynced(t *testing.T) {
 	var pods *view[testPod]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if cfg.cluster, err = watchCluster(ctx, []read{readInto(&pods, podKind)}, f.kubeconfig(t), testEnv, discardLogger); err != nil {
+	if cfg.cluster, err = watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger); err != nil {
 		t.Fatal(err)
 	}
+	defer cfg.cluster.stop()
 	srv, err := newServer(cfg, discardLogger)
 	if err != nil {
 		t.Fatal(err)
