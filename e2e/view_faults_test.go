@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -149,15 +150,20 @@ func (p *tcpProxy) throttle(pause time.Duration) {
 // of the test's own through a tcpProxy with a token it reads from a file,
 // and a namespace whose reviews it looks up.
 type faultyView struct {
-	t         *testing.T
-	api       *apiServer
+	t   *testing.T
+	api *apiServer
+	// writer is a second apiserver on api's storage, through which the
+	// test makes its change while api is down.
+	writer    *apiServer
 	proxy     *tcpProxy
 	tokenFile string
 	token     string // the reader's own
-	w         *webhookServer
-	metrics   string
-	namespace string
-	review    []byte // a ConfigMap CREATE in namespace, as the apiserver sends it
+	// kubeconfig reads the apiserver through proxy, with tokenFile.
+	kubeconfig string
+	w          *webhookServer
+	metrics    string
+	namespace  string
+	review     []byte // a ConfigMap CREATE in namespace, as the apiserver sends it
 }
 
 // viewFaultMaxStale is the MaxStale the test gives the webhook's view, so
@@ -172,15 +178,20 @@ func startFaultyView(t *testing.T, name string, extraArgs []string) *faultyView 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Its etcd prefix is its name; the later flag wins.
+	writer, err := startOwnAPIServer(t, name+"-writer", append(slices.Clone(extraArgs), "--etcd-prefix", "/"+name))
+	if err != nil {
+		t.Fatal(err)
+	}
 	bin := lookupPolicyBinary(t)
 	r := api.reader(t, bin)
-	v := &faultyView{t: t, api: api, token: r.token}
+	v := &faultyView{t: t, api: api, writer: writer, token: r.token}
 	v.proxy = startTCPProxy(t, strings.TrimPrefix(api.config.Host, "https://"))
 	dir := t.TempDir()
 	v.tokenFile = filepath.Join(dir, "token")
 	v.setToken(r.token)
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
+	v.kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(v.kubeconfig, []byte(fmt.Sprintf(`apiVersion: v1
 kind: Config
 current-context: e2e
 contexts: [{name: e2e, context: {cluster: e2e, user: reader}}]
@@ -190,8 +201,6 @@ users: [{name: reader, user: {tokenFile: %q}}]
 		t.Fatal(err)
 	}
 	v.namespace = createLabelledNamespaceIn(t, api, name, nil)
-	v.w = startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0", "-kubeconfig", kubeconfig, "-max-stale="+viewFaultMaxStale.String())
-	v.metrics = "http://" + v.w.metricsAddr(t) + "/metrics"
 	captured, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-configmap-create-escaped-keys.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -205,6 +214,15 @@ users: [{name: reader, user: {tokenFile: %q}}]
 		t.Fatal(err)
 	}
 	return v
+}
+
+// startWebhook starts the webhook anew, for t: its backoff remembers no
+// earlier fault.
+func (v *faultyView) startWebhook(t *testing.T) {
+	t.Helper()
+	v.t = t
+	v.w = startWebhookBinary(t, lookupPolicyBinary(t), "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0", "-kubeconfig", v.kubeconfig, "-max-stale="+viewFaultMaxStale.String())
+	v.metrics = "http://" + v.w.metricsAddr(t) + "/metrics"
 }
 
 func (v *faultyView) setToken(token string) {
@@ -256,13 +274,12 @@ func (v *faultyView) until(what string, limit time.Duration, cond func() bool) t
 	return time.Since(start)
 }
 
-// setUndecided creates or deletes, as the admin and straight at the
-// apiserver, the ConfigMap that makes the policy undecided in the
-// namespace.
+// setUndecided creates or deletes, as the admin, through the writer, the
+// ConfigMap that makes the policy undecided in the namespace.
 func (v *faultyView) setUndecided(present bool) {
 	v.t.Helper()
 	ctx := context.Background()
-	configMaps := v.api.client.CoreV1().ConfigMaps(v.namespace)
+	configMaps := v.writer.client.CoreV1().ConfigMaps(v.namespace)
 	if present {
 		if _, err := configMaps.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "e2e-undecided"}}, metav1.CreateOptions{}); err != nil {
 			v.t.Fatal(err)
@@ -318,17 +335,19 @@ type viewFault struct {
 
 // TestViewUnderFaults runs the webhook built with lookupPolicy (a view of
 // every ConfigMap, looked up on every review; MaxStale 5 s) against an
-// apiserver of the test's own through a proxy, and for each fault:
-// restarting the apiserver, a watch whose resourceVersion etcd has
-// compacted away, the reader's RBAC removed then restored, its token made
-// invalid then valid again. During each, the ConfigMap that makes the
-// policy undecided is created where the view cannot see it; the test
-// records a review every 50 ms, and checks that once the view has been too
-// stale, no review is allowed until the view holds the ConfigMap: the view
-// never answers from old content as if fresh (the code before answered
-// from it while it relisted after a watch answered 200, then 410). It
-// logs, for docs/cluster.md, what the policy answered and how long until
-// the view was fresh again after each fault ended.
+// apiserver of the test's own, through a proxy, with a second apiserver on
+// the same storage to write through, and for each fault: the apiserver
+// stopped as a rolling update stops it and started again (its watch cache
+// new); the same with no watch cache, etcd compacted meanwhile; the
+// reader's RBAC removed then restored; its token made invalid then valid.
+// During each, the ConfigMap that makes the policy undecided is created
+// where the view cannot see it; the test records a review every 50 ms, and
+// checks that once the view has been too stale, no review is allowed
+// until the view holds the ConfigMap: the view never answers from old
+// content as if fresh (the code before allowed reviews while it relisted
+// after the compacted watch was answered 200, then 410). It logs, for
+// docs/cluster.md, what the policy answered and how long until the view
+// was fresh again after each fault ended.
 func TestViewUnderFaults(t *testing.T) {
 	// A list the relist after the 410 must read slowly through the proxy.
 	withFiller := func(t *testing.T, v *faultyView) {
@@ -347,12 +366,19 @@ func TestViewUnderFaults(t *testing.T) {
 		}
 		wg.Wait()
 	}
+	// The apiserver stopped as a rolling update stops it (SIGTERM: its
+	// watches end as at their timeout), the change made meanwhile, and
+	// the apiserver started again, its watch cache new: the view's next
+	// watch is answered 200, then 410.
+	var startAgain func()
 	restart := viewFault{"the apiserver restarted",
-		func(t *testing.T, v *faultyView) { v.proxy.cut(); restartAPIServer(t, v.api) },
-		func(t *testing.T, v *faultyView) { v.proxy.restore() }}
-	compacted := viewFault{"the watch's resourceVersion compacted away",
-		func(t *testing.T, v *faultyView) { v.proxy.cut() },
-		func(t *testing.T, v *faultyView) { compactEtcd(t); v.proxy.restore() }}
+		func(t *testing.T, v *faultyView) { startAgain = stopAPIServer(t, v.api) },
+		func(t *testing.T, v *faultyView) { startAgain() }}
+	// The same with no watch cache of ConfigMaps: the watch goes to etcd,
+	// compacted meanwhile, which answers with 410.
+	compacted := viewFault{"the watch's resourceVersion compacted away in etcd",
+		func(t *testing.T, v *faultyView) { startAgain = stopAPIServer(t, v.api) },
+		func(t *testing.T, v *faultyView) { compactEtcd(t); startAgain() }}
 	var bindings []rbacv1.ClusterRoleBinding
 	rbac := viewFault{"the reader's RBAC removed, then restored",
 		func(t *testing.T, v *faultyView) {
@@ -399,17 +425,19 @@ func TestViewUnderFaults(t *testing.T) {
 		extraArgs []string
 		faults    []viewFault
 	}{
-		// The watch cache on, as kube-apiserver runs by default.
-		{"view-faults", nil, []viewFault{restart, rbac, token}},
+		// The watch cache on, as kube-apiserver runs by default; on
+		// SIGTERM, it ends its watches as at their timeout, rather than
+		// with the connection's GOAWAY.
+		{"view-faults", []string{"--shutdown-watch-termination-grace-period=2s"}, []viewFault{restart, rbac, token}},
 		// No watch cache of ConfigMaps: a watch goes to etcd, which
 		// answers a compacted resourceVersion with 410.
-		{"view-faults-etcd", []string{"--watch-cache-sizes=configmaps#0"}, []viewFault{compacted}},
+		{"view-faults-etcd", []string{"--shutdown-watch-termination-grace-period=2s", "--watch-cache-sizes=configmaps#0"}, []viewFault{compacted}},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			v := startFaultyView(t, group.name, group.extraArgs)
 			withFiller(t, v)
 			for _, fault := range group.faults {
-				t.Run(fault.name, func(t *testing.T) { v.t = t; runViewFault(t, v, fault) })
+				t.Run(fault.name, func(t *testing.T) { v.startWebhook(t); runViewFault(t, v, fault) })
 			}
 		})
 	}
@@ -431,8 +459,8 @@ func runViewFault(t *testing.T, v *faultyView, fault viewFault) {
 	// The list after it is read slowly: the code before answered from the
 	// old content, as if fresh, all the while.
 	v.proxy.throttle(20 * time.Millisecond)
-	fault.end(t, v)
 	ended := time.Now()
+	fault.end(t, v)
 	var toFresh, toRight time.Duration
 	v.until("the view to be current again, and the policy to see the change", 2*time.Minute, func() bool {
 		if toRight == 0 && strings.Contains(v.answer(), "holds the ConfigMap e2e-undecided") {
@@ -447,7 +475,7 @@ func runViewFault(t *testing.T, v *faultyView, fault viewFault) {
 	recorded.stop()
 	var said []string
 	for line := range strings.Lines(v.w.logSince(mark)) {
-		if strings.Contains(line, "view of the cluster") {
+		if strings.Contains(line, "resource=configmaps") {
 			said = append(said, strings.TrimSpace(line))
 		}
 	}
@@ -484,23 +512,27 @@ func runViewFault(t *testing.T, v *faultyView, fault viewFault) {
 		v.series("webhook_view_list_requests_total"), v.series("webhook_view_watch_requests_total"), v.series("webhook_view_failures_total"), strings.Join(said, "\n"))
 }
 
-// restartAPIServer stops a's kube-apiserver and starts it again with the
-// same arguments and files, on the same port: a restart, its watch cache
-// lost.
-func restartAPIServer(t *testing.T, a *apiServer) {
+// stopAPIServer stops a's kube-apiserver as a rolling update does
+// (SIGTERM, then SIGKILL after stopGrace), and returns what starts it
+// again with the same arguments and files, on the same port, once it is
+// ready: a restart, its watch cache lost.
+func stopAPIServer(t *testing.T, a *apiServer) (startAgain func()) {
 	t.Helper()
 	bin, args, dir, name := a.cmd.Path, a.cmd.Args[1:], a.cmd.Dir, a.name
 	a.stop()
-	p, err := startProcess(name, dir, bin, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.process = p
-	if err := waitFor(p, startTimeout, func() bool {
-		body, err := a.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
-		return err == nil && string(body) == "ok"
-	}); err != nil {
-		t.Fatal(err)
+	return func() {
+		t.Helper()
+		p, err := startProcess(name, dir, bin, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.process = p
+		if err := waitFor(p, startTimeout, func() bool {
+			body, err := a.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+			return err == nil && string(body) == "ok"
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
