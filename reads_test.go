@@ -312,6 +312,32 @@ func TestWatchClusterNeedsCredentials(t *testing.T) {
 	}
 }
 
+// TestClusterFlags: -apiserver-lookups-per-second is 20 unless given; a
+// value that is not a number of lookups a second stops the server, naming
+// the flag.
+func TestClusterFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    float64
+		wantErr bool
+	}{
+		{nil, 20, false},
+		{[]string{"-apiserver-lookups-per-second", "0"}, 0, false},
+		{[]string{"-apiserver-lookups-per-second", "2.5"}, 2.5, false},
+		{[]string{"-apiserver-lookups-per-second", "-1"}, 0, true},
+		{[]string{"-apiserver-lookups-per-second", "many"}, 0, true},
+		{[]string{"-apiserver-lookups-per-second", "NaN"}, 0, true},
+	} {
+		cfg, err := parseFlags(tc.args, testEnv, io.Discard)
+		switch {
+		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), "-apiserver-lookups-per-second")):
+			t.Errorf("%q: got %v, want an error naming the flag", tc.args, err)
+		case !tc.wantErr && (err != nil || cfg.clusterFlags.lookupsPerSecond != tc.want):
+			t.Errorf("%q: got %v, %v, want %v", tc.args, cfg.clusterFlags.lookupsPerSecond, err, tc.want)
+		}
+	}
+}
+
 // TestCheckReads: what a policy reads is checked at start-up, each mistake
 // named.
 func TestCheckReads(t *testing.T) {

@@ -11,8 +11,10 @@ package main
 // PersistentVolumeClaim is denied while a Pod of its namespace mounts it,
 // the Pods read as of now (listLatest), so that a Pod created a moment
 // before the delete counts; a claim whose name starts with "view-" is
-// guarded from the view alone (indexed), to measure what that misses. It
-// has what main.go expects of policy.go and nothing more.
+// guarded from the view alone (indexed), to measure what that misses, and
+// one whose name starts with "get-" by its Pod mounts-NAME alone, read as
+// of now (getLatest), to measure what that costs. It has what main.go
+// expects of policy.go and nothing more.
 
 import (
 	"context"
@@ -101,9 +103,19 @@ func lookUp(p policy) admitFunc {
 func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	var pods []podClaims
 	var err error
-	if strings.HasPrefix(req.Name, "view-") {
+	switch {
+	case strings.HasPrefix(req.Name, "view-"):
 		pods, err = p.pods.indexed("claim", req.Namespace+"/"+req.Name)
-	} else {
+	case strings.HasPrefix(req.Name, "get-"):
+		// A policy that knows which Pod would mount it: the one named
+		// after the claim, read as of now.
+		var pod podClaims
+		var found bool
+		pod, found, err = p.pods.getLatest(ctx, req.Namespace, "mounts-"+req.Name)
+		if found && slices.Contains(pod.mounts(), req.Name) {
+			pods = append(pods, pod)
+		}
+	default:
 		var all []podClaims
 		all, err = p.pods.listLatest(ctx, req.Namespace)
 		for _, pod := range all {
