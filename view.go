@@ -391,6 +391,9 @@ func (v *view[T]) fresh(bounds []lookupBound) error {
 	case !h.Synced:
 		return fmt.Errorf("the webhook's view of %s is %w: its first list is under way", v.kind, errNotSynced)
 	}
+	if h.Current {
+		return nil // as current as the apiserver's watch, whatever the bound
+	}
 	limit, whose := v.kind.maxStale(), "its MaxStale"
 	for _, b := range bounds {
 		if b.maxStale < limit {
