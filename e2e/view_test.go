@@ -227,7 +227,9 @@ func scrapedValue(t *testing.T, url, series string) float64 {
 func TestClaimGuard(t *testing.T) {
 	ctx := context.Background()
 	bin := lookupPolicyBinary(t)
-	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0")
+	// Every delete reads as of now: the rate is above their peak, here
+	// 20 to 40 a second, one after another.
+	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0", "-apiserver-lookups-per-second=100")
 	metrics := "http://" + w.metricsAddr(t) + "/metrics"
 	scope := newScope(t, "claims")
 	ns := scope.namespace
