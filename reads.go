@@ -156,13 +156,21 @@ type clusterFlags struct {
 // policy that asks them for a kind of request, not for every review.
 const defaultLookupsPerSecond = 20
 
+// maxLookupsPerSecond bounds -apiserver-lookups-per-second: far beyond
+// what an apiserver serves, so that a value above it is a typo.
+const maxLookupsPerSecond = 1e6
+
+// latestListPage is the page of a list as of now: client-go's pager's
+// (k8s.io/client-go/tools/pager, defaultPageSize).
+const latestListPage = 500
+
 // register defines the flags in flags.
 func (f *clusterFlags) register(flags *flag.FlagSet) {
 	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
 	f.lookupsPerSecond = defaultLookupsPerSecond
 	flags.Func("apiserver-lookups-per-second", fmt.Sprintf("the most of the policy's lookups a second, over every kind, that ask the apiserver itself (a view's miss, a read as of now), one second's worth at once; over it a lookup answers undecided and failurePolicy decides; 0: none (default %d)", defaultLookupsPerSecond), func(s string) error {
 		n, err := strconv.ParseFloat(s, 64)
-		if err != nil || n < 0 || n != n || n > 1e6 {
+		if err != nil || n < 0 || n != n || n > maxLookupsPerSecond {
 			return fmt.Errorf("want a number of lookups a second, 0 or more, such as %d", defaultLookupsPerSecond)
 		}
 		f.lookupsPerSecond = n
@@ -301,7 +309,7 @@ func watchCluster(reads []read, flags clusterFlags, getenv func(string) string, 
 			in := resource
 			in.Namespace = namespace
 			// No resourceVersion: as of now, a consistent read.
-			_, err := client.List(ctx, in, kubeclient.ListOptions{Limit: 500}, each)
+			_, err := client.List(ctx, in, kubeclient.ListOptions{Limit: latestListPage}, each)
 			return err
 		})
 		store := r.makeView(func() kubeclient.Health { return reflector.Health() }, apiserver)
