@@ -208,9 +208,9 @@ type config struct {
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
 
-	// kubeconfig is the credentials for what the policy reads of the
-	// cluster; empty: the Pod's ServiceAccount's, if it reads anything.
-	kubeconfig string
+	// clusterFlags are -kubeconfig and the rest of what reading the
+	// cluster takes (reads.go).
+	clusterFlags clusterFlags
 	// cluster is the policy's views of the cluster, which run makes
 	// (watchCluster): nil when it reads nothing.
 	cluster *clusterViews
@@ -241,7 +241,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.BoolVar(&cfg.authorization, "authorization", false, "serve /authorize, the authorization webhook's SubjectAccessReviews; needs -client-ca-file, since its answers name the policy's rules")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
-	flags.StringVar(&cfg.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
+	cfg.clusterFlags.register(flags)
 	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
 	if err := cfg.policy.addFlags(flags); err != nil {
 		return config{}, err
@@ -384,12 +384,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	logger := slog.New(logHandler)
 	// The views of the cluster serve until the server has shut down, its
-	// last reviews included.
-	viewsCtx, stopViews := context.WithCancel(context.Background())
-	defer stopViews()
-	if cfg.cluster, err = watchCluster(viewsCtx, cfg.policy.reads(), cfg.kubeconfig, getenv, logger); err != nil {
+	// last reviews included, and stop before run returns.
+	if cfg.cluster, err = watchCluster(cfg.policy.reads(), cfg.clusterFlags, getenv, logger); err != nil {
 		return err
 	}
+	defer cfg.cluster.stop()
 	srv, err := newServer(cfg, logger)
 	if err != nil {
 		return err

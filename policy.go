@@ -11,7 +11,8 @@ package main
 // answers allowed, allowedWithWarning, denied, patched, refused and
 // undecided, and noOpinion, deniedBecause, allowedBecause and
 // undecidedBecause; the views of the cluster that reads declares with
-// readInto, looked up with get, getOrFetch, list and indexed
+// readInto, looked up with get, getOrFetch, list and indexed (bounded with
+// staleAtMost), or as of now with getLatest, listLatest and indexedLatest
 // (docs/cluster.md works an example); the readers objectMeta (the metadata
 // most policies read; the namespace is req.Namespace), decodeObject (any
 // other fields, into a struct of yours) and objectName (the object's name

@@ -4,8 +4,10 @@ package main
 // its views are made through the one door, the policy value its makers
 // take: kept in step with the apiserver by the server (watchCluster),
 // filled from objects by a test, and from files by `webhook review
-// -cluster` (fillViews); and `webhook reads`, which prints the kinds and
-// the RBAC that lets the webhook read exactly them (deploy/render.sh).
+// -cluster` (fillViews); the server's lookups that ask the apiserver
+// itself, within the operator's rate (apiserverReads); and `webhook
+// reads`, which prints the kinds and the RBAC that lets the webhook read
+// exactly them (deploy/render.sh).
 
 import (
 	"context"
@@ -17,7 +19,10 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -72,9 +77,9 @@ type read struct {
 	kind    clusterKind
 	indexes []string // the names of its indexes
 	// makeView makes a new view of the kind, as current as health says
-	// and asking fetch for what it lacks (nil: nothing), sets the
-	// policy's field to it and returns it.
-	makeView func(health func() kubeclient.Health, fetch func(context.Context, string, string) ([]byte, error)) viewStore
+	// and asking apiserver for what it cannot answer alone (nil:
+	// nothing), sets the policy's field to it and returns it.
+	makeView func(health func() kubeclient.Health, apiserver *apiserverReads) viewStore
 }
 
 // viewStore is a view of any T, as the plumbing keeps it in step.
@@ -91,8 +96,8 @@ func readInto[T any](field **view[T], kind clusterKind, indexes ...viewIndex[T])
 	for i, x := range indexes {
 		names[i] = x.name
 	}
-	return read{kind: kind, indexes: names, makeView: func(health func() kubeclient.Health, fetch func(context.Context, string, string) ([]byte, error)) viewStore {
-		v := newView(kind, indexes, health, fetch)
+	return read{kind: kind, indexes: names, makeView: func(health func() kubeclient.Health, apiserver *apiserverReads) viewStore {
+		v := newView(kind, indexes, health, apiserver)
 		*field = v
 		return v
 	}}
@@ -135,38 +140,153 @@ func checkReads(reads []read) error {
 	return errors.Join(errs...)
 }
 
+// clusterFlags are the server's flags for reading the cluster.
+type clusterFlags struct {
+	// kubeconfig is the credentials for what the policy reads of the
+	// cluster; empty: the Pod's ServiceAccount's, if it reads anything.
+	kubeconfig string
+	// lookupsPerSecond is the most lookups a second that reach the
+	// apiserver itself (apiserverReads).
+	lookupsPerSecond float64
+}
+
+// defaultLookupsPerSecond is the default of -apiserver-lookups-per-second:
+// kube-controller-manager's and kube-scheduler's --kube-api-qps, enough
+// for the misses of `kubectl apply -f dir/` and the reads as of now of a
+// policy that asks them for a kind of request, not for every review.
+const defaultLookupsPerSecond = 20
+
+// maxLookupsPerSecond bounds -apiserver-lookups-per-second: far beyond
+// what an apiserver serves, so that a value above it is a typo.
+const maxLookupsPerSecond = 1e6
+
+// latestListPage is the page of a list as of now: client-go's pager's
+// (k8s.io/client-go/tools/pager, defaultPageSize).
+const latestListPage = 500
+
+// register defines the flags in flags.
+func (f *clusterFlags) register(flags *flag.FlagSet) {
+	flags.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig `file` whose current context's credentials read what the policy reads of the cluster (webhook reads); default: the Pod's ServiceAccount's. Unused by a policy that reads nothing")
+	f.lookupsPerSecond = defaultLookupsPerSecond
+	flags.Func("apiserver-lookups-per-second", fmt.Sprintf("the most of the policy's lookups a second, over every kind, that ask the apiserver itself (a view's miss, a read as of now), one second's worth at once; over it a lookup answers undecided and failurePolicy decides; 0: none (default %d)", defaultLookupsPerSecond), func(s string) error {
+		n, err := strconv.ParseFloat(s, 64)
+		if err != nil || n < 0 || n != n || n > maxLookupsPerSecond {
+			return fmt.Errorf("want a number of lookups a second, 0 or more, such as %d", defaultLookupsPerSecond)
+		}
+		f.lookupsPerSecond = n
+		return nil
+	})
+}
+
+// errOverRate is a lookup that would have asked the apiserver itself, not
+// sent: the webhook's rate of those (-apiserver-lookups-per-second) is
+// spent. The policy answers undecided, and failurePolicy decides.
+var errOverRate = errors.New("over the webhook's rate of lookups that ask the apiserver (-apiserver-lookups-per-second)")
+
+// apiserverReads is a view's door to the apiserver itself, for the
+// lookups the view cannot answer alone, and what they cost: the requests
+// sent, the lookups that shared another's, and those refused over the
+// rate, which every view's share.
+type apiserverReads struct {
+	// get GETs the object name in namespace; list lists namespace (""
+	// for every one) as of now, handing over each object's JSON.
+	get  func(ctx context.Context, namespace, name string) ([]byte, error)
+	list func(ctx context.Context, namespace string, each func([]byte) error) error
+	rate *lookupRate
+
+	// counts of each verb, get and list: what was sent, shared, refused
+	counts map[string]*lookupCounts
+}
+
+type lookupCounts struct{ sent, shared, refused atomic.Int64 }
+
+func newAPIServerReads(rate *lookupRate, get func(context.Context, string, string) ([]byte, error), list func(context.Context, string, func([]byte) error) error) *apiserverReads {
+	return &apiserverReads{get: get, list: list, rate: rate, counts: map[string]*lookupCounts{"get": {}, "list": {}}}
+}
+
+// take is a request of verb about to be sent: errOverRate when the rate is
+// spent, else counted as sent.
+func (a *apiserverReads) take(verb string) error {
+	if !a.rate.allow(time.Now()) {
+		a.counts[verb].refused.Add(1)
+		return errOverRate
+	}
+	a.counts[verb].sent.Add(1)
+	return nil
+}
+
+// shared counts a lookup of verb answered by another's request.
+func (a *apiserverReads) shared(verb string, shared bool) {
+	if shared {
+		a.counts[verb].shared.Add(1)
+	}
+}
+
+// lookupRate is a token bucket: perSecond tokens a second, holding one
+// second's worth (at least one), full at the start.
+type lookupRate struct {
+	mu        sync.Mutex
+	perSecond float64
+	tokens    float64
+	last      time.Time
+}
+
+func newLookupRate(perSecond float64, now time.Time) *lookupRate {
+	return &lookupRate{perSecond: perSecond, tokens: max(perSecond, 1), last: now}
+}
+
+// allow takes a token, if there is one at now.
+func (r *lookupRate) allow(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.perSecond <= 0 {
+		return false
+	}
+	r.tokens = min(max(r.perSecond, 1), r.tokens+now.Sub(r.last).Seconds()*r.perSecond)
+	r.last = now
+	if r.tokens < 1 {
+		return false
+	}
+	r.tokens--
+	return true
+}
+
 // clusterViews are the views the server keeps in step with the apiserver:
 // nil when the policy reads nothing.
 type clusterViews struct {
-	views []watchedView
+	views  []watchedView
+	client *kubeclient.Client
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
 }
 
 type watchedView struct {
 	kind      clusterKind
 	reflector *kubeclient.Reflector
 	store     viewStore
+	apiserver *apiserverReads
 }
 
 // watchCluster gives the policy a view of each kind it reads (reads, from
 // policy.reads), each kept in step with the apiserver by a Reflector that
-// runs until ctx is done, and returns them; nil, with no credentials asked
-// for, when it reads nothing. The credentials are kubeconfig's when it is
-// set, else the Pod's ServiceAccount's; none of either stops the server,
-// saying which kinds need them.
-func watchCluster(ctx context.Context, reads []read, kubeconfig string, getenv func(string) string, logger *slog.Logger) (*clusterViews, error) {
+// runs until stop, and returns them; nil, with no credentials asked for,
+// when it reads nothing. The credentials are -kubeconfig's when it is set,
+// else the Pod's ServiceAccount's; none of either stops the server, saying
+// which kinds need them.
+func watchCluster(reads []read, flags clusterFlags, getenv func(string) string, logger *slog.Logger) (*clusterViews, error) {
 	if err := checkReads(reads); err != nil {
 		return nil, err
 	}
 	if len(reads) == 0 {
-		if kubeconfig != "" {
+		if flags.kubeconfig != "" {
 			logger.Info("the policy reads nothing of the cluster: -kubeconfig is not used")
 		}
 		return nil, nil
 	}
 	var cfg *kubeclient.Config
 	var err error
-	if kubeconfig != "" {
-		if cfg, err = kubeclient.LoadKubeconfig(kubeconfig); err != nil {
+	if flags.kubeconfig != "" {
+		if cfg, err = kubeclient.LoadKubeconfig(flags.kubeconfig); err != nil {
 			return nil, fmt.Errorf("-kubeconfig: %w", err)
 		}
 	} else if cfg, err = kubeclient.InCluster(getenv); err != nil {
@@ -176,20 +296,40 @@ func watchCluster(ctx context.Context, reads []read, kubeconfig string, getenv f
 	if err != nil {
 		return nil, err
 	}
-	logger.Info("reading the cluster", "kinds", describeReads(reads), "credentials", cfg.Source, "server", cfg.Server)
-	c := &clusterViews{}
+	logger.Info("reading the cluster", "kinds", describeReads(reads), "credentials", cfg.Source, "server", cfg.Server, "apiserver_lookups_per_second", flags.lookupsPerSecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &clusterViews{client: client, cancel: cancel}
+	rate := newLookupRate(flags.lookupsPerSecond, time.Now())
 	for _, r := range reads {
 		resource := r.kind.resource()
 		var reflector *kubeclient.Reflector
-		fetch := func(ctx context.Context, namespace, name string) ([]byte, error) {
+		apiserver := newAPIServerReads(rate, func(ctx context.Context, namespace, name string) ([]byte, error) {
 			return client.Get(ctx, resource, namespace, name)
-		}
-		store := r.makeView(func() kubeclient.Health { return reflector.Health() }, fetch)
+		}, func(ctx context.Context, namespace string, each func([]byte) error) error {
+			in := resource
+			in.Namespace = namespace
+			// No resourceVersion: as of now, a consistent read.
+			_, err := client.List(ctx, in, kubeclient.ListOptions{Limit: latestListPage}, each)
+			return err
+		})
+		store := r.makeView(func() kubeclient.Health { return reflector.Health() }, apiserver)
 		reflector = kubeclient.NewReflector(client, resource, store, logger)
-		c.views = append(c.views, watchedView{kind: r.kind, reflector: reflector, store: store})
-		go reflector.Run(ctx)
+		c.views = append(c.views, watchedView{kind: r.kind, reflector: reflector, store: store, apiserver: apiserver})
+		c.wg.Go(func() { reflector.Run(ctx) })
 	}
 	return c, nil
+}
+
+// stop stops keeping the views in step, and returns once every goroutine
+// that did has ended and the client's idle connections are closed: run
+// returns with nothing of them left running. A nil c has nothing to stop.
+func (c *clusterViews) stop() {
+	if c == nil {
+		return
+	}
+	c.cancel()
+	c.wg.Wait()
+	c.client.CloseIdleConnections()
 }
 
 // notSynced says which view has not yet synced, or returns nil once every
@@ -210,9 +350,9 @@ func (c *clusterViews) notSynced() error {
 	return nil
 }
 
-// writeMetrics writes the views' series: what each holds, whether it is
-// synced, since when it has been out of touch, and how many lists and
-// watches it has sent, the load on the apiserver.
+// writeMetrics writes the views' series: what each holds, how current it
+// is, the requests it sent to keep in step (the load on the apiserver),
+// and the policy's lookups that asked the apiserver itself.
 func (c *clusterViews) writeMetrics(w io.Writer) {
 	if c == nil {
 		return
@@ -226,23 +366,40 @@ func (c *clusterViews) writeMetrics(w io.Writer) {
 		sample(w, "webhook_view_objects", label(v), float64(v.store.size()))
 	}
 	family(w, "webhook_view_synced", "gauge", "1 once the view of a kind has listed it whole, else 0.")
-	family(w, "webhook_view_disconnected_seconds", "gauge", "Seconds since the view of a kind last heard from the apiserver, 0 while its watch is open.")
-	family(w, "webhook_view_lists_total", "counter", "Lists of a kind the view sent to the apiserver: one at start, and one after a watch fails.")
-	family(w, "webhook_view_watches_total", "counter", "Watches of a kind the view opened: one every 5 to 10 minutes.")
+	family(w, "webhook_view_current", "gauge", "1 while the view of a kind is as current as the apiserver's watch (its watch established), else 0.")
+	family(w, "webhook_view_age_seconds", "gauge", "How far behind the apiserver the view of a kind may be: 0 while it is current, else the seconds since it last heard from the apiserver. Lookups fail as too stale past MaxStale.")
+	family(w, "webhook_view_list_requests_total", "counter", "List requests the view of a kind sent to the apiserver, whatever their answer: one at start, one after a watch failed or its resourceVersion was no longer served.")
+	family(w, "webhook_view_watch_requests_total", "counter", "Watch requests the view of a kind sent to the apiserver, whatever their answer: one every 5 to 10 minutes when all is well.")
+	family(w, "webhook_view_failures_total", "counter", "Lists and watches of a kind that failed, or watches that ended within a second having sent nothing; each is followed by a backoff.")
+	now := time.Now()
 	for _, v := range c.views {
 		h := v.reflector.Health()
-		synced, disconnected := 0.0, 0.0
-		if h.Synced {
-			synced = 1
-		}
-		if !h.Since.IsZero() {
-			disconnected = time.Since(h.Since).Seconds()
-		}
-		sample(w, "webhook_view_synced", label(v), synced)
-		sample(w, "webhook_view_disconnected_seconds", label(v), disconnected)
-		sample(w, "webhook_view_lists_total", label(v), float64(h.Lists))
-		sample(w, "webhook_view_watches_total", label(v), float64(h.Watches))
+		sample(w, "webhook_view_synced", label(v), boolValue(h.Synced))
+		sample(w, "webhook_view_current", label(v), boolValue(h.Current))
+		sample(w, "webhook_view_age_seconds", label(v), h.Age(now).Seconds())
+		sample(w, "webhook_view_list_requests_total", label(v), float64(h.Lists))
+		sample(w, "webhook_view_watch_requests_total", label(v), float64(h.Watches))
+		sample(w, "webhook_view_failures_total", label(v), float64(h.Failures))
 	}
+	family(w, "webhook_view_apiserver_lookups_total", "counter", "The policy's lookups that asked the apiserver itself (a miss of getOrFetch, getLatest: get; listLatest, indexedLatest: list), by outcome: sent a request, shared a request another lookup sent, or refused over -apiserver-lookups-per-second.")
+	for _, v := range c.views {
+		for _, verb := range []string{"get", "list"} {
+			n := v.apiserver.counts[verb]
+			for _, o := range []struct {
+				outcome string
+				count   int64
+			}{{"sent", n.sent.Load()}, {"shared", n.shared.Load()}, {"refused", n.refused.Load()}} {
+				sample(w, "webhook_view_apiserver_lookups_total", promtext.LabelPairs([]string{"resource", "verb", "outcome"}, []string{v.kind.String(), verb, o.outcome}), float64(o.count))
+			}
+		}
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // describeReads names the kinds reads reads, for messages.
@@ -333,7 +490,7 @@ func fillViews(reads []read, objects []clusterObject) error {
 			if failed != nil {
 				return kubeclient.Health{Err: failed}
 			}
-			return kubeclient.Health{Synced: true}
+			return kubeclient.Health{Synced: true, Current: true}
 		}
 		store := r.makeView(health, nil)
 		failed = store.Replace(func(add func([]byte) error) error {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -12,9 +13,11 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,11 +35,17 @@ type fakeCluster struct {
 	objects  map[string][]string // by the resource's path, /api/v1/pods: each object's JSON
 	requests map[string]int      // "LIST", "WATCH", "GET"
 	listGate chan struct{}       // when set, a list waits until it is closed
+	// watch is how a watch is answered: "" holds it open without an
+	// event, until ending is closed; "refuse" answers 503; "gone"
+	// answers 200, then an ERROR event of 410, as an apiserver that no
+	// longer serves the resourceVersion.
+	watch  string
+	ending chan struct{}
 }
 
 func startFakeCluster(t testing.TB) *fakeCluster {
 	t.Helper()
-	f := &fakeCluster{objects: map[string][]string{}, requests: map[string]int{}}
+	f := &fakeCluster{objects: map[string][]string{}, requests: map[string]int{}, ending: make(chan struct{})}
 	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(f.serve))
 	f.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshakes a stopping server's client cuts
 	f.EnableHTTP2 = true
@@ -72,7 +81,7 @@ func (f *fakeCluster) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	gate := f.listGate
+	gate, watch, ending := f.listGate, f.watch, f.ending
 	f.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	switch kind {
@@ -86,8 +95,19 @@ func (f *fakeCluster) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(w, `{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[%s]}`, strings.Join(items, ","))
 	case "WATCH":
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
+		switch watch {
+		case "refuse":
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprint(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":503,"reason":"ServiceUnavailable","message":"refused by the test"}`)
+		case "gone":
+			fmt.Fprint(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version: 7 (9)"}}`)
+		default:
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-ending:
+			}
+		}
 	default:
 		if one == "" {
 			w.WriteHeader(http.StatusNotFound)
@@ -142,10 +162,11 @@ func TestWatchCluster(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var logs bytes.Buffer
-	c, err := watchCluster(ctx, reads, f.kubeconfig(t), func(string) string { return "" }, slog.New(slog.NewTextHandler(&logs, nil)))
+	c, err := watchCluster(reads, clusterFlags{kubeconfig: f.kubeconfig(t), lookupsPerSecond: 100}, func(string) string { return "" }, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer c.stop()
 	for deadline := time.Now().Add(10 * time.Second); c.notSynced() != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("not synced after 10 s: %v", c.notSynced())
@@ -162,7 +183,7 @@ func TestWatchCluster(t *testing.T) {
 	}
 	var metrics bytes.Buffer
 	c.writeMetrics(&metrics)
-	for _, want := range []string{`webhook_view_objects{resource="pods"} 2`, `webhook_view_synced{resource="secrets in namespace vault"} 1`, `webhook_view_lists_total{resource="pods"} 1`} {
+	for _, want := range []string{`webhook_view_objects{resource="pods"} 2`, `webhook_view_synced{resource="secrets in namespace vault"} 1`, `webhook_view_list_requests_total{resource="pods"} 1`} {
 		if !strings.Contains(metrics.String(), want) {
 			t.Errorf("the metrics have no %q:\n%s", want, &metrics)
 		}
@@ -172,6 +193,108 @@ func TestWatchCluster(t *testing.T) {
 	}
 }
 
+// set sets how the fake answers watches from now on, and ends those it
+// holds open.
+func (f *fakeCluster) set(watch string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watch = watch
+	close(f.ending)
+	f.ending = make(chan struct{})
+}
+
+// TestViewAfterAWatchAnsweredThenGone: a view cut off from the apiserver
+// for longer than its MaxStale answers errStale, and goes on doing so
+// when a watch is answered 200, then 410, while the list that follows is
+// under way: the old content is not taken for fresh (a ServiceAccount
+// deleted meanwhile was allowed so). Once the list is whole and a watch
+// established, it answers again.
+func TestViewAfterAWatchAnsweredThenGone(t *testing.T) {
+	f := startFakeCluster(t)
+	f.objects["/api/v1/pods"] = []string{pod("a", "web", "builder")}
+	var pods *view[testPod]
+	kind := podKind
+	kind.MaxStale = time.Second
+	c, err := watchCluster([]read{readInto(&pods, kind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	lookup := func() error { _, _, err := pods.get("a", "web"); return err }
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 15 s for %s", what)
+			}
+		}
+	}
+	waitFor("the view's watch to be established", func() bool { return c.views[0].reflector.Health().Current })
+
+	f.set("refuse")
+	waitFor("the view to be too stale", func() bool { return errors.Is(lookup(), errStale) })
+
+	f.mu.Lock()
+	f.listGate = make(chan struct{})
+	f.mu.Unlock()
+	lists, watches := f.count("LIST"), f.count("WATCH")
+	f.set("gone")
+	waitFor("a watch answered 200, then 410, and the list after it", func() bool { return f.count("WATCH") > watches && f.count("LIST") > lists })
+	if err := lookup(); !errors.Is(err, errStale) {
+		t.Errorf("while listing after a watch answered 200, then 410: got %v, want errStale", err)
+	}
+
+	f.set("")
+	close(f.listGate)
+	waitFor("the view to answer again", func() bool { return lookup() == nil })
+}
+
+// TestViewsStopBeforeReturning: stop returns once nothing that keeps the
+// views in step runs any longer, so that nothing of them writes to a log
+// after run returns (TestBadFlags raced on it with a policy that reads the
+// cluster).
+func TestViewsStopBeforeReturning(t *testing.T) {
+	f := startFakeCluster(t)
+	f.listGate = make(chan struct{}) // the first list is under way as it stops
+	defer close(f.listGate)
+	var pods *view[testPod]
+	logs := &stoppedLog{}
+	c, err := watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, slog.New(slog.NewTextHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); f.count("LIST") == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no list within 10 s")
+		}
+	}
+	c.stop()
+	logs.stop()
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "kubeclient.(*Reflector)") {
+		t.Errorf("a Reflector still runs once stop has returned:\n%s", stacks)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if late := logs.late.Load(); late > 0 {
+		t.Errorf("%d lines were logged after stop returned", late)
+	}
+}
+
+// stoppedLog is a log that counts what is written after stop.
+type stoppedLog struct {
+	stopped atomic.Bool
+	late    atomic.Int64
+}
+
+func (l *stoppedLog) Write(p []byte) (int, error) {
+	if l.stopped.Load() {
+		l.late.Add(1)
+	}
+	return len(p), nil
+}
+
+func (l *stoppedLog) stop() { l.stopped.Store(true) }
+
 // TestWatchClusterNeedsCredentials: a policy that reads the cluster, run
 // outside a Pod with no -kubeconfig, stops at start-up naming the kinds and
 // what to give; one that reads nothing asks for no credentials at all,
@@ -179,13 +302,39 @@ func TestWatchCluster(t *testing.T) {
 func TestWatchClusterNeedsCredentials(t *testing.T) {
 	var pods *view[testPod]
 	noEnv := func(string) string { return "" }
-	_, err := watchCluster(context.Background(), []read{readInto(&pods, podKind)}, "", noEnv, discardLogger)
+	_, err := watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{}, noEnv, discardLogger)
 	if err == nil || !strings.Contains(err.Error(), "the policy reads pods of the cluster: give -kubeconfig FILE") {
 		t.Errorf("got %v, want a start-up error naming pods and -kubeconfig", err)
 	}
-	c, err := watchCluster(context.Background(), nil, "/nonexistent/kubeconfig", noEnv, discardLogger)
+	c, err := watchCluster(nil, clusterFlags{kubeconfig: "/nonexistent/kubeconfig"}, noEnv, discardLogger)
 	if c != nil || err != nil || c.notSynced() != nil {
 		t.Errorf("reading nothing: got %v, %v, want no views, no error, ready", c, err)
+	}
+}
+
+// TestClusterFlags: -apiserver-lookups-per-second is 20 unless given; a
+// value that is not a number of lookups a second stops the server, naming
+// the flag.
+func TestClusterFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    float64
+		wantErr bool
+	}{
+		{nil, 20, false},
+		{[]string{"-apiserver-lookups-per-second", "0"}, 0, false},
+		{[]string{"-apiserver-lookups-per-second", "2.5"}, 2.5, false},
+		{[]string{"-apiserver-lookups-per-second", "-1"}, 0, true},
+		{[]string{"-apiserver-lookups-per-second", "many"}, 0, true},
+		{[]string{"-apiserver-lookups-per-second", "NaN"}, 0, true},
+	} {
+		cfg, err := parseFlags(tc.args, testEnv, io.Discard)
+		switch {
+		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), "-apiserver-lookups-per-second")):
+			t.Errorf("%q: got %v, want an error naming the flag", tc.args, err)
+		case !tc.wantErr && (err != nil || cfg.clusterFlags.lookupsPerSecond != tc.want):
+			t.Errorf("%q: got %v, %v, want %v", tc.args, cfg.clusterFlags.lookupsPerSecond, err, tc.want)
+		}
 	}
 }
 
@@ -328,9 +477,10 @@ func TestNotReadyUntilSynced(t *testing.T) {
 	var pods *view[testPod]
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if cfg.cluster, err = watchCluster(ctx, []read{readInto(&pods, podKind)}, f.kubeconfig(t), testEnv, discardLogger); err != nil {
+	if cfg.cluster, err = watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger); err != nil {
 		t.Fatal(err)
 	}
+	defer cfg.cluster.stop()
 	srv, err := newServer(cfg, discardLogger)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,11 @@ package main
 // apiserver per review. main.go keeps each view in step with the apiserver
 // (a kubeclient.Reflector: one list, then one watch); a test fills one
 // from objects, and `webhook review -cluster` from a file, through the
-// same door (reads.go).
+// same door (reads.go). What a lookup cannot answer from the view, a miss
+// of getOrFetch or a read as of now (getLatest, listLatest,
+// indexedLatest), it asks the apiserver, sharing the request with the
+// lookups waiting for the same and within the operator's rate
+// (reads.go).
 
 import (
 	"cmp"
@@ -28,23 +32,51 @@ import (
 // each, only T, a struct of the policy's own holding the fields it reads,
 // as decodeObject decodes the object under review. Its lookups say when
 // the view cannot answer for the cluster: before it has synced, and once
-// it has heard nothing from the apiserver for longer than its kind's
-// MaxStale; a policy answers undecided(err) then. What they return is the
-// view's: never write into it (a map or a slice of T is shared).
+// it may lag the apiserver by more than its kind's MaxStale, or the
+// lookup's own bound (staleAtMost); a policy answers undecided(err) then.
+// What they return is the view's: never write into it (a map or a slice
+// of T is shared).
 //
 // Its memory is what T holds and the keys: bench/README.md measures it.
 type view[T any] struct {
 	kind    clusterKind
 	indexes []viewIndex[T]
 	// health says how current the view is: its Reflector's, or always
-	// synced for a view filled once.
+	// current for a view filled once.
 	health func() kubeclient.Health
-	// fetch GETs an object from the apiserver: nil for a view filled once.
-	fetch func(ctx context.Context, namespace, name string) ([]byte, error)
+	// apiserver asks the apiserver itself: nil for a view filled once,
+	// which answers every lookup from what it was filled with.
+	apiserver *apiserverReads
+	gets      sharing[fetched[T]]
+	lists     sharing[[]listed[T]]
 
 	mu      sync.RWMutex
 	content *viewContent[T]
 }
+
+// fetched is an object the apiserver was asked for: T, or not found.
+type fetched[T any] struct {
+	obj   T
+	found bool
+}
+
+// listed is an object of a list the apiserver answered.
+type listed[T any] struct {
+	key objectKey
+	obj T
+}
+
+// lookupBound is how old, at most, the view may be for one lookup to
+// answer from it: staleAtMost makes one.
+type lookupBound struct{ maxStale time.Duration }
+
+// staleAtMost bounds how far behind the apiserver the view may be for this
+// lookup to answer from it, when that is tighter than the kind's MaxStale:
+// the view is current (0) while its watch is established, and otherwise as
+// old as the time since it last heard from the apiserver.
+// staleAtMost(0) answers only while the watch is established. Past the
+// bound, the lookup's error is errStale.
+func staleAtMost(d time.Duration) lookupBound { return lookupBound{maxStale: max(d, 0)} }
 
 // viewIndex is an index a policy defines on a view (indexBy): its name,
 // and the keys under which an object is found.
@@ -80,7 +112,8 @@ type viewContent[T any] struct {
 }
 
 // The errors of a view that cannot answer for the cluster: errors.Is
-// tells them apart.
+// tells them apart. errOverRate (reads.go) is a lookup the apiserver
+// was not asked, the webhook's rate of such lookups spent.
 var (
 	errNotSynced = errors.New("not synced yet")
 	errStale     = errors.New("too stale")
@@ -88,15 +121,15 @@ var (
 
 // defaultMaxStale is how long a view answers after it last heard from the
 // apiserver, when its kind sets no MaxStale: longer than the reflector's
-// reconnection after a watch ends (milliseconds) or a failure (0.8 to
-// 1.6 s at first), short enough that a webhook cut off from the apiserver
-// stops deciding from an old view within half a minute. A connection that
-// died without a word is found by an HTTP/2 ping within 45 s
-// (kubeclient.Client) before this begins.
+// reconnection after a watch ends (a second, until the new watch is
+// established) or a failure (0.8 to 1.6 s at first), short enough that a
+// webhook cut off from the apiserver stops deciding from an old view
+// within half a minute. A connection that died without a word is found by
+// an HTTP/2 ping within 45 s (kubeclient.Client) before this begins.
 const defaultMaxStale = 30 * time.Second
 
-func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kubeclient.Health, fetch func(context.Context, string, string) ([]byte, error)) *view[T] {
-	v := &view[T]{kind: kind, indexes: indexes, health: health, fetch: fetch}
+func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kubeclient.Health, apiserver *apiserverReads) *view[T] {
+	v := &view[T]{kind: kind, indexes: indexes, health: health, apiserver: apiserver}
 	v.content = v.emptyContent()
 	return v
 }
@@ -106,10 +139,10 @@ func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kube
 // the view cannot say (errNotSynced, errStale). It asks the apiserver
 // nothing: an object created a moment ago may not be there yet, as the
 // watch brings it milliseconds later. A policy that denies what it does
-// not find uses getOrFetch.
-func (v *view[T]) get(namespace, name string) (T, bool, error) {
+// not find uses getOrFetch, or getLatest.
+func (v *view[T]) get(namespace, name string, bounds ...lookupBound) (T, bool, error) {
 	var zero T
-	if err := v.fresh(); err != nil {
+	if err := v.fresh(bounds); err != nil {
 		return zero, false, err
 	}
 	if err := v.holds(namespace); err != nil {
@@ -122,36 +155,67 @@ func (v *view[T]) get(namespace, name string) (T, bool, error) {
 }
 
 // getOrFetch is get for a policy that denies what it does not find: an
-// object the view lacks is asked of the apiserver, once, before
-// getOrFetch says it does not exist, as it may have been created a moment
-// ago (`kubectl apply -f dir/` creates a ServiceAccount just before the
-// Deployment that names it). That GET, on a miss alone, is the only
-// request a review costs the apiserver; a view filled from objects or a
-// file answers from them alone.
-func (v *view[T]) getOrFetch(ctx context.Context, namespace, name string) (T, bool, error) {
-	obj, ok, err := v.get(namespace, name)
-	if ok || err != nil || v.fetch == nil {
+// object the view lacks is asked of the apiserver (a GET, as getLatest
+// sends it) before getOrFetch says it does not exist, as it may have been
+// created a moment ago (`kubectl apply -f dir/` creates a ServiceAccount
+// just before the Deployment that names it). That GET, on a miss alone,
+// is shared by the lookups of the same object that wait for it, and
+// counts against the webhook's rate of lookups that reach the apiserver:
+// over it, the error is errOverRate. A view filled from objects or a file
+// answers from them alone.
+func (v *view[T]) getOrFetch(ctx context.Context, namespace, name string, bounds ...lookupBound) (T, bool, error) {
+	obj, ok, err := v.get(namespace, name, bounds...)
+	if ok || err != nil || v.apiserver == nil {
 		return obj, ok, err
 	}
-	raw, err := v.fetch(ctx, namespace, name)
-	if apierrors.IsNotFound(err) {
-		return obj, false, nil
+	return v.getLatest(ctx, namespace, name)
+}
+
+// getLatest is get as of now: the object is asked of the apiserver (a GET
+// with no resourceVersion, which the apiserver answers from etcd), whether
+// or not the view has it, for a decision that must see a write made a
+// moment ago. The lookups of one object that arrive while the GET is
+// under way share the next one; each GET counts against the webhook's
+// rate of lookups that reach the apiserver (errOverRate over it). It
+// costs a round trip to the apiserver and etcd: docs/cluster.md.
+func (v *view[T]) getLatest(ctx context.Context, namespace, name string) (T, bool, error) {
+	if v == nil {
+		var zero T
+		return zero, false, v.fresh(nil)
 	}
+	if v.apiserver == nil {
+		return v.get(namespace, name)
+	}
+	if err := v.holds(namespace); err != nil {
+		var zero T
+		return zero, false, err
+	}
+	got, shared, err := v.gets.do(ctx, objectKey{namespace, name}.String(), func(ctx context.Context) (fetched[T], error) {
+		if err := v.apiserver.take("get"); err != nil {
+			return fetched[T]{}, err
+		}
+		raw, err := v.apiserver.get(ctx, namespace, name)
+		if apierrors.IsNotFound(err) {
+			return fetched[T]{}, nil
+		}
+		if err != nil {
+			return fetched[T]{}, err
+		}
+		_, obj, err := v.decode(raw)
+		return fetched[T]{obj: obj, found: err == nil}, err
+	})
+	v.apiserver.shared("get", shared)
 	if err != nil {
-		return obj, false, fmt.Errorf("the webhook's view of %s lacks %s, and asking the apiserver for it failed: %w", v.kind, objectKey{namespace, name}, err)
+		return got.obj, false, fmt.Errorf("the webhook asked the apiserver for %s %s, and could not learn it: %w", v.kind.Kind, objectKey{namespace, name}, err)
 	}
-	_, obj, err = v.decode(raw)
-	if err != nil {
-		return obj, false, err
-	}
-	return obj, true, nil
+	return got.obj, got.found, nil
 }
 
 // list returns what the policy keeps of every object in namespace, or in
 // every namespace for "", sorted by namespace and name, or an error when
 // the view cannot say.
-func (v *view[T]) list(namespace string) ([]T, error) {
-	if err := v.fresh(); err != nil {
+func (v *view[T]) list(namespace string, bounds ...lookupBound) ([]T, error) {
+	if err := v.fresh(bounds); err != nil {
 		return nil, err
 	}
 	if namespace != "" {
@@ -172,17 +236,36 @@ func (v *view[T]) list(namespace string) ([]T, error) {
 	return v.sortedLocked(keys), nil
 }
 
+// listLatest is list as of now: the apiserver lists namespace (every one
+// the view holds, for ""), with no resourceVersion, a consistent read,
+// whatever the view holds. The lookups of one namespace that arrive while
+// a list is under way share the next one; each list counts against the
+// webhook's rate of lookups that reach the apiserver (errOverRate over
+// it). It costs the apiserver a list of the namespace, and the webhook
+// decoding it: docs/cluster.md.
+func (v *view[T]) listLatest(ctx context.Context, namespace string) ([]T, error) {
+	all, err := v.latest(ctx, namespace)
+	if err != nil || all == nil {
+		return nil, err
+	}
+	out := make([]T, len(all))
+	for i, l := range all {
+		out[i] = l.obj
+	}
+	return out, nil
+}
+
 // indexed returns what the policy keeps of every object that index, an
 // index of the view's kind (indexBy), finds under key, sorted by namespace
 // and name, or an error when the view cannot say. An index the view does
 // not have is an error, never an empty answer.
-func (v *view[T]) indexed(index, key string) ([]T, error) {
-	if err := v.fresh(); err != nil {
+func (v *view[T]) indexed(index, key string, bounds ...lookupBound) ([]T, error) {
+	if err := v.fresh(bounds); err != nil {
 		return nil, err
 	}
-	i := slices.IndexFunc(v.indexes, func(x viewIndex[T]) bool { return x.name == index })
-	if i < 0 {
-		return nil, fmt.Errorf("the webhook's view of %s has no index %q: policy.go's reads names it with indexBy", v.kind, index)
+	i, err := v.index(index)
+	if err != nil {
+		return nil, err
 	}
 	v.mu.RLock()
 	defer v.mu.RUnlock()
@@ -193,11 +276,111 @@ func (v *view[T]) indexed(index, key string) ([]T, error) {
 	return v.sortedLocked(keys), nil
 }
 
+// indexedLatest is indexed as of now: the apiserver lists every object the
+// view holds (listLatest of ""), and index is applied to that. It costs a
+// list of the whole kind: a policy that knows the namespace calls
+// listLatest of it instead.
+func (v *view[T]) indexedLatest(ctx context.Context, index, key string) ([]T, error) {
+	if v == nil {
+		return nil, v.fresh(nil)
+	}
+	i, err := v.index(index)
+	if err != nil {
+		return nil, err
+	}
+	all, err := v.latest(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []T
+	for _, l := range all {
+		if slices.Contains(v.indexes[i].keys(l.obj), key) {
+			out = append(out, l.obj)
+		}
+	}
+	return out, nil
+}
+
+// latest is what listLatest and indexedLatest read: every object of
+// namespace ("" for every one the view holds) as the apiserver lists it
+// now, sorted, or the view's own for a view filled once.
+func (v *view[T]) latest(ctx context.Context, namespace string) ([]listed[T], error) {
+	if v == nil {
+		return nil, v.fresh(nil)
+	}
+	if namespace != "" {
+		if err := v.holds(namespace); err != nil {
+			return nil, err
+		}
+	}
+	if v.apiserver == nil {
+		if err := v.fresh(nil); err != nil {
+			return nil, err
+		}
+		v.mu.RLock()
+		defer v.mu.RUnlock()
+		var all []listed[T]
+		for ns, names := range v.content.objects {
+			if namespace == "" || ns == namespace {
+				for name, obj := range names {
+					all = append(all, listed[T]{objectKey{ns, name}, obj})
+				}
+			}
+		}
+		sortListed(all)
+		return all, nil
+	}
+	if namespace == "" {
+		namespace = v.kind.Namespace
+	}
+	all, shared, err := v.lists.do(ctx, namespace, func(ctx context.Context) ([]listed[T], error) {
+		if err := v.apiserver.take("list"); err != nil {
+			return nil, err
+		}
+		var all []listed[T]
+		err := v.apiserver.list(ctx, namespace, func(object []byte) error {
+			key, obj, err := v.decode(object)
+			if err != nil {
+				return err
+			}
+			all = append(all, listed[T]{key, obj})
+			return nil
+		})
+		sortListed(all)
+		return all, err
+	})
+	v.apiserver.shared("list", shared)
+	if err != nil {
+		where := "every namespace"
+		if namespace != "" {
+			where = "namespace " + namespace
+		}
+		return nil, fmt.Errorf("the webhook asked the apiserver for the %s of %s, and could not learn them: %w", v.kind.Kind, where, err)
+	}
+	return all, nil
+}
+
+func sortListed[T any](all []listed[T]) {
+	slices.SortFunc(all, func(a, b listed[T]) int {
+		return cmp.Or(cmp.Compare(a.key.namespace, b.key.namespace), cmp.Compare(a.key.name, b.key.name))
+	})
+}
+
+// index returns the place of the index named name among the view's.
+func (v *view[T]) index(name string) (int, error) {
+	i := slices.IndexFunc(v.indexes, func(x viewIndex[T]) bool { return x.name == name })
+	if i < 0 {
+		return 0, fmt.Errorf("the webhook's view of %s has no index %q: policy.go's reads names it with indexBy", v.kind, name)
+	}
+	return i, nil
+}
+
 // fresh returns nil when the view answers for the cluster, or says why it
-// does not: it has not synced yet, or it has heard nothing from the
-// apiserver for longer than its kind's MaxStale. A nil view, which
-// main.go never hands a policy, is an error too, never a panic.
-func (v *view[T]) fresh() error {
+// does not: it has not synced yet, or it may lag the apiserver by more
+// than its kind's MaxStale or a bound of the lookup's (staleAtMost). A nil
+// view, which main.go never hands a policy, is an error too, never a
+// panic.
+func (v *view[T]) fresh(bounds []lookupBound) error {
 	if v == nil {
 		return fmt.Errorf("the policy's view of a kind it reads was never made: policy.go's reads must name it with readInto: %w", errNotSynced)
 	}
@@ -207,12 +390,22 @@ func (v *view[T]) fresh() error {
 		return fmt.Errorf("the webhook's view of %s is %w: %v", v.kind, errNotSynced, h.Err)
 	case !h.Synced:
 		return fmt.Errorf("the webhook's view of %s is %w: its first list is under way", v.kind, errNotSynced)
-	case !h.Since.IsZero() && time.Since(h.Since) > v.kind.maxStale():
-		why := "it is reconnecting"
+	}
+	if h.Current {
+		return nil // as current as the apiserver's watch, whatever the bound
+	}
+	limit, whose := v.kind.maxStale(), "its MaxStale"
+	for _, b := range bounds {
+		if b.maxStale < limit {
+			limit, whose = b.maxStale, "this lookup's bound"
+		}
+	}
+	if age := h.Age(time.Now()); age > limit {
+		why := "its watch is not yet established"
 		if h.Err != nil {
 			why = h.Err.Error()
 		}
-		return fmt.Errorf("the webhook's view of %s is %w: it has heard nothing from the apiserver for %s (%s)", v.kind, errStale, time.Since(h.Since).Round(time.Second), why)
+		return fmt.Errorf("the webhook's view of %s is %w: it has not heard from the apiserver for %s, longer than %s (%s) allows (%s)", v.kind, errStale, age.Round(time.Millisecond), whose, limit, why)
 	}
 	return nil
 }
@@ -383,4 +576,96 @@ func keyOf(object []byte) (objectKey, error) {
 		return objectKey{}, errors.New("it has no metadata.name")
 	}
 	return key, nil
+}
+
+// sharing lets the lookups that wait for the same request to the apiserver
+// share one. A lookup shares only a request sent after it arrived: one
+// already under way may answer as of a moment before the write the lookup
+// must see, so the lookups that arrive meanwhile share the next one, sent
+// when it ends. Of each key, one request at a time is under way.
+type sharing[R any] struct {
+	mu    sync.Mutex
+	calls map[string]*sharedCall[R] // by key: the one under way, or the next, not yet sent
+}
+
+type sharedCall[R any] struct {
+	after   <-chan struct{} // the request this one waits for, if any
+	sending bool            // a lookup is sending it
+	waiting int             // lookups that share it and have not given up
+	next    *sharedCall[R]  // the one that lookups arriving while it is under way share
+	done    chan struct{}   // closed once val and err are set
+	val     R
+	err     error
+}
+
+// do returns what send returns for key, sending it at most once for the
+// lookups that arrive together, and whether it was another lookup's
+// request. send runs with the context of the lookup that sends it; one
+// that fails because that context ended is sent again for a lookup whose
+// own has not.
+func (s *sharing[R]) do(ctx context.Context, key string, send func(context.Context) (R, error)) (val R, shared bool, err error) {
+	s.mu.Lock()
+	c := s.calls[key]
+	switch {
+	case c == nil:
+		c = &sharedCall[R]{done: make(chan struct{})}
+		if s.calls == nil {
+			s.calls = map[string]*sharedCall[R]{}
+		}
+		s.calls[key] = c
+	case c.sending:
+		if c.next == nil {
+			c.next = &sharedCall[R]{after: c.done, done: make(chan struct{})}
+		}
+		c = c.next
+	}
+	c.waiting++
+	s.mu.Unlock()
+	if c.after != nil {
+		select {
+		case <-c.after:
+		case <-ctx.Done():
+			s.giveUp(key, c)
+			return val, false, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	if !c.sending {
+		c.sending = true
+		s.mu.Unlock()
+		val, err = send(ctx)
+		s.mu.Lock()
+		c.val, c.err = val, err
+		close(c.done)
+		if c.next != nil && c.next.waiting > 0 {
+			s.calls[key] = c.next
+		} else {
+			delete(s.calls, key)
+		}
+		s.mu.Unlock()
+		return val, false, err
+	}
+	s.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		s.giveUp(key, c)
+		return val, false, ctx.Err()
+	}
+	if errors.Is(c.err, context.Canceled) || errors.Is(c.err, context.DeadlineExceeded) {
+		return s.do(ctx, key, send) // the sender's context ended, not this lookup's
+	}
+	return c.val, true, c.err
+}
+
+// giveUp is a lookup that waited for c and gives up: a request not yet
+// sent that no lookup waits for any longer is forgotten, so that lookups
+// of made-up keys that give up leave nothing behind.
+func (s *sharing[R]) giveUp(key string, c *sharedCall[R]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.waiting--
+	if c.waiting == 0 && !c.sending && s.calls[key] == c {
+		delete(s.calls, key)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,11 +152,11 @@ func TestViewFreshness(t *testing.T) {
 		wantErr error
 		want    string
 	}{
-		{"listing", kubeclient.Health{Since: time.Now()}, errNotSynced, "its first list is under way"},
-		{"refused", kubeclient.Health{Since: time.Now(), Err: errors.New("pods is forbidden")}, errNotSynced, "pods is forbidden"},
-		{"watching", kubeclient.Health{Synced: true}, nil, ""},
-		{"reconnecting", kubeclient.Health{Synced: true, Since: time.Now().Add(-time.Second)}, nil, ""},
-		{"cut off", kubeclient.Health{Synced: true, Since: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, errStale, "heard nothing from the apiserver for 1m0s (connection refused)"},
+		{"listing", kubeclient.Health{}, errNotSynced, "its first list is under way"},
+		{"refused", kubeclient.Health{Err: errors.New("pods is forbidden")}, errNotSynced, "pods is forbidden"},
+		{"watching", kubeclient.Health{Synced: true, Current: true, Heard: time.Now().Add(-time.Hour)}, nil, ""},
+		{"reconnecting", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Second)}, nil, ""},
+		{"cut off", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, errStale, "has not heard from the apiserver for 1m0"},
 	} {
 		v := newView[testPod](podKind, nil, func() kubeclient.Health { return tc.health }, nil)
 		_, _, err := v.get("a", "b")
@@ -188,7 +189,7 @@ func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
 		}
 		return nil, errors.New("connection reset")
 	}
-	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true} }, fetch)
+	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, newAPIServerReads(newLookupRate(100, time.Now()), fetch, nil))
 	if p, ok, err := v.getOrFetch(ctx, "a", "late"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
 		t.Errorf("late: got %+v, %v, %v, want the apiserver's", p, ok, err)
 	}
@@ -203,6 +204,224 @@ func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
 	}
 	if want := []string{"a/late", "a/gone", "a/broken"}; !slices.Equal(asked, want) {
 		t.Errorf("asked %v, want %v", asked, want)
+	}
+}
+
+// TestLookupBounds: a lookup may bound how old the view may be more
+// tightly than its kind's MaxStale; the view is current (age 0) while its
+// watch is established, and staleAtMost(0) answers only then.
+func TestLookupBounds(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name    string
+		health  kubeclient.Health
+		bound   time.Duration
+		wantErr error
+	}{
+		{"current, bound 0", kubeclient.Health{Synced: true, Current: true, Heard: now.Add(-time.Minute)}, 0, nil},
+		{"2 s old, bound 0", kubeclient.Health{Synced: true, Heard: now.Add(-2 * time.Second)}, 0, errStale},
+		{"2 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-2 * time.Second)}, 5 * time.Second, nil},
+		{"10 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-10 * time.Second)}, 5 * time.Second, errStale},
+		{"40 s old, bound 1 h: MaxStale still holds", kubeclient.Health{Synced: true, Heard: now.Add(-40 * time.Second)}, time.Hour, errStale},
+	} {
+		v := newView[testPod](podKind, []viewIndex[testPod]{byImage}, func() kubeclient.Health { return tc.health }, nil)
+		_, _, err := v.get("a", "b", staleAtMost(tc.bound))
+		if !errors.Is(err, tc.wantErr) {
+			t.Errorf("%s: get: got %v, want %v", tc.name, err, tc.wantErr)
+		}
+		if _, err := v.list("a", staleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
+			t.Errorf("%s: list: got %v, want %v", tc.name, err, tc.wantErr)
+		}
+		if _, err := v.indexed("image", "x", staleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
+			t.Errorf("%s: indexed: got %v, want %v", tc.name, err, tc.wantErr)
+		}
+		if _, _, err := v.get("a", "b"); tc.name == "10 s old, bound 5 s" && err != nil {
+			t.Errorf("%s: without a bound: got %v, want the kind's MaxStale (30 s) to allow it", tc.name, err)
+		}
+	}
+}
+
+// fakeAPIServerReads is the apiserver behind a view, for the tests of the
+// lookups that ask it: each GET and list is counted, and waits until
+// release is closed when it is set.
+type fakeAPIServerReads struct {
+	mu      sync.Mutex
+	gets    int
+	lists   int
+	release chan struct{}
+	pods    []string // what a list answers, and a GET finds by name
+}
+
+func (f *fakeAPIServerReads) reads(perSecond float64) *apiserverReads {
+	return newAPIServerReads(newLookupRate(perSecond, time.Now()), func(ctx context.Context, namespace, name string) ([]byte, error) {
+		f.mu.Lock()
+		f.gets++
+		n, release, pods := f.gets, f.release, f.pods
+		f.mu.Unlock()
+		if release != nil {
+			<-release
+		}
+		for _, p := range pods {
+			if strings.Contains(p, `"namespace":"`+namespace+`","name":"`+name+`"`) {
+				return []byte(strings.Replace(p, `"serviceAccountName":"`, `"serviceAccountName":"`+fmt.Sprint(n)+`-`, 1)), nil
+			}
+		}
+		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+	}, func(ctx context.Context, namespace string, each func([]byte) error) error {
+		f.mu.Lock()
+		f.lists++
+		pods := f.pods
+		f.mu.Unlock()
+		for _, p := range pods {
+			if namespace == "" || strings.Contains(p, `"namespace":"`+namespace+`"`) {
+				if err := each([]byte(p)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+func (f *fakeAPIServerReads) count() (gets, lists int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets, f.lists
+}
+
+// TestMissesShareARequest: fifty lookups of one object the view lacks,
+// arriving together, send the apiserver two GETs, not fifty: the first
+// lookup's, and one that the others, which arrived while it was under
+// way, share. Each of those answers as the later GET does, never as the
+// one under way when it arrived.
+func TestMissesShareARequest(t *testing.T) {
+	f := &fakeAPIServerReads{release: make(chan struct{}), pods: []string{pod("a", "late", "builder")}}
+	reads := f.reads(1000)
+	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, reads)
+	ctx := context.Background()
+	first := make(chan string)
+	go func() {
+		p, _, _ := v.getOrFetch(ctx, "a", "late")
+		first <- p.Spec.ServiceAccountName
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if gets, _ := f.count(); gets == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first lookup sent no GET")
+		}
+	}
+	var wg sync.WaitGroup
+	answers := make([]string, 49)
+	for i := range answers {
+		wg.Go(func() {
+			p, found, err := v.getOrFetch(ctx, "a", "late")
+			if !found || err != nil {
+				t.Errorf("got %v, %v, want found", found, err)
+			}
+			answers[i] = p.Spec.ServiceAccountName
+		})
+	}
+	// One more gives up while it waits: it leaves nothing behind.
+	gaveUp, giveUp := context.WithCancel(ctx)
+	wg.Go(func() {
+		if _, _, err := v.getOrFetch(gaveUp, "a", "late"); !errors.Is(err, context.Canceled) {
+			t.Errorf("a lookup that gave up: got %v, want context.Canceled", err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // they arrive while the first GET is under way
+	giveUp()
+	close(f.release)
+	wg.Wait()
+	if n := len(v.gets.calls); n != 0 {
+		t.Errorf("%d shared requests are left once every lookup has its answer, want none", n)
+	}
+	if got := <-first; got != "1-builder" {
+		t.Errorf("the first lookup: got %q, want the first GET's answer", got)
+	}
+	for _, a := range answers {
+		if a != "2-builder" {
+			t.Errorf("a lookup that arrived while the first GET was under way: got %q, want the second GET's answer", a)
+			break
+		}
+	}
+	if gets, _ := f.count(); gets != 2 {
+		t.Errorf("50 lookups sent %d GETs, want 2", gets)
+	}
+	if sent, shared := reads.counts["get"].sent.Load(), reads.counts["get"].shared.Load(); sent != 2 || shared != 48 {
+		t.Errorf("counted %d sent and %d shared, want 2 and 48", sent, shared)
+	}
+}
+
+// TestLookupsOverTheRate: a flood of lookups of objects the view lacks,
+// each a different name, sends the apiserver no more than the rate allows
+// (one second's worth at once); the others fail with errOverRate, which
+// the policy answers undecided, and are counted.
+func TestLookupsOverTheRate(t *testing.T) {
+	f := &fakeAPIServerReads{}
+	reads := f.reads(5)
+	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, reads)
+	start := time.Now()
+	refused := 0
+	for i := range 200 {
+		_, found, err := v.getOrFetch(context.Background(), "a", fmt.Sprint("made-up-", i))
+		switch {
+		case errors.Is(err, errOverRate):
+			refused++
+		case err != nil || found:
+			t.Errorf("made-up-%d: got %v, %v, want not found or errOverRate", i, found, err)
+		}
+	}
+	// 5 at once, and 5 a second after.
+	allowed := 5 + int(time.Since(start).Seconds()*5)
+	if gets, _ := f.count(); gets > allowed || gets < 5 {
+		t.Errorf("200 misses sent %d GETs in %v, want 5 to %d", gets, time.Since(start), allowed)
+	}
+	if got := reads.counts["get"].refused.Load(); int(got) != refused || refused < 200-allowed {
+		t.Errorf("counted %d refused, %d errOverRate, want at least %d", got, refused, 200-allowed)
+	}
+	_, _, err := v.getOrFetch(context.Background(), "a", "one-more")
+	if want := "-apiserver-lookups-per-second"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("over the rate: got %v, want an error naming %s", err, want)
+	}
+}
+
+// TestLatestReads: getLatest, listLatest and indexedLatest answer as the
+// apiserver does now, when the view has not seen a write yet; the view's
+// own lookups do not. A view filled once answers them from what it holds.
+func TestLatestReads(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeAPIServerReads{pods: []string{pod("a", "web", "builder", "nginx"), pod("a", "new", "default", "nginx"), pod("b", "db", "default", "postgres")}}
+	v := newView[testPod](podKind, []viewIndex[testPod]{byImage}, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, f.reads(100))
+	if err := v.Replace(func(add func([]byte) error) error { return add([]byte(pod("a", "web", "builder", "nginx"))) }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := v.list("a"); !slices.Equal(names(got), []string{"web"}) {
+		t.Errorf("list a: got %v, want the view's", names(got))
+	}
+	if got, err := v.listLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
+		t.Errorf("listLatest a: got %v, %v, want the apiserver's", names(got), err)
+	}
+	if got, err := v.indexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
+		t.Errorf("indexedLatest nginx: got %v, %v, want the apiserver's", names(got), err)
+	}
+	if _, err := v.indexedLatest(ctx, "color", "red"); err == nil {
+		t.Error("indexedLatest of an index the view lacks: got no error")
+	}
+	if _, found, err := v.getLatest(ctx, "b", "db"); !found || err != nil {
+		t.Errorf("getLatest b/db: got %v, %v, want found", found, err)
+	}
+	if gets, lists := f.count(); gets != 1 || lists != 2 {
+		t.Errorf("sent %d GETs and %d lists, want 1 and 2", gets, lists)
+	}
+
+	filled := filledView(t, podKind, pod("a", "web", "builder", "nginx"))
+	if got, err := filled.listLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"web"}) {
+		t.Errorf("a filled view's listLatest: got %v, %v, want what it holds", names(got), err)
+	}
+	if got, err := filled.indexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"web"}) {
+		t.Errorf("a filled view's indexedLatest: got %v, %v, want what it holds", names(got), err)
 	}
 }
 
@@ -256,7 +475,7 @@ type benchLabels struct {
 // the names (T struct{}, "names"), and keeping the labels too ("labels").
 // ns/op is the time to decode and file them all, as the first list does.
 func BenchmarkViewMemory(b *testing.B) {
-	synced := func() kubeclient.Health { return kubeclient.Health{Synced: true} }
+	synced := func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }
 	for _, n := range []int{10_000, 100_000} {
 		for _, kind := range []struct {
 			name string
@@ -297,7 +516,7 @@ func liveHeap() uint64 {
 func BenchmarkLookup(b *testing.B) {
 	p := policyWithDefaults(b)
 	var accounts *view[struct{}]
-	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true} }, nil)
+	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, nil)
 	benchFill(b, store, 100_000)
 	store.Apply("ADDED", []byte(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default","namespace":"fixtures"}}`))
 	demonstration := validate(p)
@@ -338,7 +557,7 @@ func BenchmarkLookup(b *testing.B) {
 // 100,000 ServiceAccounts, found and not, from the view alone.
 func BenchmarkViewGet(b *testing.B) {
 	var accounts *view[struct{}]
-	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true} }, nil)
+	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, nil)
 	benchFill(b, store, 100_000)
 	for _, name := range []string{"account-050050", "absent"} {
 		b.Run(name, func(b *testing.B) {

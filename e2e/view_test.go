@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +18,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -83,7 +87,7 @@ func TestViewOfTheCluster(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if lists, watches := series("webhook_view_lists_total"), series("webhook_view_watches_total"); lists != 1 || watches != 1 {
+	if lists, watches := series("webhook_view_list_requests_total"), series("webhook_view_watch_requests_total"); lists != 1 || watches != 1 {
 		t.Errorf("after 50 requests, the view sent %v lists and %v watches, want 1 of each", lists, watches)
 	}
 
@@ -209,4 +213,185 @@ func scrapedValue(t *testing.T, url, series string) float64 {
 	}
 	t.Fatalf("the metrics have no %s", series)
 	return 0
+}
+
+// TestClaimGuard is the claim guard of a copier's policy, in lookupPolicy:
+// deleting a PersistentVolumeClaim is denied while a Pod of its namespace
+// mounts it. Two hundred times, a Pod is created that mounts a new claim,
+// and the claim is deleted at once: with the Pods read as of now
+// (listLatest of the namespace, or getLatest of the one Pod) every delete
+// is denied; from the view alone (indexed, the claims named view-*), some
+// may be let through, the Pod not yet in the view.
+// It logs what each costs (bench/README.md): the time a delete takes, and
+// the requests the lookups sent the apiserver.
+func TestClaimGuard(t *testing.T) {
+	ctx := context.Background()
+	bin := lookupPolicyBinary(t)
+	// Every delete reads as of now: the rate is above their peak, here
+	// 20 to 40 a second, one after another.
+	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0", "-apiserver-lookups-per-second=100")
+	metrics := "http://" + w.metricsAddr(t) + "/metrics"
+	scope := newScope(t, "claims")
+	ns := scope.namespace
+	registerValidating(t, hookOptions{name: "claims-" + ns + ".webhook.example.com", url: w.url("/validate"), caBundle: w.caPEM, scope: scope,
+		rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"persistentvolumeclaims"}},
+		}}})
+	claims, pods := apiserver.client.CoreV1().PersistentVolumeClaims(ns), apiserver.client.CoreV1().Pods(ns)
+	// guarded creates a Pod mounting a new claim, deletes the claim at
+	// once, and says whether the delete was denied, and how long it took.
+	guarded := func(claim string) (bool, time.Duration) {
+		t.Helper()
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim}, Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		}}
+		if _, err := claims.Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mounts-" + claim}, Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}}},
+			Volumes:    []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}},
+		}}
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		err := claims.Delete(ctx, claim, metav1.DeleteOptions{})
+		took := time.Since(began)
+		switch {
+		case err == nil:
+			return false, took
+		case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "is mounted by 1 Pod(s)"):
+			return true, took
+		}
+		t.Fatalf("deleting claim %s: got %v, want it denied or done", claim, err)
+		return false, took
+	}
+	// Until the apiserver calls the new webhook.
+	for i := 0; ; i++ {
+		if denied, _ := guarded(fmt.Sprint("probe-", i)); denied {
+			break
+		}
+		if i == 50 {
+			t.Fatal("the apiserver did not call the claim guard within 50 tries")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, way := range []struct {
+		name, prefix, verb string
+		wantAll            bool
+	}{
+		{"the namespace's Pods read as of now (listLatest)", "latest-", "list", true},
+		{"the one Pod read as of now (getLatest)", "get-", "get", true},
+		{"from the view alone (indexed)", "view-", "list", false},
+	} {
+		lookups := func() (sent, shared float64) {
+			m := scrape(t, metrics)
+			return m[`webhook_view_apiserver_lookups_total{outcome="sent",resource="pods",verb="`+way.verb+`"}`], m[`webhook_view_apiserver_lookups_total{outcome="shared",resource="pods",verb="`+way.verb+`"}`]
+		}
+		sentBefore, sharedBefore := lookups()
+		denied := 0
+		var took []time.Duration
+		for i := range 200 {
+			ok, d := guarded(fmt.Sprint(way.prefix, i))
+			if ok {
+				denied++
+			}
+			took = append(took, d)
+		}
+		sent, shared := lookups()
+		slices.Sort(took)
+		t.Logf("%s: %d of 200 deletes denied; a delete took %v (median), %v (p90), %v at most; the lookups sent the apiserver %v %s requests for Pods (%v shared)",
+			way.name, denied, took[100].Round(10*time.Microsecond), took[180].Round(10*time.Microsecond), took[199].Round(10*time.Microsecond), sent-sentBefore, way.verb, shared-sharedBefore)
+		if way.wantAll && denied != 200 {
+			t.Errorf("%s: %d of 200 deletes denied, want every one", way.name, denied)
+		}
+	}
+}
+
+// TestViewLookupsUnderAFlood: a flood of made-up reviews, each a delete of
+// a claim in a namespace of its own, each of which the claim guard
+// (lookupPolicy) would read as of now, sends the apiserver no more lists
+// than -apiserver-lookups-per-second allows (10 here, one second's worth
+// at once), counted by the apiserver itself; the reviews over the rate are
+// answered undecided, saying so.
+func TestViewLookupsUnderAFlood(t *testing.T) {
+	const rate = 10
+	bin := lookupPolicyBinary(t)
+	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil, "-metrics-listen=127.0.0.1:0", fmt.Sprint("-apiserver-lookups-per-second=", rate))
+	metrics := "http://" + w.metricsAddr(t) + "/metrics"
+	captured, err := os.ReadFile(filepath.Join(repoRoot, "testdata", "v1-deployment-delete.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var review map[string]any
+	if err := json.Unmarshal(captured, &review); err != nil {
+		t.Fatal(err)
+	}
+	request := review["request"].(map[string]any)
+	request["kind"] = map[string]any{"group": "", "version": "v1", "kind": "PersistentVolumeClaim"}
+	request["resource"] = map[string]any{"group": "", "version": "v1", "resource": "persistentvolumeclaims"}
+	podLists := func() float64 {
+		body, err := apiserver.client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n float64
+		for line := range strings.Lines(string(body)) {
+			if strings.HasPrefix(line, "apiserver_request_total{") && strings.Contains(line, `resource="pods"`) && strings.Contains(line, `verb="LIST"`) {
+				v, _ := strconv.ParseFloat(strings.TrimSpace(line[strings.LastIndex(line, " "):]), 64)
+				n += v
+			}
+		}
+		return n
+	}
+	listsBefore := podLists()
+	var mu sync.Mutex
+	outcomes := map[string]int{}
+	began := time.Now()
+	var wg sync.WaitGroup
+	for worker := range 8 {
+		wg.Go(func() {
+			for i := 0; time.Since(began) < 5*time.Second; i++ {
+				mu.Lock()
+				request["namespace"], request["name"], request["uid"] = fmt.Sprintf("made-up-%d-%d", worker, i), "claim", fmt.Sprintf("uid-%d-%d", worker, i)
+				body, err := json.Marshal(review)
+				mu.Unlock()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				resp, err := w.client.Post(w.url("/validate"), "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				answer, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				outcome := fmt.Sprint(resp.StatusCode)
+				if strings.Contains(string(answer), "-apiserver-lookups-per-second") {
+					outcome += " over the rate"
+				}
+				mu.Lock()
+				outcomes[outcome]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(began)
+	lists := podLists() - listsBefore
+	m := scrape(t, metrics)
+	sent := m[`webhook_view_apiserver_lookups_total{outcome="sent",resource="pods",verb="list"}`]
+	allowed := rate + rate*took.Seconds()
+	t.Logf("a flood of made-up reviews for %s: answers %v; the webhook sent %v lists of Pods (%v refused over the rate), the apiserver counted %v; the rate allows %.0f",
+		took.Round(time.Millisecond), outcomes, sent, m[`webhook_view_apiserver_lookups_total{outcome="refused",resource="pods",verb="list"}`], lists, allowed)
+	if sent > allowed || lists > allowed {
+		t.Errorf("the webhook sent %v lists, the apiserver counted %v, in %s: want at most %.0f", sent, lists, took, allowed)
+	}
+	if outcomes["503 over the rate"] == 0 {
+		t.Errorf("got answers %v, want some undecided over the rate", outcomes)
+	}
 }

@@ -68,6 +68,10 @@ func New(cfg *Config, userAgent string) (*Client, error) {
 	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent}, nil
 }
 
+// CloseIdleConnections closes the connections that carry no request, as
+// the last step of stopping: their goroutines end with them.
+func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+
 // Resource names what a request reads: a resource of a group and version,
 // in one namespace or, with Namespace "", in all.
 type Resource struct {

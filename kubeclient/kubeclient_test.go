@@ -34,6 +34,13 @@ type fakeAPIServer struct {
 	events    chan string    // watch events to send, as JSON
 	refuse    map[string]int // the next request of a kind, LIST or WATCH, is answered with this code
 	watchGone bool           // the next watch sends an ERROR event of 410 and ends
+	// watchEmpty: every watch is answered 200 and ended at once, with
+	// nothing sent, as by a proxy that cannot hold a stream.
+	watchEmpty bool
+	// refuseWatches: so many watches to come are refused with 503.
+	refuseWatches int
+	// listGate, when set, holds each list until it is closed.
+	listGate chan struct{}
 }
 
 func newFakeAPIServer(t *testing.T) *fakeAPIServer {
@@ -84,10 +91,19 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	delete(f.refuse, kind)
 	gone := kind == "WATCH" && f.watchGone
 	f.watchGone = f.watchGone && !gone
+	empty, gate := f.watchEmpty, f.listGate
+	if kind == "WATCH" && f.refuseWatches > 0 {
+		f.refuseWatches--
+		code, refused = http.StatusServiceUnavailable, true
+	}
 	f.mu.Unlock()
 	if refused {
 		w.WriteHeader(code)
-		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,"reason":"Expired","message":"refused by the test"}`, code)
+		reason := "Expired"
+		if code == http.StatusServiceUnavailable {
+			reason = "ServiceUnavailable"
+		}
+		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,"reason":%q,"message":"refused by the test"}`, code, reason)
 		return
 	}
 	switch kind {
@@ -103,6 +119,13 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprint(w, object(name, rv))
 	case "LIST":
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+				return
+			}
+		}
 		f.mu.Lock()
 		names := slices.Sorted(func(yield func(string) bool) {
 			for n := range f.objects {
@@ -131,6 +154,9 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	case "WATCH":
 		w.WriteHeader(http.StatusOK)
 		w.(http.Flusher).Flush()
+		if empty {
+			return
+		}
 		if gone {
 			fmt.Fprint(w, `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version"}}`)
 			return
@@ -300,13 +326,13 @@ func TestReflector(t *testing.T) {
 	}
 	store := &mapStore{}
 	r := NewReflector(c, configMaps, store, slog.New(slog.DiscardHandler))
-	if h := r.Health(); h.Synced || h.Since.IsZero() {
-		t.Errorf("before Run: got %+v, want not synced, not watching", h)
+	if h := r.Health(); h.Synced || h.Current {
+		t.Errorf("before Run: got %+v, want not synced, not current", h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go r.Run(ctx)
-	waitUntil(t, "the watch to open", func() bool { h := r.Health(); return h.Synced && h.Since.IsZero() })
+	waitUntil(t, "the watch to be established", func() bool { h := r.Health(); return h.Synced && h.Current })
 	if got := store.names(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Errorf("after the list: got %v, want a b", got)
 	}
@@ -327,6 +353,10 @@ func TestReflector(t *testing.T) {
 	f.watchGone = true
 	f.refuse["LIST"] = http.StatusGone
 	f.mu.Unlock()
+	// The bookmark the apiserver sends 2 s before a watch's timeout, then
+	// the timeout: a watch that ended having sent nothing at all, within
+	// a second, would be a very short one (TestVeryShortWatch).
+	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"40"}}}`
 	f.events <- "END"
 	waitUntil(t, "the relists", func() bool { return len(f.requested()) >= 7 })
 	want := []string{"WATCH rv=40 limit= continue=", "LIST rv=40 limit= continue=", "LIST rv= limit=500 continue=", "WATCH rv=4 limit= continue="}
@@ -357,6 +387,138 @@ func TestReflectorKeepsTheStoreOnFailure(t *testing.T) {
 	if h := r.Health(); h.Synced || !strings.Contains(h.Err.Error(), "object bad does not decode") || store.names() != nil {
 		t.Errorf("got %+v and store %v, want not synced, the store empty, and why", h, store.names())
 	}
+}
+
+// logBuffer is a log the tests read while the Reflector writes it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// lines returns the lines of the log that contain s.
+func (l *logBuffer) lines(s string) []string {
+	var out []string
+	for line := range strings.Lines(l.String()) {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// startReflector runs a Reflector of configmaps against f into a new
+// mapStore until the test ends, logging into the returned buffer.
+func startReflector(t *testing.T, f *fakeAPIServer) (*Reflector, *mapStore, *logBuffer) {
+	t.Helper()
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, logs := &mapStore{}, &logBuffer{}
+	r := NewReflector(c, configMaps, store, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return r, store, logs
+}
+
+// TestVeryShortWatch: an apiserver, or a proxy before it, that answers
+// every watch with 200 and ends it at once having sent nothing is not
+// watched again in a tight loop: each such watch is an error, logged once,
+// followed by the backoff and a list, and the store is never current.
+func TestVeryShortWatch(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	f.watchEmpty = true
+	r, _, logs := startReflector(t, f)
+	time.Sleep(2500 * time.Millisecond)
+	watches := 0
+	for _, req := range f.requested() {
+		if strings.HasPrefix(req, "WATCH") {
+			watches++
+		}
+	}
+	// The first watch at once, the second after 0.8-1.6 s, the third
+	// after 1.6-3.2 s more.
+	if watches < 1 || watches > 3 {
+		t.Errorf("in 2.5 s: got %d watches, want 1 to 3 (the backoff): %q", watches, f.requested())
+	}
+	h := r.Health()
+	if h.Current || h.Err == nil || !strings.Contains(h.Err.Error(), "a very short watch") || h.Failures < 1 {
+		t.Errorf("got %+v, want not current, failed with a very short watch", h)
+	}
+	if got := logs.lines("a very short watch"); len(got) != 1 || !strings.Contains(got[0], "is stale") {
+		t.Errorf("got log lines %q, want one saying the view is stale, with the very short watch", got)
+	}
+}
+
+// TestWatchAnsweredThenGoneIsNotCurrent: a watch the apiserver answers
+// with 200, then ends with 410, does not make the store current, nor
+// heard from: while the list that follows is under way, the store is as
+// old as when its last established watch ended.
+func TestWatchAnsweredThenGoneIsNotCurrent(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	r, _, logs := startReflector(t, f)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	f.mu.Lock()
+	f.watchGone = true
+	f.listGate = make(chan struct{})
+	f.mu.Unlock()
+	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}`
+	f.events <- "END"
+	waitUntil(t, "the relist", func() bool { return len(f.requested()) >= 4 })
+	ended := r.Health().Heard
+	time.Sleep(300 * time.Millisecond)
+	if h := r.Health(); h.Current || !h.Heard.Equal(ended) || h.Age(time.Now()) < 300*time.Millisecond {
+		t.Errorf("while relisting after a watch answered then gone: got %+v, want not current, heard last when the established watch ended (%v)", h, ended)
+	}
+	if got := logs.lines("relisting"); len(got) != 1 || !strings.Contains(got[0], "too old resource version") {
+		t.Errorf("got log lines %q, want one relisting line with the apiserver's reason", got)
+	}
+	close(f.listGate)
+	waitUntil(t, "the view to be current again", func() bool { return r.Health().Current })
+	if got := logs.lines("fresh again"); len(got) != 1 {
+		t.Errorf("got log lines %q, want one saying the view is fresh again", got)
+	}
+}
+
+// TestReflectorSaysEachChangeOnce: syncing, synced, stale with the
+// apiserver's error (once for two refusals alike), fresh again; a watch
+// that ends at its timeout is logged too.
+func TestReflectorSaysEachChangeOnce(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	f.refuseWatches = 2
+	r, _, logs := startReflector(t, f)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	if h := r.Health(); h.Failures != 2 || h.Watches != 3 {
+		t.Errorf("got %+v, want 2 failures and 3 watches", h)
+	}
+	for _, tc := range []struct {
+		says string
+		want int
+	}{{"is syncing", 1}, {"is synced", 1}, {"is stale", 1}, {"refused by the test", 1}, {"still stale", 0}, {"fresh again", 1}} {
+		if got := logs.lines(tc.says); len(got) != tc.want {
+			t.Errorf("got %d log lines saying %q, want %d:\n%s", len(got), tc.says, tc.want, logs)
+		}
+	}
+	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}`
+	f.events <- "END"
+	waitUntil(t, "the watch's end to be logged", func() bool { return len(logs.lines("the watch ended")) == 1 })
 }
 
 // TestTokenFileIsReadAgain: a token file rewritten, as kubelet rotates a

@@ -33,18 +33,34 @@ type Store interface {
 type Health struct {
 	// Synced is true once a list has been whole.
 	Synced bool
-	// Since is zero while a watch is open: the store is as current as the
-	// apiserver's watch cache. Otherwise it is when the store was last
-	// known current: the end of its last list or watch, or the
-	// Reflector's start.
-	Since time.Time
-	// Err is the last failure, until a watch opens.
+	// Current is true while the store is as current as the apiserver's
+	// watch: a watch is open and established, having delivered an event
+	// or a bookmark, or stayed open EstablishedAfter without an error.
+	Current bool
+	// Heard is when the store was last known to be as current as the
+	// apiserver: the end of a list, an event or a bookmark, or the end of
+	// an established watch. A watch merely answered (200) is not heard
+	// from: an apiserver that cannot serve its resourceVersion answers
+	// 200, then an ERROR event.
+	Heard time.Time
+	// Err is the last failure, until a watch is established.
 	Err error
-	// Objects is how many objects the last list held, and Lists and
-	// Watches how many of each the Reflector has sent: one list, then a
-	// watch every 5 to 10 minutes, is the steady state.
-	Objects        int
-	Lists, Watches int64
+	// Objects is how many objects the last list held. Lists and Watches
+	// are the requests of each kind the Reflector has sent, whatever
+	// their answer (one list, then a watch every 5 to 10 minutes, is the
+	// steady state), and Failures the lists and watches that failed or
+	// ended too soon.
+	Objects                  int
+	Lists, Watches, Failures int64
+}
+
+// Age is how far behind the apiserver the store may be at now: 0 while
+// it is current, else the time since it was last heard from.
+func (h Health) Age(now time.Time) time.Duration {
+	if h.Current || h.Heard.IsZero() {
+		return 0
+	}
+	return now.Sub(h.Heard)
 }
 
 // What client-go's reflector does, which the Reflector follows
@@ -69,6 +85,15 @@ const (
 	listPageSize = 500
 )
 
+// EstablishedAfter is how long a watch that has delivered nothing must
+// stay open, without an error, before the store counts as current: a
+// watch the apiserver cannot serve ends at once (an ERROR event after
+// its 200), and a watch that ends sooner having delivered nothing is
+// client-go's "very short watch", an error. An idle resource hears a
+// bookmark only once a minute, so waiting for one would leave its view
+// stale for most of a minute after every watch it opens.
+const EstablishedAfter = time.Second
+
 // Reflector keeps a Store in step with one resource of the apiserver, as
 // client-go's reflector keeps an informer's: it lists the resource, then
 // watches it from the list's resourceVersion, with bookmarks, so that the
@@ -80,8 +105,11 @@ const (
 //     where the apiserver pages it (it does not from its cache).
 //   - A watch that ends at its timeout is opened again from the last
 //     resourceVersion seen, an object's or a bookmark's, with no list.
-//   - A watch the apiserver ends with 410 Gone (its resourceVersion was
-//     compacted away) is followed by a list at that resourceVersion, from
+//   - A watch that ends within EstablishedAfter having delivered nothing
+//     is an error: a "very short watch", followed by the backoff and a
+//     list.
+//   - A watch the apiserver ends with 410 Gone (it no longer serves its
+//     resourceVersion) is followed by a list at that resourceVersion, from
 //     the watch cache; if that is gone too, or too new for the apiserver
 //     it reached, a list at "" (from etcd, as of now), page by page
 //     (isExpiredError, isTooLargeResourceVersionError,
@@ -91,25 +119,33 @@ const (
 //     unreachable, 429, 5xx) is opened again after the backoff, without
 //     a list (isWatchErrorRetriable).
 //
-// Each state it enters is logged once: synced, and every failure with its
-// reason. Health says how current the store is.
+// Health says how current the store is. Each change of that is logged
+// once: syncing, synced, stale (with the apiserver's error), fresh again,
+// relisting (with the reason), and a watch's end.
 type Reflector struct {
 	client   *Client
 	resource Resource
 	store    Store
 	logger   *slog.Logger
 
-	lists, watches atomic.Int64
+	lists, watches, failures atomic.Int64
 
 	mu     sync.Mutex
 	health Health
+	// watching identifies the open watch, so that its establishment,
+	// which a timer may report, is not taken for a later watch's.
+	watching int64
+	// staleSince is when the store stopped being current after a failure
+	// (zero while it is current or has never been), and staleErr what was
+	// last logged of why.
+	staleSince time.Time
+	staleErr   string
 }
 
 // NewReflector returns a Reflector of resource into store, logging to
 // logger; Run starts it.
 func NewReflector(client *Client, resource Resource, store Store, logger *slog.Logger) *Reflector {
-	return &Reflector{client: client, resource: resource, store: store, logger: logger.With("resource", resource.String()),
-		health: Health{Since: time.Now()}}
+	return &Reflector{client: client, resource: resource, store: store, logger: logger.With("resource", resource.String())}
 }
 
 // Health says how current the store is.
@@ -117,12 +153,14 @@ func (r *Reflector) Health() Health {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h := r.health
-	h.Lists, h.Watches = r.lists.Load(), r.watches.Load()
+	h.Lists, h.Watches, h.Failures = r.lists.Load(), r.watches.Load(), r.failures.Load()
 	return h
 }
 
-// Run keeps the store in step until ctx is done.
+// Run keeps the store in step until ctx is done, and returns once it has
+// stopped: it leaves nothing running.
 func (r *Reflector) Run(ctx context.Context) {
+	r.logger.Info("the view of the cluster is syncing")
 	var delay backoff
 	resourceVersion := "" // the last one seen, from which to watch
 	listFrom, list := "0", true
@@ -130,12 +168,12 @@ func (r *Reflector) Run(ctx context.Context) {
 		if list {
 			rv, err := r.list(ctx, listFrom)
 			if (apierrors.IsResourceExpired(err) || apierrors.IsGone(err) || apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge)) && listFrom != "" {
-				r.logger.Info("listing again as of now: the resourceVersion listed from is no longer, or not yet, served", "resource_version", listFrom, "err", err)
+				r.relisting("the apiserver no longer, or does not yet, serve the resourceVersion listed from, "+listFrom, err)
 				listFrom = ""
 				continue // at once, as client-go's reflector does
 			}
 			if err != nil {
-				r.failed(err)
+				r.failed(ctx, err, "list")
 				sleep(ctx, delay.next())
 				continue
 			}
@@ -148,13 +186,13 @@ func (r *Reflector) Run(ctx context.Context) {
 		case err == nil: // the watch's timeout
 			listFrom = resourceVersion
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
-			r.logger.Info("listing again: the watch's resourceVersion has been compacted away", "resource_version", resourceVersion)
+			r.relisting("the apiserver no longer serves the watch's resourceVersion "+resourceVersion, err)
 			listFrom, list = resourceVersion, true
 		case errors.Is(err, errWatchNotStarted):
-			r.failed(err)
+			r.failed(ctx, err, "watch")
 			sleep(ctx, delay.next())
 		default:
-			r.failed(err)
+			r.failed(ctx, err, "watch")
 			listFrom, list = resourceVersion, true
 			sleep(ctx, delay.next())
 		}
@@ -186,7 +224,7 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 	}
 	r.mu.Lock()
 	first := !r.health.Synced
-	r.health.Synced, r.health.Since, r.health.Objects, r.health.Err = true, time.Now(), objects, nil
+	r.health.Synced, r.health.Heard, r.health.Objects = true, time.Now(), objects
 	r.mu.Unlock()
 	if first {
 		r.logger.Info("the view of the cluster is synced", "objects", objects, "resource_version", rv)
@@ -199,11 +237,20 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 // from the same resourceVersion.
 var errWatchNotStarted = errors.New("the watch did not start")
 
+// errVeryShortWatch is a watch that ended within EstablishedAfter having
+// delivered nothing (client-go's VeryShortWatchError): an apiserver, or a
+// proxy before it, that cannot serve it.
+var errVeryShortWatch = fmt.Errorf("a very short watch: the apiserver ended it within %s having sent nothing", EstablishedAfter)
+
 // watch watches from *resourceVersion until the watch ends, applying each
 // event to the store and keeping *resourceVersion the last one seen. It
-// returns nil when the apiserver ends the watch at its timeout.
+// returns nil when the apiserver ends the watch at its timeout, and an
+// error when it ends within EstablishedAfter having delivered nothing.
 func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	r.watches.Add(1)
+	// As client-go's, the clock starts before the request: a proxy may
+	// hold the answer's header until the first event.
+	start := time.Now()
 	timeout := minWatchTimeout + rand.N(minWatchTimeout)
 	// The apiserver ends the watch at its timeout; the context ends it a
 	// little later in case the apiserver never does.
@@ -217,17 +264,33 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 		return fmt.Errorf("%w: %w", errWatchNotStarted, err)
 	}
 	defer w.Close()
+
 	r.mu.Lock()
-	r.health.Since, r.health.Err = time.Time{}, nil
+	r.watching++
+	id := r.watching
 	r.mu.Unlock()
+	// Quiet but open for EstablishedAfter: established. The timer's
+	// function has ended, or never runs, once watch returns.
+	timerDone := make(chan struct{})
+	timer := time.AfterFunc(EstablishedAfter, func() {
+		defer close(timerDone)
+		r.current(id, "")
+	})
 	defer func() {
-		r.mu.Lock()
-		r.health.Since = time.Now()
-		r.mu.Unlock()
+		if !timer.Stop() {
+			<-timerDone
+		}
 	}()
+	events := 0
+	defer func() { r.watchEnded(id) }()
 	for {
 		event, err := w.Next()
 		if errors.Is(err, io.EOF) {
+			took := time.Since(start)
+			if events == 0 && took < EstablishedAfter {
+				return errVeryShortWatch
+			}
+			r.logger.Info("the watch ended; watching again", "after", took.Round(time.Second), "events", events, "resource_version", *resourceVersion)
 			return nil
 		}
 		if err != nil {
@@ -238,16 +301,78 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 				return err
 			}
 		}
+		events++
 		*resourceVersion = event.ResourceVersion
+		r.current(id, event.Type)
 	}
 }
 
-// failed records and logs err.
-func (r *Reflector) failed(err error) {
+// current records that the watch id is established, by an event of
+// eventType, or by its quiet for EstablishedAfter (""): the store is
+// current, heard from now. A return to current after a failure is logged.
+func (r *Reflector) current(id int64, eventType string) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id != r.watching {
+		return // that watch has ended
+	}
+	r.health.Current, r.health.Heard, r.health.Err = true, time.Now(), nil
+	if !r.staleSince.IsZero() {
+		how := "by a " + eventType
+		if eventType == "" {
+			how = "open " + EstablishedAfter.String() + " without an error"
+		}
+		r.logger.Info("the view of the cluster is fresh again: its watch is established", "by", how, "stale_for", time.Since(r.staleSince).Round(time.Millisecond))
+		r.staleSince, r.staleErr = time.Time{}, ""
+	}
+}
+
+// watchEnded records the end of the watch id: an established one was
+// current until now.
+func (r *Reflector) watchEnded(id int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.health.Current {
+		r.health.Heard = time.Now()
+	}
+	r.health.Current = false
+	if id == r.watching {
+		r.watching++ // no later establishment of id counts
+	}
+}
+
+// failed records a failure of a list or a watch (what) and logs it: once
+// as the store goes stale, and again only when the apiserver's error
+// changes, not at each retry of the same. A failure as ctx ends is not
+// one.
+func (r *Reflector) failed(ctx context.Context, err error, what string) {
+	if ctx.Err() != nil {
+		return
+	}
+	r.failures.Add(1)
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.health.Err = err
+	msg := err.Error()
+	switch {
+	case r.staleSince.IsZero():
+		r.staleSince, r.staleErr = time.Now(), msg
+		r.logger.Warn("the view of the cluster is stale: its "+what+" failed; retrying", "err", msg, "last_heard", r.health.Heard.Format(time.RFC3339Nano))
+	case msg != r.staleErr:
+		r.staleErr = msg
+		r.logger.Warn("the view of the cluster is still stale: its "+what+" failed again, for another reason; retrying", "err", msg, "stale_for", time.Since(r.staleSince).Round(time.Millisecond))
+	}
+}
+
+// relisting logs that the store is being listed again, and why: err, the
+// apiserver's answer, says what it no longer serves.
+func (r *Reflector) relisting(why string, err error) {
+	r.mu.Lock()
+	if r.staleSince.IsZero() {
+		r.staleSince = time.Now()
+	}
 	r.mu.Unlock()
-	r.logger.Warn("the view of the cluster failed to update; retrying", "err", err)
+	r.logger.Info("the view of the cluster is relisting: "+why, "err", err.Error())
 }
 
 // backoff is the delay after each failure (the constants above).

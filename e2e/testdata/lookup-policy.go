@@ -5,13 +5,25 @@ package main
 // keeps a view of every ConfigMap, their names alone, and looks a
 // request's namespace up in it on every review, on both routes: it admits
 // the request, unless the namespace holds the ConfigMap undecidedName,
-// when it answers undecided, as a policy does whose view cannot answer. It
-// has what main.go expects of policy.go and nothing more.
+// when it answers undecided, as a policy does whose view cannot answer.
+//
+// It also guards claims, as a copier's policy did: deleting a
+// PersistentVolumeClaim is denied while a Pod of its namespace mounts it,
+// the Pods read as of now (listLatest), so that a Pod created a moment
+// before the delete counts; a claim whose name starts with "view-" is
+// guarded from the view alone (indexed), to measure what that misses, and
+// one whose name starts with "get-" by its Pod mounts-NAME alone, read as
+// of now (getLatest), to measure what that costs. It has what main.go
+// expects of policy.go and nothing more.
 
 import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -23,16 +35,58 @@ const undecidedName = "e2e-undecided"
 
 type policy struct {
 	configMaps *view[struct{}]
+	pods       *view[podClaims]
+	maxStale   time.Duration // -max-stale: the ConfigMaps' MaxStale
 }
 
-func (p *policy) addFlags(*flag.FlagSet) error { return nil }
+// podClaims is what the policy keeps of a Pod: its namespace, and the
+// claims it mounts.
+type podClaims struct {
+	Metadata struct {
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Spec struct {
+		Volumes []struct {
+			PersistentVolumeClaim *struct {
+				ClaimName string `json:"claimName"`
+			} `json:"persistentVolumeClaim"`
+		} `json:"volumes"`
+	} `json:"spec"`
+}
+
+func (p podClaims) mounts() []string {
+	var claims []string
+	for _, v := range p.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	return claims
+}
+
+func (p *policy) addFlags(flags *flag.FlagSet) error {
+	flags.DurationVar(&p.maxStale, "max-stale", 0, "the MaxStale of the view of ConfigMaps (0: the default)")
+	return nil
+}
 
 func (p *policy) reads() []read {
-	return []read{readInto(&p.configMaps, clusterKind{APIVersion: "v1", Kind: "ConfigMap"})}
+	return []read{
+		readInto(&p.configMaps, clusterKind{APIVersion: "v1", Kind: "ConfigMap", MaxStale: p.maxStale}),
+		readInto(&p.pods, clusterKind{APIVersion: "v1", Kind: "Pod"}, indexBy("claim", func(pod podClaims) []string {
+			var keys []string
+			for _, c := range pod.mounts() {
+				keys = append(keys, pod.Metadata.Namespace+"/"+c)
+			}
+			return keys
+		})),
+	}
 }
 
 func lookUp(p policy) admitFunc {
-	return func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	return func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		if req.Operation == admissionv1.Delete && req.Kind.Kind == "PersistentVolumeClaim" {
+			return guardClaim(ctx, p, req)
+		}
 		_, found, err := p.configMaps.get(req.Namespace, undecidedName)
 		if err != nil {
 			return undecided(err)
@@ -42,6 +96,41 @@ func lookUp(p policy) admitFunc {
 		}
 		return allowed()
 	}
+}
+
+// guardClaim denies deleting the claim req names while a Pod of its
+// namespace mounts it.
+func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	var pods []podClaims
+	var err error
+	switch {
+	case strings.HasPrefix(req.Name, "view-"):
+		pods, err = p.pods.indexed("claim", req.Namespace+"/"+req.Name)
+	case strings.HasPrefix(req.Name, "get-"):
+		// A policy that knows which Pod would mount it: the one named
+		// after the claim, read as of now.
+		var pod podClaims
+		var found bool
+		pod, found, err = p.pods.getLatest(ctx, req.Namespace, "mounts-"+req.Name)
+		if found && slices.Contains(pod.mounts(), req.Name) {
+			pods = append(pods, pod)
+		}
+	default:
+		var all []podClaims
+		all, err = p.pods.listLatest(ctx, req.Namespace)
+		for _, pod := range all {
+			if slices.Contains(pod.mounts(), req.Name) {
+				pods = append(pods, pod)
+			}
+		}
+	}
+	if err != nil {
+		return undecided(err)
+	}
+	if len(pods) > 0 {
+		return denied(fmt.Sprintf("PersistentVolumeClaim %s is mounted by %d Pod(s) of namespace %s: delete them first", req.Name, len(pods), req.Namespace))
+	}
+	return allowed()
 }
 
 func mutate(p policy) admitFunc   { return lookUp(p) }
