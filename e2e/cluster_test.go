@@ -672,3 +672,13 @@ func TestTakenPortIsRetried(t *testing.T) {
 		t.Errorf("portHolder(%d) = %q, want this test's process, pid %d", taken, holder, os.Getpid())
 	}
 }
+
+// loadAverage is the machine's load over the last minute, for a figure's
+// log line: what a timing was measured beside.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Fields(string(b))[0]
+}
