@@ -165,8 +165,8 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_connections_limit", "", float64(l.Max))
 		family(w, "webhook_connections_waiting", "gauge", "New connections waiting for a place, before their TLS handshake.")
 		sample(w, "webhook_connections_waiting", "", float64(l.Waiting))
-		family(w, "webhook_connections_closed_total", "counter", "Connections the listener closed: waiting, when too many waited (shed); for a newcomer, one whose TLS handshake made the server wait (stalled) or one unused of a client keeping too many (idle); or whose TLS handshake failed (handshake).")
-		for _, reason := range []string{"handshake", "idle", "shed", "stalled"} {
+		family(w, "webhook_connections_closed_total", "counter", "Connections the listener closed: waiting for a place, when too many waited (shed), or whose TLS handshake failed or took too long (handshake).")
+		for _, reason := range []string{"handshake", "shed"} {
 			sample(w, "webhook_connections_closed_total", `reason="`+reason+`"`, float64(l.Closed[reason]))
 		}
 	}
