@@ -452,6 +452,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          serverErrorLog(logger),
 		TLSConfig:         tlsConfig, // for net/http's HTTP/2; the listener does the handshakes
+		ConnContext:       body.ConnContext,
 	}
 	if cfg.http2 {
 		s.reviews.HTTP2 = &http.HTTP2Config{

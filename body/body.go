@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -118,7 +119,9 @@ func (e *Error) Error() string { return e.Message }
 // the connection cap bounds. A larger body sends readBeforeRoom bytes at
 // the pace, then waits, first come, first served, for room in the budget
 // for a buffer at most half as large again, which it holds until Release.
-// The budget is never exceeded, and a body waiting holds no room.
+// The budget is never exceeded. A body waiting behind another holds no
+// room; the first in line holds what it has taken until it has all it
+// needs, and gives it back if it stops waiting.
 //
 // Pace. A body is cut (408) when it sends nothing for StallTimeout, or when
 // the server has waited in reads for it longer than StallTimeout plus a
@@ -136,23 +139,31 @@ func (e *Error) Error() string { return e.Message }
 // always declares it), 408 when cut, BusyStatus when refused, 400 when
 // unreadable (a reset connection).
 //
-// The connection. Each read sets the connection's read deadline through
-// http.ResponseController. A body read whole leaves it to net/http, which
-// clears it as it reads the next request (connReader.startBackgroundRead).
-// A body not read whole sets "Connection: close" and the read deadline to
-// now: net/http closes the connection once the answer is written.
+// The connection. The clock is the connection's read deadline, set at
+// each read: over HTTP/1, of the connection the server's ConnContext gave
+// r, whatever wraps w; otherwise w's (http.ResponseController: over
+// HTTP/2, the stream's), which a wrapper of w must Unwrap. A body read
+// whole leaves the deadline to net/http, which clears it as it reads the
+// next request (connReader.startBackgroundRead). A body not read whole
+// sets "Connection: close" and the read deadline to now: net/http closes
+// the connection once the answer is written.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
-	switch {
-	case r.ContentLength > MaxBytes:
-		return Body{}, stop(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)})
-	case r.ContentLength < 0:
-		return Body{}, stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
-	}
 	readBy, _ := ctx.Deadline()
 	if !readBy.IsZero() {
 		readBy = readBy.Add(-AnswerMargin)
 	}
-	in := pacedReader{body: r.Body, conn: http.NewResponseController(w), deadline: readBy, length: r.ContentLength}
+	in := pacedReader{body: r.Body, deadline: readBy, length: r.ContentLength}
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && r.ProtoMajor == 1 {
+		in.conn = c
+	} else {
+		in.w = http.NewResponseController(w)
+	}
+	switch {
+	case r.ContentLength > MaxBytes:
+		return Body{}, in.stop(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)})
+	case r.ContentLength < 0:
+		return Body{}, in.stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
+	}
 	if in.length <= UnbudgetedBytes {
 		body := make([]byte, in.length)
 		if _, err := in.readFull(body); err != nil {
@@ -200,28 +211,38 @@ func (b *Budget) failed(w http.ResponseWriter, in *pacedReader, err error) *Erro
 		return busy(w, in, fmt.Sprintf("its deadline came when %d of its bytes had arrived: its client sent it slowly, or the webhook was short of CPU", in.received))
 	case errors.As(err, &cut) && cut.reason == Stalled:
 		b.stalled.Add(1)
-		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
+		return in.stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	case errors.As(err, &cut):
 		b.tooSlow.Add(1)
-		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
+		return in.stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	default:
-		return stop(w, &Error{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)})
+		return in.stop(w, &Error{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)})
 	}
 }
 
 // busy answers a body refused because of why, which completes "was not
 // read because".
 func busy(w http.ResponseWriter, in *pacedReader, why string) *Error {
-	return stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
+	return in.stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
 }
 
 // stop ends a body not read to its end: nothing more is read from its
-// connection, which net/http closes once e is answered.
-func stop(w http.ResponseWriter, e *Error) *Error {
+// connection, which net/http closes once e is answered. (Should the
+// deadline not be set, "Connection: close" alone keeps net/http from
+// reading the rest.)
+func (c *pacedReader) stop(w http.ResponseWriter, e *Error) *Error {
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	_ = c.setReadDeadline(time.Now())
 	return e
 }
+
+// ConnContext is an http.Server's ConnContext, which gives Read each
+// request's connection, for its clock.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+type connKey struct{}
 
 // Stats is what a Budget holds and has done, for the metrics.
 type Stats struct {

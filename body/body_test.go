@@ -35,10 +35,20 @@ type testServer struct {
 
 func newTestServer(t *testing.T, budgetBytes int64) *testServer {
 	t.Helper()
+	return newTestServerWrapping(t, budgetBytes, nil)
+}
+
+// newTestServerWrapping is newTestServer with the ResponseWriter that Read
+// is given wrapped by wrap, as a copier's middleware wraps it.
+func newTestServerWrapping(t *testing.T, budgetBytes int64, wrap func(http.ResponseWriter) http.ResponseWriter) *testServer {
+	t.Helper()
 	s := &testServer{b: NewBudget(budgetBytes)}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout(r))
 		defer cancel()
+		if wrap != nil {
+			w = wrap(w)
+		}
 		body, err := s.b.Read(ctx, w, r)
 		if err != nil {
 			e := err.(*Error)
@@ -51,6 +61,8 @@ func newTestServer(t *testing.T, budgetBytes int64) *testServer {
 		body.Release()
 		fmt.Fprint(w, len(body.Bytes()))
 	}))
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	t.Cleanup(srv.Close)
 	s.addr = srv.Listener.Addr().String()
 	return s
@@ -291,6 +303,31 @@ func TestStalledAfterMostOfTheBody(t *testing.T) {
 	}
 	checkCounted(t, s.b, map[string]uint64{Stalled: 1})
 }
+
+// TestClockWhateverWrapsTheWriter: a ResponseWriter wrapped without
+// Unwrap, as a logging middleware wraps it, hides the connection from
+// http.ResponseController; a body that stalls after its first byte is
+// still cut, small or large.
+func TestClockWhateverWrapsTheWriter(t *testing.T) {
+	s := newTestServerWrapping(t, MaxBytes, func(w http.ResponseWriter) http.ResponseWriter { return loggingWriter{w} })
+	for _, length := range []int{5000, 100 << 10} {
+		t.Run(strconv.Itoa(length), func(t *testing.T) {
+			conn := s.send(t, "30s", length)
+			if _, err := conn.Write([]byte{'{'}); err != nil {
+				t.Fatal(err)
+			}
+			// Cut for the stall or, its one byte counted, for its rate.
+			checkCut(t, readAnswer(t, conn), "the request body")
+		})
+	}
+	if st := s.b.Stats(); st.Cut[Stalled]+st.Cut[TooSlow] != 2 {
+		t.Errorf("bodies cut: got %v, want 2", st.Cut)
+	}
+}
+
+// loggingWriter wraps a ResponseWriter as middleware often does: with no
+// Unwrap method.
+type loggingWriter struct{ http.ResponseWriter }
 
 // TestLargeBodiesDoNotDeadlock sends six 2.7 MB bodies at once, in
 // interleaved pieces, through the smallest budget allowed, which holds two
