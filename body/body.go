@@ -23,19 +23,20 @@ const (
 	// into a buffer of its own: most reviews are 2 to 14 KB.
 	UnbudgetedBytes = 16 << 10
 
-	// readBeforeRoom is what a larger body sends, at the pace, before it
-	// takes room: one that declares much and stalls is cut holding none
-	// (16 KiB answered 1 MB reviews 20 % slower at the cap; bench/README.md).
+	// readBeforeRoom is what a larger body sends before it takes room: one
+	// that declares much and sends nothing holds none while it waits for
+	// its deadline; more would hold the waiting bodies' memory near the
+	// soft limit (bench/README.md, "A burst is served, not shed").
 	readBeforeRoom = 1 << 10
 
-	// StallTimeout is how long a body may send nothing: the apiserver can
-	// pause between a review's header and the rest over a second on a busy
-	// node (1 write in 1,600, e2e TestBurstServed at load 7-10).
+	// StallTimeout is how long a body holding room may send nothing: the
+	// apiserver can pause between a review's header and the rest for over
+	// a second on a busy node (bench/README.md).
 	StallTimeout = 5 * time.Second
 
-	// MinRate is the slowest a body may arrive after StallTimeout of grace,
-	// in bytes a second of the server's waiting: a hundredth of a
-	// datacenter link, 8 s for the largest body.
+	// MinRate is the slowest a body holding room may arrive after
+	// StallTimeout of grace, in bytes a second of the server's waiting: a
+	// hundredth of a datacenter link, 8 s for the largest body.
 	MinRate = 1 << 20
 
 	// AnswerMargin is how long before its deadline a body must be read for
@@ -123,10 +124,15 @@ func (e *Error) Error() string { return e.Message }
 // room; the first in line holds what it has taken until it has all it
 // needs, and gives it back if it stops waiting.
 //
-// Pace. A body is cut (408) when it sends nothing for StallTimeout, or when
-// the server has waited in reads for it longer than StallTimeout plus a
-// second for each MinRate bytes it sent. Only the server's waiting in a
-// read counts, never its waiting for room.
+// Pace. A body that holds room is cut (408) when it sends nothing for
+// StallTimeout, or when the server has waited in reads for it, since it
+// took its room, longer than StallTimeout plus a second for each MinRate
+// bytes it sent: the room is memory others may wait for. A body that holds
+// none, before its room and every small one, is bounded by its deadline
+// alone: it holds no more than its connection does, and a client starved
+// of CPU, as the apiserver on a busy host, is as slow as a slowloris. The
+// waiting counted is each read's, from its start: a webhook starved of CPU
+// counts its own delay; never its waiting for room.
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin: a body still waiting for room then (NoRoom), or still
@@ -193,6 +199,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		b.noRoom.Add(1)
 		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
 	}
+	in.paced, in.waited = true, 0
 	body := append(b.buffer(size), first...)[:in.length]
 	if _, err := in.readFull(body[readBeforeRoom:]); err != nil {
 		b.release(body)

@@ -24,16 +24,18 @@ func (e *cutError) Error() string {
 	return fmt.Sprintf("the request body arrived slower than %d KiB/s", MinRate>>10)
 }
 
-// pacedReader reads a body held to StallTimeout and MinRate, counting only
-// its waiting in Read: time between reads is the server's. Used by value,
-// it costs a small body no allocation.
+// pacedReader reads a body by its deadline and, once paced, held to
+// StallTimeout and MinRate, counting only its waiting in Read: time between
+// reads is the server's. Used by value, it costs a small body no
+// allocation.
 type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
 	conn     net.Conn  // the request's HTTP/1 connection (ConnContext); nil: w's
 	w        *http.ResponseController
 	deadline time.Time     // nothing is read past it; zero: none
 	length   int64         // the body's, declared
-	waited   time.Duration // in Read, so far
+	paced    bool          // held to StallTimeout and MinRate: it holds room
+	waited   time.Duration // in Read, so far, once paced
 	received int64
 }
 
@@ -51,9 +53,13 @@ func (c *pacedReader) setReadDeadline(t time.Time) error {
 	return nil
 }
 
-// Read reads into p, waiting at most until the client is out of time, its
-// body then cut for reason, or the body out of time (errPastDeadline).
+// Read reads into p, waiting at most until the body is out of time
+// (errPastDeadline) or, paced, until its client is, its body then cut for
+// reason.
 func (c *pacedReader) Read(p []byte) (int, error) {
+	if !c.paced {
+		return c.readBy(p, c.deadline)
+	}
 	wait, reason := StallTimeout, Stalled
 	if left := StallTimeout + time.Duration(c.received)*time.Second/MinRate - c.waited; left < wait {
 		wait, reason = left, TooSlow
