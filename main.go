@@ -98,10 +98,10 @@ const (
 
 	// With -http2, one stream per connection, as HTTP/1.1 has one request:
 	// the connection cap then bounds the streams, and with them the small
-	// bodies read outside the budget (100 streams, kube-apiserver's own
-	// setting, let 256 connections hold about 400 MiB). Go's HTTP/2 client,
-	// the apiserver's, opens another connection when one's streams are
-	// taken. The windows and frames are the smallest HTTP/2 allows, so
+	// bodies read outside the budget (with kube-apiserver's own setting of
+	// 100 streams a flood held over a GiB: bench/README.md). Go's HTTP/2
+	// client, the apiserver's, opens another connection when one's streams
+	// are taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
 	// HTTP/1.1 one: one small body, body.UnbudgetedBytes.
 	http2MaxConcurrentStreams = 1
