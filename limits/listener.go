@@ -17,9 +17,12 @@ const (
 	// default somaxconn: each holds only its socket.
 	MaxWaiting = 4096
 
-	// HandshakeTimeout bounds a handshake, as client-go's TLSHandshakeTimeout:
-	// the apiserver has given up on one that takes longer.
-	HandshakeTimeout = 10 * time.Second
+	// HandshakeTimeout bounds a handshake, from its place given: the
+	// longest the apiserver waits for a review (timeoutSeconds is at most
+	// 30). Not client-go's own 10 s: in TLS 1.3 the client's side ends a
+	// flight before the server's, and a server starved of CPU would close
+	// a connection the client has already pooled.
+	HandshakeTimeout = 30 * time.Second
 )
 
 // Listener accepts connections, does their TLS handshakes, and holds at

@@ -38,6 +38,12 @@ type testServer struct {
 
 func newTestServer(t *testing.T, max int) *testServer {
 	t.Helper()
+	return newTestServerOn(t, max, func(ln net.Listener) net.Listener { return ln })
+}
+
+// newTestServerOn is newTestServer on what wrap makes of its TCP listener.
+func newTestServerOn(t *testing.T, max int, wrap func(net.Listener) net.Listener) *testServer {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +65,7 @@ func newTestServer(t *testing.T, max int) *testServer {
 		t.Fatal(err)
 	}
 	serverConfig := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}}, NextProtos: []string{"http/1.1"}}
-	s := &testServer{addr: ln.Addr().String(), listener: NewListener(ln, serverConfig, max),
+	s := &testServer{addr: ln.Addr().String(), listener: NewListener(wrap(ln), serverConfig, max),
 		// X25519 alone: the default's ML-KEM share would cost each of a
 		// burst's hundreds of dials more CPU, race detector on.
 		client: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", CurvePreferences: []tls.CurveID{tls.X25519}}}
@@ -91,7 +97,7 @@ func newTestServer(t *testing.T, max int) *testServer {
 // it (client-go: no cap on connections, 25 idle kept), from the loopback
 // address from.
 func (s *testServer) transportFrom(from string) *http.Transport {
-	return &http.Transport{TLSClientConfig: s.client, MaxIdleConnsPerHost: 25, TLSHandshakeTimeout: HandshakeTimeout,
+	return &http.Transport{TLSClientConfig: s.client, MaxIdleConnsPerHost: 25, TLSHandshakeTimeout: 10 * time.Second,
 		DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}).DialContext}
 }
 
@@ -347,6 +353,50 @@ func TestAnAddressTakesThreeQuarters(t *testing.T) {
 	if got := s.blocked.Load(); got != max-max/4 {
 		t.Errorf("the address is served on %d connections, want %d", got, max-max/4)
 	}
+}
+
+// TestStarvedHandshakeKept: a server starved of CPU in the middle of a
+// TLS 1.3 handshake is late to read the client's last flight, which
+// finished the handshake for the client, who may already send a request.
+// Cutting the handshake at client-go's own 10 s, counted from the place
+// given, closed connections the apiserver had pooled (e2e
+// TestBurstServedOnBusyCores); the request is answered.
+func TestStarvedHandshakeKept(t *testing.T) {
+	const starved = 11 * time.Second // past client-go's TLSHandshakeTimeout
+	s := newTestServerOn(t, 1, func(ln net.Listener) net.Listener { return &starvedListener{Listener: ln, delay: starved} })
+	c := tls.Client(s.dialFrom(t, "127.0.0.1"), s.client)
+	c.SetDeadline(time.Now().Add(patience))
+	if err := c.Handshake(); err != nil {
+		t.Fatalf("the client's side of the handshake: %v", err)
+	}
+	if err := get(c, "/"); err != nil {
+		t.Errorf("a request on a connection the server was %s late to finish: %v, want it answered", starved, err)
+	}
+}
+
+// starvedListener's connections are late, by delay, to read anything after
+// their first read, as a server starved of CPU is.
+type starvedListener struct {
+	net.Listener
+	delay time.Duration
+}
+
+func (l *starvedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	return &starvedConn{Conn: c, delay: l.delay}, err
+}
+
+type starvedConn struct {
+	net.Conn
+	delay time.Duration
+	reads atomic.Int64
+}
+
+func (c *starvedConn) Read(p []byte) (int, error) {
+	if c.reads.Add(1) == 2 {
+		time.Sleep(c.delay)
+	}
+	return c.Conn.Read(p)
 }
 
 // TestShedWhenTooManyWait: past MaxWaiting newcomers, the newest of the
