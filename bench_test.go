@@ -96,7 +96,13 @@ func TestWriteBenchBodies(t *testing.T) {
 	if *writeBenchBodies == "" {
 		t.Skip("only with -write-bench-bodies DIR")
 	}
-	for _, b := range benchBodies(t) {
+	// And a 2 MB UPDATE, for bench's burst of large reviews only.
+	all := plumbingReviews(t)
+	update2m := inflate(t, all["v1-deployment-update-other-annotations"], 1800<<10, nil, "object", "oldObject")
+	for _, b := range append(benchBodies(t), struct {
+		name string
+		body []byte
+	}{"update-2m", update2m}) {
 		if err := os.WriteFile(filepath.Join(*writeBenchBodies, b.name+".json"), b.body, 0o644); err != nil {
 			t.Fatal(err)
 		}

@@ -31,15 +31,16 @@ func TestBodyRefusalIsAStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		timeout    string
-		send       int // bytes of the 10 KiB body sent, then nothing
+		length     int // the body's, declared
+		send       int // bytes of it sent, then nothing
 		wantCode   int
 		wantReason metav1.StatusReason
 		wantSeries string
 	}{
 		// Its deadline, less the margin, comes while it is read: overload.
-		{"not read in time", "500ms", 5 << 10, body.BusyStatus, metav1.StatusReasonTooManyRequests, `webhook_overload_refusals_total{reason="slow_read"}`},
-		// Its client stops sending: cut.
-		{"stalled", "30s", 0, http.StatusRequestTimeout, metav1.StatusReasonTimeout, `webhook_request_bodies_cut_total{reason="stalled"}`},
+		{"not read in time", "500ms", 10 << 10, 5 << 10, body.BusyStatus, metav1.StatusReasonTooManyRequests, `webhook_overload_refusals_total{reason="slow_read"}`},
+		// Holding room in the budget, its client stops sending: cut.
+		{"stalled", "30s", 100 << 10, 50 << 10, http.StatusRequestTimeout, metav1.StatusReasonTimeout, `webhook_request_bodies_cut_total{reason="stalled"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -51,7 +52,7 @@ func TestBodyRefusalIsAStatus(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close()
-			fmt.Fprintf(conn, "POST /validate?timeout=%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.timeout, 10<<10, bytes.Repeat([]byte{' '}, tc.send))
+			fmt.Fprintf(conn, "POST /validate?timeout=%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", tc.timeout, tc.length, bytes.Repeat([]byte{' '}, tc.send))
 			w := readAnswer(t, conn)
 			checkStatusBody(t, w, tc.wantCode, tc.wantReason)
 			if w.Header().Get("Connection") != "close" {

@@ -8,7 +8,7 @@ package main
 // pod-security-admission's webhook does: the apiserver shows the user a
 // review's message, and only a status code otherwise. A request with no
 // review to decide is answered with a metav1.Status and its code (405,
-// 415, 400, 413, 408, 429); so is the webhook's own failure, a panic or no
+// 415, 400, 413, 411, 408, 429); so is the webhook's own failure, a panic or no
 // answer at all (500), and an answer that the policy cannot decide now
 // (undecided, 503: any answer whose code is a 5xx), which the apiserver's
 // failurePolicy then decides, as it decides for a webhook it cannot reach.
@@ -70,9 +70,10 @@ type handlers struct {
 	bodies  *body.Budget
 }
 
-// admission serves an admission route: an AdmissionReview decided by admit
-// and answered in the version it came in, with the request's uid. action
-// is what becomes of admit's denials: /validate's -validation-action.
+// admissionHandler serves an admission route: an AdmissionReview decided
+// by admit and answered in the version it came in, with the request's
+// uid. action is what becomes of admit's denials: /validate's
+// -validation-action.
 func (s *handlers) admissionHandler(path string, admit admitFunc, action validationAction) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -132,12 +133,12 @@ func (s *handlers) admissionHandler(path string, admit admitFunc, action validat
 	})
 }
 
-// checkRequest checks what comes before a review's body, in the order
-// controller-runtime checks it: the method, the content type, and the
-// apiserver's ?timeout= (a Go duration such as "10s"), which it returns,
-// at most maxWebhookTimeout; or a *statusError to answer with (for a
-// wrong method, after setting the Allow header it needs). expected names
-// the review in its messages.
+// checkRequest checks what comes before a review's body, so that none of
+// it is read for a request that could not be a review: the method, the
+// content type, and the apiserver's ?timeout= (a Go duration such as
+// "10s"), which it returns, at most maxWebhookTimeout; or a *statusError
+// to answer with (for a wrong method, after setting the Allow header it
+// needs). expected names the review in its messages.
 func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -525,9 +526,9 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 // The authorization webhook's path: the same steps for a
 // SubjectAccessReview.
 
-// authorization serves /authorize: a SubjectAccessReview decided by
-// authorize and answered in the version it came in, with only its status,
-// the one part the apiserver reads. It reads it so
+// authorizationHandler serves /authorize: a SubjectAccessReview decided
+// by authorize and answered in the version it came in, with only its
+// status, the one part the apiserver reads. It reads it so
 // (k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go,
 // WebhookAuthorizer.Authorize): allowed allows the request; denied alone
 // denies it, status.reason ending the user's Forbidden message, and no

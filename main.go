@@ -51,10 +51,8 @@ const (
 	// the same reason. Go's transport, the apiserver's, keeps a connection
 	// it dialed for a review that another connection served, unused, in its
 	// pool; closing it races with the review it then sends on it, which
-	// fails with a broken pipe. Clients that hold many places unused give
-	// them back at the cap (limits.Listener), which is what bounds the
-	// connections' memory. A later request's header has as long from its
-	// first byte.
+	// fails with a broken pipe. A later request's header has as long from
+	// its first byte.
 	readHeaderTimeout = idleTimeout
 
 	// writeTimeout bounds a request from the end of its header to the last
@@ -72,16 +70,23 @@ const (
 	maxHeaderBytes = 16 << 10
 
 	// maxConnections is the most connections the review port holds open
-	// (limits.Listener); more wait for a place without a handshake. Each
-	// costs buffers, a goroutine's stack and up to body.UnbudgetedBytes of
-	// body: bench/README.md ("Hostile clients") measures 256, on top of the
-	// byte budget's worst case, under the Deployment's 64 MiB limit. It is
-	// not what the apiserver's burst needs: the apiserver opens a
+	// (limits.Listener): what connectionBytes allows of connectionCost.
+	// More wait for a place, holding only their socket; none is closed to
+	// make room. The apiserver's burst needs no more: it opens a
 	// connection for each call in flight, 600 and more, but the webhook
 	// answers at the pace of its CPU whatever their number, and a call that
 	// waits for a connection is sent on the first of its own to come free
 	// (bench/README.md, "The apiserver's burst, above the connection cap").
-	maxConnections = 256
+	maxConnections = connectionBytes / connectionCost
+
+	// connectionBytes is the memory the review port's connections may
+	// hold, in memoryLimitBase.
+	connectionBytes = 20 << 20
+
+	// connectionCost is what an idle TLS connection holds after a review,
+	// the most of any state: TLS and HTTP buffers, a goroutine's stack, as
+	// measured by bench -slow-clients ("What one connection costs").
+	connectionCost = 64 << 10
 
 	// maxMetricsConnections is the most connections the metrics port holds
 	// open: Prometheus scrapes over one, and a person's curl needs another.
@@ -93,10 +98,10 @@ const (
 
 	// With -http2, one stream per connection, as HTTP/1.1 has one request:
 	// the connection cap then bounds the streams, and with them the small
-	// bodies read outside the budget (100 streams, kube-apiserver's own
-	// setting, let 256 connections hold about 400 MiB). Go's HTTP/2 client,
-	// the apiserver's, opens another connection when one's streams are
-	// taken. The windows and frames are the smallest HTTP/2 allows, so
+	// bodies read outside the budget (with kube-apiserver's own setting of
+	// 100 streams a flood held over a GiB: bench/README.md). Go's HTTP/2
+	// client, the apiserver's, opens another connection when one's streams
+	// are taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
 	// HTTP/1.1 one: one small body, body.UnbudgetedBytes.
 	http2MaxConcurrentStreams = 1
@@ -117,24 +122,20 @@ const (
 	// memory limit when GOMEMLIMIT is not set: 40 MiB by default, as the
 	// Deployment sets it from requests.memory. Near the limit the runtime
 	// collects sooner and returns freed pages to the kernel, where without
-	// one the heap grows to twice what is live and keeps what it freed:
-	// under a flood of every hostile kind at once that came to 65-68 MiB
-	// against the Deployment's 64 Mi. What a flood can hold, with default
-	// flags:
-	//   connections       maxConnections × 64 KiB (TLS and HTTP buffers,
-	//                     a goroutine's stack; bench/README.md)  16 MiB
-	//   small bodies      one of body.UnbudgetedBytes per connection
-	//                     at most                                4 MiB
+	// one the heap grows to twice what is live and keeps what it freed.
+	// What a flood can hold, with default flags:
+	//   connections       connectionBytes                       20 MiB
+	//   small bodies      one of body.UnbudgetedBytes per
+	//                     connection at most                     5 MiB
 	//   newcomers         limits.MaxWaiting sockets waiting for a
-	//                     place (bench/README.md)                1 MiB
+	//                     place, about 1 KiB each                 4 MiB
 	//   the runtime's own                                       ~3 MiB
-	// about 24 MiB: 32 MiB, the base, covers it with room. Large bodies'
-	// buffers are all in the budget, which the limit adds.
-	// Buffers kept for the next large body (body.Budget's) are not in it:
-	// like garbage, the GC frees them near the limit, within two
+	// 32 MiB. Large bodies' buffers are all in the budget, which the limit
+	// adds. Buffers kept for the next large body (body.Budget's) are not
+	// in it: like garbage, the GC frees them near the limit, within two
 	// collections. The kernel counts the binary's own pages too (10 MiB
-	// resident): a flood peaks at the limit plus those, 50-52 MiB
-	// (bench/README.md), under 64 MiB.
+	// resident): a flood peaks near the limit plus those (bench/README.md),
+	// under 64 MiB.
 	memoryLimitBase = 32 << 20
 )
 
@@ -237,7 +238,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
-	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; a review that finds no room waits until its deadline")
+	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
 	flags.BoolVar(&cfg.authorization, "authorization", false, "serve /authorize, the authorization webhook's SubjectAccessReviews; needs -client-ca-file, since its answers name the policy's rules")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
@@ -439,22 +440,22 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if cfg.memoryLimit > 0 {
 		debug.SetMemoryLimit(cfg.memoryLimit)
 	}
-	rawLn, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
-	}
 	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
 	m.cluster = cfg.cluster
-	// The client CA first: a configuration that cannot serve must not
-	// leave a development certificate behind.
+	// The client CA, then the port, then the certificate: a configuration
+	// that cannot serve holds no port, and leaves no development
+	// certificate behind.
 	var clientCAs *reloadable[x509.CertPool]
 	if cfg.clientCAFile != "" {
 		clientCAs = newCAReloader("client CA", "client-ca", cfg.clientCAFile, logger, m)
 		if _, err := clientCAs.load(); err != nil {
-			rawLn.Close()
 			return nil, fmt.Errorf("-client-ca-file: %w", err)
 		}
+	}
+	rawLn, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return nil, fmt.Errorf("-listen %s: %w", cfg.listen, err)
 	}
 	keyPair, err := loadOrCreateKeyPair(cfg, logger, m)
 	if err != nil {
@@ -484,7 +485,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          serverErrorLog(logger),
 		TLSConfig:         tlsConfig, // for net/http's HTTP/2; the listener does the handshakes
-		ConnState:         s.listener.ConnState,
+		ConnContext:       body.ConnContext,
 	}
 	if cfg.http2 {
 		s.reviews.HTTP2 = &http.HTTP2Config{
@@ -514,7 +515,6 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 			IdleTimeout:       idleTimeout,
 			MaxHeaderBytes:    maxHeaderBytes,
 			ErrorLog:          serverErrorLog(logger),
-			ConnState:         metricsLn.ConnState,
 		}
 	}
 	return s, nil
@@ -552,8 +552,10 @@ func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 	})
 }
 
-// serve serves until ctx is done, then drains and shuts down: requests in
-// flight finish, and nothing accepted is dropped.
+// serve serves until ctx is done, then drains for -shutdown-delay and shuts
+// down (http.Server.Shutdown): requests in flight get shutdownTimeout to
+// finish, and connections idle, and newcomers still waiting for a place or
+// in their handshake, are closed.
 func (s *server) serve(ctx context.Context) error {
 	serveErr := make(chan error, 2)
 	if s.metrics != nil {

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -146,13 +147,22 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
 	// A policy that reads the cluster is given credentials, so that what
-	// is refused is the flag under test.
+	// is refused is the flag under test. The port to listen on is one this
+	// test holds: a configuration that cannot serve must fail before it
+	// listens, or it would fail on the port, not the flag (without -listen,
+	// on localhost:8443 whenever a copier's `go run .` holds it).
 	credentials, _ := testCredentials(t)
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " ")[:min(40, len(strings.Join(tc.args, " ")))], func(t *testing.T) {
 			t.Chdir(t.TempDir())
 			var stderr bytes.Buffer
-			err := run(context.Background(), append(slices.Clone(credentials), tc.args...), testEnv, nil, io.Discard, &stderr)
+			args := append(append(slices.Clone(credentials), "-listen", held.Addr().String()), tc.args...)
+			err := run(context.Background(), args, testEnv, nil, io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("got no error, want one")
 			}

@@ -22,14 +22,16 @@ import (
 // megabyte tens of ms, and the apiserver gives up at 30 s at most.
 var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
-// metrics holds every series the webhook exports. A nil *metrics records
-// nothing: the tests' own handlers have none.
+// metrics counts what the review routes serve, and, scraped, writes that
+// with what the body reader, the listener, the views of the cluster and
+// the process report. Its counting methods do nothing on a nil *metrics:
+// the handlers of webhook review and of the tests have none.
 type metrics struct {
 	requests *promtext.CounterVec   // HTTP requests by route and code
 	reviews  *promtext.CounterVec   // reviews by route and verdict
 	panics   *promtext.CounterVec   // admit or authorize functions that panicked, by route
 	inFlight *promtext.CounterVec   // requests being served, by route (a gauge kept as up/down counts)
-	latency  *promtext.HistogramVec // seconds from the request's arrival to its answer, by route
+	latency  *promtext.HistogramVec // seconds from the handler's start, its header read, to its answer, by route
 
 	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
@@ -130,7 +132,7 @@ func (m *metrics) write(w io.Writer) {
 	m.reviews.Write(w, "webhook_reviews_total")
 	family(w, "webhook_requests_in_flight", "gauge", "Requests being served now, by route, waiting for the budget included.")
 	m.inFlight.Write(w, "webhook_requests_in_flight")
-	family(w, "webhook_latency_seconds", "histogram", "Time from a request's arrival to its answer, by route.")
+	family(w, "webhook_latency_seconds", "histogram", "Time from a request's header, read, to its answer, by route: waiting for a connection, the TLS handshake and the header are not in it.")
 	m.latency.Write(w, "webhook_latency_seconds")
 	family(w, "webhook_panics_total", "counter", "Admit and authorize functions that panicked, by route; each was answered with HTTP 500.")
 	m.panics.Write(w, "webhook_panics_total")
@@ -165,8 +167,8 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_connections_limit", "", float64(l.Max))
 		family(w, "webhook_connections_waiting", "gauge", "New connections waiting for a place, before their TLS handshake.")
 		sample(w, "webhook_connections_waiting", "", float64(l.Waiting))
-		family(w, "webhook_connections_closed_total", "counter", "Connections the listener closed: waiting, when too many waited (shed); for a newcomer, one whose TLS handshake made the server wait (stalled) or one unused of a client keeping too many (idle); or whose TLS handshake failed (handshake).")
-		for _, reason := range []string{"handshake", "idle", "shed", "stalled"} {
+		family(w, "webhook_connections_closed_total", "counter", "Connections the listener closed: waiting for a place, when too many waited (shed), or whose TLS handshake failed or took too long (handshake).")
+		for _, reason := range []string{"handshake", "shed"} {
 			sample(w, "webhook_connections_closed_total", `reason="`+reason+`"`, float64(l.Closed[reason]))
 		}
 	}

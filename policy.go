@@ -4,8 +4,9 @@ package main
 // what it denies when asked to authorize, then the flags that configure it.
 // It is the file to change to make the webhook yours, with policy_test.go;
 // README.md's "Make it yours" lists the rest. main.go expects of it the
-// type policy with its addFlags and reads methods, the admit functions
-// mutate and validate, and the authorize function authorize.
+// type policy with its addFlags and reads methods, and handler.go's routes
+// the admit functions mutate and validate and the authorize function
+// authorize.
 //
 // They are built from the toolbox (toolbox.go, patch.go, view.go): the
 // answers allowed, allowedWithWarning, denied, patched, refused and

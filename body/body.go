@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -22,19 +23,20 @@ const (
 	// into a buffer of its own: most reviews are 2 to 14 KB.
 	UnbudgetedBytes = 16 << 10
 
-	// readBeforeRoom is what a larger body sends, at the pace, before it
-	// takes room: one that declares much and stalls is cut holding none
-	// (16 KiB answered 1 MB reviews 20 % slower at the cap; bench/README.md).
+	// readBeforeRoom is what a larger body sends before it takes room: one
+	// that declares much and sends nothing holds none while it waits for
+	// its deadline; more would hold the waiting bodies' memory near the
+	// soft limit (bench/README.md, "A burst is served, not shed").
 	readBeforeRoom = 1 << 10
 
-	// StallTimeout is how long a body may send nothing: the apiserver can
-	// pause between a review's header and the rest over a second on a busy
-	// node (1 write in 1,600, e2e TestBurstServed at load 7-10).
+	// StallTimeout is how long a body holding room may send nothing: the
+	// apiserver can pause between a review's header and the rest for over
+	// a second on a busy node (bench/README.md).
 	StallTimeout = 5 * time.Second
 
-	// MinRate is the slowest a body may arrive after StallTimeout of grace,
-	// in bytes a second of the server's waiting: a hundredth of a
-	// datacenter link, 8 s for the largest body.
+	// MinRate is the slowest a body holding room may arrive after
+	// StallTimeout of grace, in bytes a second of the server's waiting: a
+	// hundredth of a datacenter link, 8 s for the largest body.
 	MinRate = 1 << 20
 
 	// AnswerMargin is how long before its deadline a body must be read for
@@ -118,41 +120,56 @@ func (e *Error) Error() string { return e.Message }
 // the connection cap bounds. A larger body sends readBeforeRoom bytes at
 // the pace, then waits, first come, first served, for room in the budget
 // for a buffer at most half as large again, which it holds until Release.
-// The budget is never exceeded, and a body waiting holds no room.
+// The budget is never exceeded. A body waiting behind another holds no
+// room; the first in line holds what it has taken until it has all it
+// needs, and gives it back if it stops waiting.
 //
-// Pace. A body is cut (408) when it sends nothing for StallTimeout, or when
-// the server has waited in reads for it longer than StallTimeout plus a
-// second for each MinRate bytes it sent. Only the server's waiting in a
-// read counts, never its waiting for room.
+// Pace. A body that holds room is cut (408) when it sends nothing for
+// StallTimeout, or when the server has waited in reads for it, since it
+// took its room, longer than StallTimeout plus a second for each MinRate
+// bytes it sent: the room is memory others may wait for. A body that holds
+// none, before its room and every small one, is bounded by its deadline
+// alone: it holds no more than its connection does, and a client starved
+// of CPU, as the apiserver on a busy host, is as slow as a slowloris. The
+// waiting counted is each read's, from its start: a webhook starved of CPU
+// counts its own delay; never its waiting for room.
 //
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin: a body still waiting for room then (NoRoom), or still
 // being read (SlowRead), is refused; and one that, at the pace room came
-// back over the last second bodies waited, would wait more than half its
-// time left behind those ahead is refused at once (LongQueue). A refusal
-// is BusyStatus with the reason, never 400 or 408, which blame the client.
+// back over the last second bodies waited, could not have its room by
+// then behind those ahead is refused at once (LongQueue). A refusal is
+// BusyStatus with the reason, never 400 or 408, which blame the client.
 //
 // Errors: 413 over MaxBytes, 411 without a declared length (the apiserver
 // always declares it), 408 when cut, BusyStatus when refused, 400 when
 // unreadable (a reset connection).
 //
-// The connection. Each read sets the connection's read deadline through
-// http.ResponseController. A body read whole leaves it to net/http, which
-// clears it as it reads the next request (connReader.startBackgroundRead).
-// A body not read whole sets "Connection: close" and the read deadline to
-// now: net/http closes the connection once the answer is written.
+// The connection. The clock is the connection's read deadline, set at
+// each read: over HTTP/1, of the connection the server's ConnContext gave
+// r, whatever wraps w; otherwise w's (http.ResponseController: over
+// HTTP/2, the stream's), which a wrapper of w must Unwrap. A body read
+// whole leaves the deadline to net/http, which clears it as it reads the
+// next request (connReader.startBackgroundRead). A body not read whole
+// sets "Connection: close" and the read deadline to now: net/http closes
+// the connection once the answer is written.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
-	switch {
-	case r.ContentLength > MaxBytes:
-		return Body{}, stop(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)})
-	case r.ContentLength < 0:
-		return Body{}, stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
-	}
 	readBy, _ := ctx.Deadline()
 	if !readBy.IsZero() {
 		readBy = readBy.Add(-AnswerMargin)
 	}
-	in := pacedReader{body: r.Body, conn: http.NewResponseController(w), deadline: readBy, length: r.ContentLength}
+	in := pacedReader{body: r.Body, deadline: readBy, length: r.ContentLength}
+	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok && r.ProtoMajor == 1 {
+		in.conn = c
+	} else {
+		in.w = http.NewResponseController(w)
+	}
+	switch {
+	case r.ContentLength > MaxBytes:
+		return Body{}, in.stop(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes, the most a review can be: two objects of the apiserver's 3 MiB limit and the envelope", MaxBytes)})
+	case r.ContentLength < 0:
+		return Body{}, in.stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
+	}
 	if in.length <= UnbudgetedBytes {
 		body := make([]byte, in.length)
 		if _, err := in.readFull(body); err != nil {
@@ -182,6 +199,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		b.noRoom.Add(1)
 		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
 	}
+	in.paced, in.waited = true, 0
 	body := append(b.buffer(size), first...)[:in.length]
 	if _, err := in.readFull(body[readBeforeRoom:]); err != nil {
 		b.release(body)
@@ -200,28 +218,38 @@ func (b *Budget) failed(w http.ResponseWriter, in *pacedReader, err error) *Erro
 		return busy(w, in, fmt.Sprintf("its deadline came when %d of its bytes had arrived: its client sent it slowly, or the webhook was short of CPU", in.received))
 	case errors.As(err, &cut) && cut.reason == Stalled:
 		b.stalled.Add(1)
-		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
+		return in.stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	case errors.As(err, &cut):
 		b.tooSlow.Add(1)
-		return stop(w, &Error{http.StatusRequestTimeout, err.Error()})
+		return in.stop(w, &Error{http.StatusRequestTimeout, err.Error()})
 	default:
-		return stop(w, &Error{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)})
+		return in.stop(w, &Error{http.StatusBadRequest, fmt.Sprintf("reading the request body: %v", err)})
 	}
 }
 
 // busy answers a body refused because of why, which completes "was not
 // read because".
 func busy(w http.ResponseWriter, in *pacedReader, why string) *Error {
-	return stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
+	return in.stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
 }
 
 // stop ends a body not read to its end: nothing more is read from its
-// connection, which net/http closes once e is answered.
-func stop(w http.ResponseWriter, e *Error) *Error {
+// connection, which net/http closes once e is answered. (Should the
+// deadline not be set, "Connection: close" alone keeps net/http from
+// reading the rest.)
+func (c *pacedReader) stop(w http.ResponseWriter, e *Error) *Error {
 	w.Header().Set("Connection", "close")
-	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	_ = c.setReadDeadline(time.Now())
 	return e
 }
+
+// ConnContext is an http.Server's ConnContext, which gives Read each
+// request's connection, for its clock.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+type connKey struct{}
 
 // Stats is what a Budget holds and has done, for the metrics.
 type Stats struct {

@@ -35,10 +35,20 @@ type testServer struct {
 
 func newTestServer(t *testing.T, budgetBytes int64) *testServer {
 	t.Helper()
+	return newTestServerWrapping(t, budgetBytes, nil)
+}
+
+// newTestServerWrapping is newTestServer with the ResponseWriter that Read
+// is given wrapped by wrap, as a copier's middleware wraps it.
+func newTestServerWrapping(t *testing.T, budgetBytes int64, wrap func(http.ResponseWriter) http.ResponseWriter) *testServer {
+	t.Helper()
 	s := &testServer{b: NewBudget(budgetBytes)}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), requestTimeout(r))
 		defer cancel()
+		if wrap != nil {
+			w = wrap(w)
+		}
 		body, err := s.b.Read(ctx, w, r)
 		if err != nil {
 			e := err.(*Error)
@@ -51,6 +61,8 @@ func newTestServer(t *testing.T, budgetBytes int64) *testServer {
 		body.Release()
 		fmt.Fprint(w, len(body.Bytes()))
 	}))
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	t.Cleanup(srv.Close)
 	s.addr = srv.Listener.Addr().String()
 	return s
@@ -223,21 +235,22 @@ func TestSmallBodyTakesNoRoom(t *testing.T) {
 }
 
 // TestDeclaredButUnsent sends the headers of the largest body and none of
-// it: it takes no room, and is cut as stalled, no sooner than
-// StallTimeout.
+// it: it takes no room, and is refused when its deadline comes, not cut:
+// holding nothing but its connection, it is as like a client starved of
+// CPU as a slowloris.
 func TestDeclaredButUnsent(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
 	start := time.Now()
 	answered := make(chan struct{})
 	go neverHolds(t, s.b, answered)
-	a := readAnswer(t, s.send(t, "30s", MaxBytes))
+	a := readAnswer(t, s.send(t, "2s", MaxBytes))
 	close(answered)
-	checkCut(t, a, "stopped arriving")
-	if took := time.Since(start); took < StallTimeout {
-		t.Errorf("cut after %s, before StallTimeout (%s)", took, StallTimeout)
+	checkRefused(t, a, "its deadline came when 0 of its bytes had arrived", true)
+	if took := time.Since(start); took < 2*time.Second-AnswerMargin {
+		t.Errorf("refused after %s, before its deadline less AnswerMargin", took)
 	}
-	checkCounted(t, s.b, map[string]uint64{Stalled: 1})
+	checkCounted(t, s.b, map[string]uint64{SlowRead: 1})
 }
 
 // trickle writes a byte to conn every 100 ms, for at most 30 s, until
@@ -251,23 +264,40 @@ func trickle(conn net.Conn) {
 	}
 }
 
-// TestTrickledBody sends the largest body a byte every 100 ms: it never
-// stalls, but is cut for its rate once its grace is spent, holding nothing.
+// TestTrickledBody sends the largest body a byte every 100 ms: holding no
+// room, it is read until its deadline, then refused, never cut.
 func TestTrickledBody(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
-	conn := s.send(t, "30s", MaxBytes)
-	start := time.Now()
+	conn := s.send(t, "2s", MaxBytes)
 	answered := make(chan struct{})
 	go neverHolds(t, s.b, answered)
 	go trickle(conn)
 	a := readAnswer(t, conn)
 	close(answered)
-	checkCut(t, a, "slower than")
-	if took := time.Since(start); took < StallTimeout {
-		t.Errorf("cut after %s, before its grace of %s was spent", took, StallTimeout)
+	checkRefused(t, a, "its deadline came when", true)
+	checkCounted(t, s.b, map[string]uint64{SlowRead: 1})
+}
+
+// TestStarvedClientIsNotCut: a small body that pauses longer than
+// StallTimeout, as a client starved of CPU does, is read whole by its
+// deadline.
+func TestStarvedClientIsNotCut(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, MaxBytes)
+	body := bytes.Repeat([]byte{'s'}, 5000)
+	conn := s.send(t, "10s", len(body))
+	if _, err := conn.Write(body[:100]); err != nil {
+		t.Fatal(err)
 	}
-	checkCounted(t, s.b, map[string]uint64{TooSlow: 1})
+	time.Sleep(StallTimeout + time.Second)
+	if _, err := conn.Write(body[100:]); err != nil {
+		t.Fatalf("the rest of the body after a pause of %s: %v, want it read", StallTimeout+time.Second, err)
+	}
+	if a := readAnswer(t, conn); a.code != http.StatusOK || a.body != strconv.Itoa(len(body)) {
+		t.Errorf("got HTTP %d %q, want 200 %d", a.code, a.body, len(body))
+	}
+	checkCounted(t, s.b, nil)
 }
 
 // TestStalledAfterMostOfTheBody sends all of the largest body but its
@@ -291,6 +321,34 @@ func TestStalledAfterMostOfTheBody(t *testing.T) {
 	}
 	checkCounted(t, s.b, map[string]uint64{Stalled: 1})
 }
+
+// TestClockWhateverWrapsTheWriter: a ResponseWriter wrapped without
+// Unwrap, as a logging middleware wraps it, hides the connection from
+// http.ResponseController; the body's clock holds all the same: a small
+// body that stalls is refused at its deadline, and a large one that stalls
+// holding room is cut.
+func TestClockWhateverWrapsTheWriter(t *testing.T) {
+	s := newTestServerWrapping(t, MaxBytes, func(w http.ResponseWriter) http.ResponseWriter { return loggingWriter{w} })
+	t.Run("small, by its deadline", func(t *testing.T) {
+		conn := s.send(t, "2s", 5000)
+		if _, err := conn.Write([]byte{'{'}); err != nil {
+			t.Fatal(err)
+		}
+		checkRefused(t, readAnswer(t, conn), "its deadline came when 1 of its bytes", true)
+	})
+	t.Run("large, holding room", func(t *testing.T) {
+		conn := s.send(t, "30s", 100<<10)
+		if _, err := conn.Write(bytes.Repeat([]byte{' '}, 50<<10)); err != nil {
+			t.Fatal(err)
+		}
+		checkCut(t, readAnswer(t, conn), "stopped arriving")
+	})
+	checkCounted(t, s.b, map[string]uint64{SlowRead: 1, Stalled: 1})
+}
+
+// loggingWriter wraps a ResponseWriter as middleware often does: with no
+// Unwrap method.
+type loggingWriter struct{ http.ResponseWriter }
 
 // TestLargeBodiesDoNotDeadlock sends six 2.7 MB bodies at once, in
 // interleaved pieces, through the smallest budget allowed, which holds two

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"time"
@@ -23,21 +24,42 @@ func (e *cutError) Error() string {
 	return fmt.Sprintf("the request body arrived slower than %d KiB/s", MinRate>>10)
 }
 
-// pacedReader reads a body held to StallTimeout and MinRate, counting only
-// its waiting in Read: time between reads is the server's. Used by value,
-// it costs a small body no allocation.
+// pacedReader reads a body by its deadline and, once paced, held to
+// StallTimeout and MinRate, counting only its waiting in Read: time between
+// reads is the server's. Used by value, it costs a small body no
+// allocation.
 type pacedReader struct {
 	body     io.Reader // the request's body, or a reader wrapping it
-	conn     *http.ResponseController
+	conn     net.Conn  // the request's HTTP/1 connection (ConnContext); nil: w's
+	w        *http.ResponseController
 	deadline time.Time     // nothing is read past it; zero: none
 	length   int64         // the body's, declared
-	waited   time.Duration // in Read, so far
+	paced    bool          // held to StallTimeout and MinRate: it holds room
+	waited   time.Duration // in Read, so far, once paced
 	received int64
 }
 
-// Read reads into p, waiting at most until the client is out of time, its
-// body then cut for reason, or the body out of time (errPastDeadline).
+// setReadDeadline sets the read deadline of the request's connection, or,
+// without one from ConnContext, of w's; without either (a recorder, a
+// request served in process) there is no connection to read from, and
+// nothing to set.
+func (c *pacedReader) setReadDeadline(t time.Time) error {
+	if c.conn != nil {
+		return c.conn.SetReadDeadline(t)
+	}
+	if err := c.w.SetReadDeadline(t); !errors.Is(err, http.ErrNotSupported) {
+		return err
+	}
+	return nil
+}
+
+// Read reads into p, waiting at most until the body is out of time
+// (errPastDeadline) or, paced, until its client is, its body then cut for
+// reason.
 func (c *pacedReader) Read(p []byte) (int, error) {
+	if !c.paced {
+		return c.readBy(p, c.deadline)
+	}
 	wait, reason := StallTimeout, Stalled
 	if left := StallTimeout + time.Duration(c.received)*time.Second/MinRate - c.waited; left < wait {
 		wait, reason = left, TooSlow
@@ -60,9 +82,9 @@ func (c *pacedReader) readBy(p []byte, due time.Time) (int, error) {
 	if !c.deadline.IsZero() && !due.Before(c.deadline) {
 		due, pastDeadline = c.deadline, true
 	}
-	// Not every writer has a connection (tests' recorders): then the
-	// server's own ReadTimeout is the only clock.
-	_ = c.conn.SetReadDeadline(due)
+	if err := c.setReadDeadline(due); err != nil {
+		return 0, err
+	}
 	start := time.Now()
 	n, err := c.body.Read(p)
 	c.waited += time.Since(start)

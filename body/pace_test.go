@@ -53,7 +53,7 @@ func TestSpentGraceIsCut(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			conn := &scriptedConn{steps: tc.steps}
-			in := pacedReader{body: conn, conn: http.NewResponseController(conn), deadline: time.Time{}}
+			in := pacedReader{body: conn, w: http.NewResponseController(conn), deadline: time.Time{}, paced: true}
 			in.length, in.received, in.waited = MaxBytes, tc.received, 2*StallTimeout
 			_, err := in.Read(make([]byte, 64<<10))
 			var cut *cutError

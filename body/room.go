@@ -40,15 +40,15 @@ func (r *room) init(capacity int64) {
 }
 
 // errLongQueue is a body refused at once: at the pace room lately came
-// back, what the bodies ahead want and its own would take more than half
-// the time it has left.
+// back, what the bodies ahead want and its own would take longer than the
+// time it has left.
 type errLongQueue struct {
 	ahead int64
 	wait  time.Duration
 }
 
 func (e *errLongQueue) Error() string {
-	return fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would keep it waiting about %s, more than half the time it has left", e.ahead, e.wait.Round(time.Millisecond))
+	return fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would keep it waiting about %s, longer than the time it has left", e.ahead, e.wait.Round(time.Millisecond))
 }
 
 // take takes n bytes of room, n at most the capacity, waiting its turn and
@@ -58,7 +58,7 @@ func (e *errLongQueue) Error() string {
 func (r *room) take(ctx context.Context, n int64) error {
 	r.mu.Lock()
 	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {
-		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); 2*wait > time.Until(deadline) {
+		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
 			r.mu.Unlock()
 			return &errLongQueue{r.wanted, wait}
 		}
@@ -90,7 +90,10 @@ func (r *room) take(ctx context.Context, n int64) error {
 		select {
 		case <-r.tokens:
 		case <-ctx.Done():
-			r.give(taken)
+			// Back, but not toward the pace: nothing was served.
+			for ; taken > 0; taken -= roomUnit {
+				r.tokens <- struct{}{}
+			}
 			return ctx.Err()
 		}
 	}

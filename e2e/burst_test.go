@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +21,7 @@ import (
 // TestBurstServed has the apiserver send the webhook, run as the
 // Deployment runs it, bursts of 600 and 1,000 writes at once, each
 // reviewed by every deployed webhook: more calls in flight than the
-// webhook holds connections (256), as the apiserver opens a connection for
+// webhook holds connections (320), as the apiserver opens a connection for
 // each, with no cap of its own (CONTRACT.md). Every write succeeds, under
 // failurePolicy Fail, while other clients use the port as in a cluster: a
 // Pod keeping a few connections alive, and the kubelet probing /ping on a
@@ -28,17 +30,52 @@ import (
 // and Fairness, as a controller's requests at a high priority level are,
 // so each burst reaches the webhook at once.
 func TestBurstServed(t *testing.T) {
-	scope := newScope(t, "burst")
+	burstServed(t, "burst", burstOptions{timeout: 10, others: true})
+}
+
+// TestBurstServedOnBusyCores is the same bursts with a process spinning on
+// each core, as on a node at its CPU limit or a control-plane host in a
+// burst, and the apiserver the webhook's only client, as in URL mode: its
+// handshakes and first bytes come late, and the webhook, judging no
+// connection by its timing, closes none, and every write succeeds. Its
+// webhooks wait 30 s, not 10: the apiserver and etcd, starved, take the
+// bursts 12 to 25 s here, and a call that waits for them past 10 s fails
+// whatever the webhook does.
+func TestBurstServedOnBusyCores(t *testing.T) {
+	for range runtime.NumCPU() {
+		spin := exec.Command("sh", "-c", "while :; do :; done")
+		if err := spin.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { spin.Process.Kill(); spin.Wait() })
+	}
+	burstServed(t, "burst-busy", burstOptions{timeout: 30})
+}
+
+// burstOptions is how burstServed runs: its webhooks' timeoutSeconds, and
+// whether other clients use the port beside the apiserver.
+type burstOptions struct {
+	timeout int32
+	others  bool
+}
+
+// burstServed is the bursts of TestBurstServed, in a scope of name.
+func burstServed(t *testing.T, name string, o burstOptions) {
+	scope := newScope(t, name)
 	w, metricsAddr, _ := startAsDeployed(t)
-	registerDeployed(t, w, scope, hookOptions{timeout: 10, failurePolicy: "Fail"})
+	registerDeployed(t, w, scope, hookOptions{timeout: o.timeout, failurePolicy: "Fail"})
 	mark := apiserver.logMark()
 	_, port, err := net.SplitHostPort(w.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	pod := keepAlive(t, w, "127.0.0.2", 8)
-	probes, stopProbing := probe(t, w, "127.0.0.3", 100*time.Millisecond)
+	var pod []*tls.Conn
+	probes, stopProbing := func() probeResults { return probeResults{} }, func() {}
+	if o.others {
+		pod = keepAlive(t, w, "127.0.0.2", 8)
+		probes, stopProbing = probe(t, w, "127.0.0.3", 100*time.Millisecond)
+	}
 	defer stopProbing()
 
 	for _, n := range []int{600, 1000} {
@@ -72,14 +109,14 @@ func TestBurstServed(t *testing.T) {
 			}
 		}
 		m := scrape(t, "http://"+metricsAddr+"/metrics")
-		t.Logf("a burst of %d writes: %d failed, in %s; the apiserver held up to %d connections to the webhook; the webhook: %v waiting for a place at the end, connections closed %v shed, %v stalled, %v idle, %v in their handshake",
+		t.Logf("a burst of %d writes: %d failed, in %s; the apiserver held up to %d connections to the webhook; the webhook: %v waiting for a place at the end, connections closed %v shed, %v in their handshake; load %s",
 			len(requests), failed, took.Round(time.Millisecond), most, m["webhook_connections_waiting"],
-			m[`webhook_connections_closed_total{reason="shed"}`], m[`webhook_connections_closed_total{reason="stalled"}`], m[`webhook_connections_closed_total{reason="idle"}`], m[`webhook_connections_closed_total{reason="handshake"}`])
+			m[`webhook_connections_closed_total{reason="shed"}`], m[`webhook_connections_closed_total{reason="handshake"}`], loadAverage())
 		if failed > 0 {
 			t.Errorf("%d of %d writes failed in the burst, want none", failed, len(requests))
 		}
-		if n == 1000 && most <= 256 {
-			t.Errorf("the apiserver held at most %d connections to the webhook, want more than its 256 places: the burst did not press on them", most)
+		if n == 1000 && most <= 320 {
+			t.Errorf("the apiserver held at most %d connections to the webhook, want more than its 320 places: the burst did not press on them", most)
 		}
 	}
 	for i, c := range pod {
@@ -89,7 +126,9 @@ func TestBurstServed(t *testing.T) {
 	}
 	stopProbing()
 	p := probes()
-	t.Logf("the kubelet's probes: %d answered, slowest %s; %d failed", p.answered, p.slowest.Round(time.Millisecond), len(p.failed))
+	if o.others {
+		t.Logf("the kubelet's probes: %d answered, slowest %s; %d failed", p.answered, p.slowest.Round(time.Millisecond), len(p.failed))
+	}
 	for _, err := range p.failed {
 		t.Errorf("a probe of /ping during the bursts: %v", err)
 	}

@@ -31,8 +31,10 @@ type hostile struct {
 	run func(ctx context.Context, c *tls.Conn)
 }
 
-func hostileHeaders(c io.Writer, length int) {
-	fmt.Fprintf(c, "POST /validate?timeout=30s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", length)
+// hostileHeaders writes the headers of a review of length bytes with
+// ?timeout=timeout.
+func hostileHeaders(c io.Writer, length int, timeout string) {
+	fmt.Fprintf(c, "POST /validate?timeout=%s HTTP/1.1\r\nHost: webhook\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", timeout, length)
 }
 
 // untilClosed reads c until the server closes it or ctx ends.
@@ -45,12 +47,14 @@ func untilClosed(ctx context.Context, c *tls.Conn) {
 func hostileKinds(review []byte) []hostile {
 	almostAll := bytes.Repeat([]byte{' '}, largestReview-1)
 	return []hostile{
+		// A body that holds no room is bounded by its deadline alone: 5 s,
+		// so that each is refused within the test.
 		{"declared, no body", 16, func(ctx context.Context, c *tls.Conn) {
-			hostileHeaders(c, largestReview)
+			hostileHeaders(c, largestReview, "5s")
 			untilClosed(ctx, c)
 		}},
 		{"a byte every 100 ms", 16, func(ctx context.Context, c *tls.Conn) {
-			hostileHeaders(c, largestReview)
+			hostileHeaders(c, largestReview, "5s")
 			go func() {
 				for ctx.Err() == nil {
 					if _, err := c.Write([]byte{' '}); err != nil {
@@ -61,18 +65,19 @@ func hostileKinds(review []byte) []hostile {
 			}()
 			untilClosed(ctx, c)
 		}},
+		// Holding room, it is cut when it stalls.
 		{"all but the last byte", 16, func(ctx context.Context, c *tls.Conn) {
-			hostileHeaders(c, largestReview)
+			hostileHeaders(c, largestReview, "30s")
 			go func() { _, _ = c.Write(almostAll) }()
 			untilClosed(ctx, c)
 		}},
-		// More than the port holds (maxConnections, 256), each.
+		// More than an address may hold (3/4 of maxConnections, 240), each.
 		{"half a header", 300, func(ctx context.Context, c *tls.Conn) {
 			_, _ = io.WriteString(c, "POST /validate HTTP/1.1\r\nHost: webhook\r\nContent-")
 			untilClosed(ctx, c)
 		}},
 		{"one review, then idle", 300, func(ctx context.Context, c *tls.Conn) {
-			hostileHeaders(c, len(review))
+			hostileHeaders(c, len(review), "30s")
 			_, _ = c.Write(review)
 			untilClosed(ctx, c)
 		}},
@@ -118,16 +123,17 @@ func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile
 
 // TestHostileClients creates objects through the real apiserver while
 // clients of every hostile kind hold the webhook's port: every create
-// succeeds, the webhook run as the Deployment runs it cuts the hostile
-// bodies and connections, and its peak RSS stays under the Deployment's
+// succeeds, the webhook run as the Deployment runs it refuses or cuts the
+// hostile bodies and holds the floods to their share of its places, and
+// its peak RSS stays under the Deployment's
 // memory limit. The creates come in bursts, each larger than the last, so
 // that the apiserver's transport, finding its pooled connections busy,
 // dials new ones during the flood, as it does in a cluster; the last, of
-// 64, needs more connections than the apiserver keeps (25) and the places
-// the flood leaves (16), so that its newcomers take the places of the
-// flood's: with a last burst of 32, one run beside other work needed none.
+// 128, needs more connections than the apiserver keeps (25) and the
+// places the flood's address leaves to others (80 of 320), so that its
+// newcomers wait for the apiserver's own to come free.
 func TestHostileClients(t *testing.T) {
-	bursts := []int{4, 8, 16, 32, 64}
+	bursts := []int{4, 8, 16, 32, 64, 128}
 	const pause = 500 * time.Millisecond
 	scope := newScope(t, "hostile")
 	w, metricsAddr, memoryLimit := startAsDeployed(t)
@@ -189,10 +195,11 @@ func TestHostileClients(t *testing.T) {
 	}
 
 	peak := peakRSS(t, w.cmd.Process.Pid)
-	t.Logf("%d admitted requests in bursts of %v in %s beside %d hostile connections; the apiserver opened %d connections to the webhook during the flood; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v as too slow; connections closed: %v idle, %v stalled, %v shed",
+	t.Logf("%d admitted requests in bursts of %v in %s beside %d hostile connections; the apiserver opened %d connections to the webhook during the flood; webhook peak RSS %.1f MiB (limit %d MiB); metrics: %v bodies cut as stalled, %v refused at their deadline; connections %v open, %v waiting, closed %v shed, %v in their handshake; load %s",
 		creates, bursts, took.Round(time.Millisecond), opened, dialed, float64(peak)/(1<<20), memoryLimit>>20,
-		after[`webhook_request_bodies_cut_total{reason="stalled"}`], after[`webhook_request_bodies_cut_total{reason="too_slow"}`],
-		after[`webhook_connections_closed_total{reason="idle"}`], after[`webhook_connections_closed_total{reason="stalled"}`], after[`webhook_connections_closed_total{reason="shed"}`])
+		after[`webhook_request_bodies_cut_total{reason="stalled"}`], after[`webhook_overload_refusals_total{reason="slow_read"}`],
+		after["webhook_connections_open"], after["webhook_connections_waiting"],
+		after[`webhook_connections_closed_total{reason="shed"}`], after[`webhook_connections_closed_total{reason="handshake"}`], loadAverage())
 	for _, f := range failed {
 		t.Errorf("an admitted request failed under attack: %s", f)
 	}
@@ -203,16 +210,17 @@ func TestHostileClients(t *testing.T) {
 		t.Errorf("the webhook's peak RSS was %.1f MiB, want under the Deployment's limit of %d MiB", float64(peak)/(1<<20), memoryLimit>>20)
 	}
 	// The attack happened: each kind met the limit meant for it. The
-	// floods of connections, half a header or one review each and then
-	// nothing, are a client keeping more than limits.KeptAliveAllowance
-	// unused: their places are given to newcomers, the apiserver's.
+	// bodies that send nothing or trickle are refused at their deadline,
+	// and the one that holds room and stalls is cut; the floods of
+	// connections, half a header or one review each and then nothing, hold
+	// their address's share of the places, and the rest of them wait.
 	for _, series := range []string{
 		`webhook_request_bodies_cut_total{reason="stalled"}`,
-		`webhook_request_bodies_cut_total{reason="too_slow"}`,
-		`webhook_connections_closed_total{reason="idle"}`,
+		`webhook_overload_refusals_total{reason="slow_read"}`,
+		`webhook_connections_waiting`,
 	} {
 		if after[series] == 0 {
-			t.Errorf("%s is 0: that kind of hostile client was never cut", series)
+			t.Errorf("%s is 0: that kind of hostile client never met its limit", series)
 		}
 	}
 	noFailedCalls(t, mark)
