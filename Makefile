@@ -37,7 +37,7 @@ check:
 FUZZ = $(GO) test -run '^$$' -fuzzminimizetime 1s
 fuzz:
 	$(FUZZ) -fuzz '^FuzzServe$$' -fuzztime 20000x .
-	$(FUZZ) -fuzz '^FuzzAuthorize$$' -fuzztime 20000x .
+	$(FUZZ) -fuzz '^FuzzAuthorize$$' -fuzztime 20000x ./authorize
 	$(FUZZ) -fuzz '^FuzzPolicy$$' -fuzztime 20000x .
 	$(FUZZ) -fuzz '^FuzzAuditLog$$' -fuzztime 20000x ./review
 	cd e2e && $(FUZZ) -fuzz '^FuzzApplyOps$$' -fuzztime 100000x ./jsonpatch

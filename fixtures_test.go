@@ -27,7 +27,6 @@ import (
 	"github.com/example/webhook/jsonpatch"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,14 +43,6 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/ with the answe
 func fixtures(t testing.TB) map[string][]byte {
 	t.Helper()
 	return readBodies(t, "testdata")
-}
-
-// subjectAccessReviewFixtures returns every SubjectAccessReview in
-// testdata/authorization/, by name: bodies recorded from a real
-// kube-apiserver by e2e's TestAuthorization (make capture).
-func subjectAccessReviewFixtures(t testing.TB) map[string][]byte {
-	t.Helper()
-	return readBodies(t, filepath.Join("testdata", "authorization"))
 }
 
 // readBodies returns every dir/*.json by its name without ".json", failing
@@ -358,15 +349,21 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
-func newTestReviews(logger *slog.Logger) *handlers {
+func newTestReviews(logger *slog.Logger) *reviewRoutes {
 	bodies := body.NewBudget(defaultMaxInflightBytes)
-	return &handlers{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
+	return &reviewRoutes{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
 }
 
 // admissionHandler is the generic path for one admit function, as the
 // server runs it: what most tests drive.
 func admissionHandler(logger *slog.Logger, admit admitFunc) http.Handler {
-	return newTestReviews(logger).admissionHandler("/test", admit, validationAction{})
+	return newTestReviews(logger).admissionRoute("/test", admit, nil)
+}
+
+// admissionRoute is an admission route as routes makes it: admit's
+// answers, a denial rewritten by denied when it is set.
+func (rs *reviewRoutes) admissionRoute(path string, admit admitFunc, denied denialRewriter) http.Handler {
+	return rs.handle(path, acceptedAdmissionReviews, admission(admit, denied))
 }
 
 // post sends body to h as the apiserver does and returns the recorded answer.
@@ -790,19 +787,6 @@ func checkFlagError(t *testing.T, args, want []string) {
 			t.Errorf("flags %q: got %.300q…, want it to mention %q", args, got, w)
 		}
 	}
-}
-
-// resourceReview is the spec of a SubjectAccessReview for a resource, as
-// the apiserver sends it for user in groups.
-func resourceReview(user string, groups []string, verb, apiGroup, resource, subresource, namespace, name string) *authorizationv1.SubjectAccessReviewSpec {
-	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
-		Verb: verb, Group: apiGroup, Version: "v1", Resource: resource, Subresource: subresource, Namespace: namespace, Name: name,
-	}}
-}
-
-// pathReview is the spec of a SubjectAccessReview for a non-resource path.
-func pathReview(user string, groups []string, verb, path string) *authorizationv1.SubjectAccessReviewSpec {
-	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path}}
 }
 
 // TestReviewAs checks reviewAs gives the review another user and leaves

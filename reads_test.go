@@ -328,7 +328,7 @@ func TestClusterFlags(t *testing.T) {
 		{[]string{"-apiserver-lookups-per-second", "many"}, 0, true},
 		{[]string{"-apiserver-lookups-per-second", "NaN"}, 0, true},
 	} {
-		cfg, err := parseFlags(tc.args, testEnv, io.Discard)
+		cfg, err := parseServerFlags(tc.args, testEnv)
 		switch {
 		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), "-apiserver-lookups-per-second")):
 			t.Errorf("%q: got %v, want an error naming the flag", tc.args, err)
@@ -470,7 +470,7 @@ func TestNotReadyUntilSynced(t *testing.T) {
 	f := startFakeCluster(t)
 	f.listGate = make(chan struct{})
 	t.Chdir(t.TempDir())
-	cfg, err := parseFlags([]string{"-listen", "127.0.0.1:0"}, testEnv, io.Discard)
+	cfg, err := parseServerFlags([]string{"-listen", "127.0.0.1:0"}, testEnv)
 	if err != nil {
 		t.Fatal(err)
 	}

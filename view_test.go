@@ -548,7 +548,7 @@ func BenchmarkLookup(b *testing.B) {
 		name  string
 		admit admitFunc
 	}{{"demonstration", demonstration}, {"lookup", lookup}} {
-		h := reviews.admissionHandler("/validate", policy.admit, validationAction{})
+		h := reviews.admissionRoute("/validate", policy.admit, nil)
 		b.Run(policy.name, func(b *testing.B) { benchServe(b, h, "/validate", body) })
 	}
 }

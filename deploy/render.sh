@@ -6,7 +6,7 @@
 #   deploy/render.sh url HOST:PORT OUT     # URL mode: both configurations for https://HOST:PORT,
 #                                          # and in OUT/apiserver the authorization webhook's
 #                                          # AuthorizationConfiguration and kubeconfig (unless
-#                                          # deploy/url-mode/authorization-*.yaml are deleted)
+#                                          # authorize/ is deleted)
 #   deploy/render.sh static HOST:PORT OUT  # URL mode from the control plane: an
 #                                          # AdmissionConfiguration and both
 #                                          # configurations as static manifests
@@ -164,7 +164,7 @@ YAML
     # line, not through the API: its files go apart from what kubectl
     # applies. A policy with no use for /authorize deletes them
     # (docs/testing.md), and nothing is rendered for it.
-    authorization=("$root"/deploy/url-mode/authorization-*.yaml)
+    authorization=("$root"/authorize/deploy/authorization-*.yaml)
     if [ -e "${authorization[0]}" ]; then
       apiserver_out="$out/apiserver"
       mkdir -p "$apiserver_out"
