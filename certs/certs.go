@@ -8,6 +8,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -24,6 +25,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 const (
@@ -229,37 +232,59 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	case len(names) == 0 && *service == "":
 		return usageError{errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace")}
 	case len(names) == 0:
+		// A Service's name and its namespace's are DNS labels
+		// (k8s.io/kubernetes pkg/apis/core/validation: ValidateServiceCreate
+		// with RelaxedServiceNameValidation, on from 1.36, and
+		// ValidateNamespaceName): a certificate for another name is
+		// for no Service.
 		svc, ns := *service, *namespace
+		for _, f := range []struct{ flag, value, what string }{{"-service", svc, "Service"}, {"-namespace", ns, "namespace"}} {
+			if errs := validation.IsDNS1123Label(f.value); len(errs) > 0 {
+				return usageError{fmt.Errorf("certs: %s %q is not a %s name the apiserver takes: %s", f.flag, f.value, f.what, strings.Join(errs, "; "))}
+			}
+		}
 		names = []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+	default:
+		for _, h := range names {
+			if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 && len(validation.IsWildcardDNS1123Subdomain(h)) > 0 {
+				return usageError{fmt.Errorf("certs: -hosts %q: neither an IP address nor a DNS name (lowercase letters, digits, '-' and '.', such as webhook.example.com)", h)}
+			}
+		}
 	}
 	if *validity <= 0 || *caValidity <= 0 {
 		return usageError{errors.New("certs: -validity and -ca-validity must be positive")}
 	}
 
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
+	// Everything is checked and made before anything is written: a run
+	// that fails leaves -dir as it was.
 	ca, err := loadCA(filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key"))
+	newCA := errors.Is(err, fs.ErrNotExist)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case newCA && *validity > *caValidity:
+		return usageError{fmt.Errorf("certs: -validity %s is longer than -ca-validity %s: a serving certificate cannot outlive the CA that signs it", *validity, *caValidity)}
+	case newCA:
 		if ca, err = NewCA("webhook CA", now, *caValidity); err != nil {
 			return err
 		}
-		if err := writeKeyPair(*dir, "ca", ca); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
 	case err != nil:
 		return fmt.Errorf("certs: the CA in %s: %w", *dir, err)
-	default:
-		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s); caBundle is unchanged\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
-	}
-	if now.Add(*validity).After(ca.Cert.NotAfter) {
-		return fmt.Errorf("certs: the CA expires on %s, before a serving certificate valid for %s would; rotate the CA first", ca.Cert.NotAfter.Format(time.DateOnly), *validity)
+	case now.Add(*validity).After(ca.Cert.NotAfter):
+		return fmt.Errorf("certs: the CA in %s expires on %s, before a serving certificate valid for %s would; rotate the CA first, or ask for a shorter -validity", *dir, ca.Cert.NotAfter.Format(time.DateOnly), *validity)
 	}
 	serving, err := NewServingCert(ca, names, now, *validity)
 	if err != nil {
 		return err
+	}
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	if newCA {
+		if err := writeKeyPair(*dir, "ca", ca); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s, sha256 %s)\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly), Fingerprint(ca.Cert))
+	} else {
+		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s, sha256 %s); caBundle is unchanged\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly), Fingerprint(ca.Cert))
 	}
 	if err := writeKeyPair(*dir, "tls", serving); err != nil {
 		return err
@@ -268,6 +293,18 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 		strings.Join(names, ", "), *dir, serving.Cert.NotAfter.Format(time.DateOnly))
 	_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(ca.CertPEM))
 	return err
+}
+
+// Fingerprint is the SHA-256 of c's DER, in hex with colons as openssl
+// x509 -fingerprint -sha256 prints it: what tells apart two CAs of one
+// name.
+func Fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	hexed := make([]string, len(sum))
+	for i, b := range sum {
+		hexed[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(hexed, ":")
 }
 
 // loadCA reads a CA made by Run. A missing file gives fs.ErrNotExist.
