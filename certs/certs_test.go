@@ -177,3 +177,42 @@ func TestCertsErrors(t *testing.T) {
 		t.Errorf("got %v, want a refusal of a ca.crt that is not a CA", err)
 	}
 }
+
+// TestCertsForTheAPIServer: -client makes the client certificate the
+// apiserver presents to a webhook run with -client-ca-file and
+// -allowed-client-names, as the line it prints says: a webhook's TLS
+// configuration that trusts that CA takes it, for client authentication
+// only, with the Common Name given.
+func TestCertsForTheAPIServer(t *testing.T) {
+	dir := t.TempDir()
+	stdout, _, err := certsRun(t, "-dir", dir, "-client", "kube-apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "-client-ca-file " + filepath.Join(dir, "ca.crt") + " -allowed-client-names kube-apiserver\n"; stdout != want {
+		t.Errorf("printed %q, want %q", stdout, want)
+	}
+	client := readCert(t, filepath.Join(dir, "client.crt"))
+	pool := x509.NewCertPool()
+	pool.AddCert(readCert(t, filepath.Join(dir, "ca.crt")))
+	if _, err := client.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("the client certificate does not verify for client authentication against ca.crt: %v", err)
+	}
+	if _, err := client.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Error("the client certificate may also serve: want clientAuth only")
+	}
+	if client.Subject.CommonName != "kube-apiserver" || client.IsCA {
+		t.Errorf("got CN %q, CA %v; want kube-apiserver, not a CA", client.Subject.CommonName, client.IsCA)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "client.key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("client.key: %v, mode %v; want 0600", err, info.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err == nil {
+		t.Error("-client wrote a serving certificate too")
+	}
+	for _, args := range [][]string{{"-client", "a", "-hosts", "b"}, {"-client", "a,b"}} {
+		if _, _, err := certsRun(t, append([]string{"-dir", t.TempDir()}, args...)...); err == nil {
+			t.Errorf("certs %q: got no error", args)
+		}
+	}
+}
