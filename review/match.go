@@ -193,6 +193,16 @@ type request struct {
 	// conversion is how the apiserver converts the object to another
 	// version of its kind, for a webhook of another: see kindInfo.
 	conversion string
+	// meta checks the object's metadata as the apiserver validates it
+	// after the mutating webhooks; nil checks nothing (a replay's, whose
+	// objects the apiserver took, and a subresource's).
+	meta *metaCheck
+	// scale, for a Scale of a built-in kind, re-derives the Scale the
+	// validating webhooks are sent from the object it scales.
+	scale *scaleOf
+	// sentAs, for a captured AdmissionReview reviewed without -config,
+	// is the kind and resource it was sent as.
+	sentAs *invocation
 }
 
 // namespacesResource is the resource of Namespaces, which the rules and

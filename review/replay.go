@@ -116,12 +116,16 @@ type replayResult struct {
 	Path           string   `json:"path,omitempty"` // a request for another path than a resource's, such as /version
 	DryRun         bool     `json:"dryRun,omitempty"`
 
-	Then          *thenResult          `json:"then,omitempty"`
-	Admission     *result              `json:"admission,omitempty"`   // the review, as of a manifest, the patch's values left out
-	Object        string               `json:"object,omitempty"`      // where the object reviewed comes from, when not requestObject
-	OldObject     string               `json:"oldObject,omitempty"`   // where oldObject comes from: the line that stored it, or why it is unknown
-	NotReviewed   string               `json:"notReviewed,omitempty"` // why a write was not reviewed
-	Authorization *authorizationResult `json:"authorization,omitempty"`
+	Then      *thenResult `json:"then,omitempty"`
+	Admission *result     `json:"admission,omitempty"` // the review, as of a manifest, the patch's values left out
+	Object    string      `json:"object,omitempty"`    // where the object reviewed comes from, when not requestObject
+	OldObject string      `json:"oldObject,omitempty"` // where oldObject comes from: the line that stored it, or why it is unknown
+	// NamespaceLabels says what decided whether a namespaceSelector that
+	// reads the namespace's labels matches: the log's evidence of the
+	// call, -namespaces, or the labels as the log stored them.
+	NamespaceLabels string               `json:"namespaceLabels,omitempty"`
+	NotReviewed     string               `json:"notReviewed,omitempty"` // why a write was not reviewed
+	Authorization   *authorizationResult `json:"authorization,omitempty"`
 	// CreateAuthorization is the second SubjectAccessReview of an update
 	// or a patch that created the object: a create of it.
 	CreateAuthorization *authorizationResult `json:"createAuthorization,omitempty"`

@@ -870,7 +870,7 @@ webhooks:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	summary, _, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-config", config)
+	_, summary, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-config", config)
 	if m := regexp.MustCompile(`admission: \d+ reviewed[^;]*; \d+ not reviewed; (\d+) not sent to the webhook`).FindStringSubmatch(summary); m == nil || m[1] == "0" {
 		t.Errorf("with a -config of Pods only, the summary does not count the ConfigMaps' writes as not sent to the webhook:\n%s", summary)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,6 +28,7 @@ type fakeWebhook struct {
 
 	mu       sync.Mutex
 	requests []*admissionv1.AdmissionRequest
+	routes   []string // the path each request was sent on
 	sars     []authorizationv1.SubjectAccessReviewSpec
 	calls    int
 }
@@ -57,6 +59,7 @@ func (f *fakeWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := review.Request
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
+	f.routes = append(f.routes, r.URL.Path)
 	f.calls++
 	calls := f.calls
 	f.mu.Unlock()
@@ -112,6 +115,11 @@ func reviewRun(t *testing.T, f *fakeWebhook, stdin string, files map[string]stri
 		args[i] = strings.ReplaceAll(a, "DIR", dir)
 	}
 	stdout, stderr, code = runReplayArgs(t, f, stdin, args...)
+	if !slices.Contains(args, "-o") {
+		// Text is read as a terminal shows it: the results on stdout, the
+		// header and the summary on stderr (TestSummaryOnStderr).
+		stdout += stderr
+	}
 	return stdout, stderr, code, dir
 }
 
@@ -191,11 +199,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-f", "DIR/x.yaml", "-old", "DIR/x.yaml"}, "-old is for -operation UPDATE"},
 		{[]string{"-f", "DIR/x.yaml", "-operation", "PATCH"}, "want CREATE, UPDATE, DELETE or CONNECT"},
 		{[]string{"-f", "DIR/x.yaml", "-operation", "CONNECT"}, "needs -subresource exec, attach, portforward or proxy"},
-		{[]string{"-f", "DIR/x.yaml", "-subresource", "exec"}, "are for -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-subresource", "exec"}, "give -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-connect-query", "command=sh"}, "-connect-query is for -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-operation", "DELETE", "-subresource", "status"}, "the apiserver deletes whole objects"},
+		{[]string{"-f", "DIR/x.yaml", "-skip-kind", "apps/v1/"}, "-skip-kind"},
+		{[]string{"-f", "DIR/x.yaml", "-skip-file", "[a"}, "-skip-file"},
 		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget=widgets,Sideways"}, "want Kind=plural"},
 		{[]string{"-f", "DIR/x.yaml", "-api-resources", "DIR/missing"}, "-api-resources"},
 		{[]string{"-f", "DIR/x.yaml", "stray"}, "unexpected argument"},
-		{[]string{"-f", "DIR/x.yaml", "-o", "yaml"}, "want text or json"},
+		{[]string{"-f", "DIR/x.yaml", "-o", "xml"}, "want text, json, yaml or junit"},
 		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget"}, "want Kind=plural"},
 		{[]string{"-f", "DIR/missing.yaml"}, "no such file"},
 	} {
@@ -370,7 +382,7 @@ webhooks:
 		"Deployment a-ns/selected: patched",
 		"Deployment a-ns/not-labelled: admitted\n  note: no webhook of -config matches it",
 		"Deployment b-ns/other-ns: admitted\n  note: no webhook of -config matches it",
-		"Deployment c-ns/unknown-ns: unknown: patched (1 operation) if the labels of the namespace c-ns match team=a; admitted otherwise (give the Namespace c-ns in -f)",
+		"Deployment c-ns/unknown-ns: unknown: patched (1 operation) if the labels of the namespace c-ns match team=a; admitted otherwise (give the Namespace c-ns in -f, or the cluster's with -namespaces)",
 		"ConfigMap a-ns/cm: admitted\n  note: no webhook of -config matches it",
 	} {
 		if !strings.Contains(out, want) {
