@@ -62,6 +62,13 @@ type replaySummary struct {
 	oldDropped                    int
 	earlierStage                  int
 	failed                        bool
+	// labelsBy counts the requests a namespace's labels decided, by what
+	// decided them (decided.by's first words), other than the labels
+	// the log stored.
+	labelsBy map[string]int
+	// labelsBeforeWrite names the writes of a Namespace after requests
+	// whose verdicts its labels from -namespaces decided.
+	labelsBeforeWrite []string
 }
 
 // replayAuditLogs is `webhook review -audit-log`.
@@ -74,6 +81,7 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 	}
 	p := newReplayer(r, o.auditCacheBytes)
 	p.sum.admission, p.sum.authorization, p.sum.authorizationNotSent, p.sum.changes = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
+	p.sum.labelsBy = map[string]int{}
 	out := &replayOutput{w: stdout, verbose: o.verbose, quiet: o.quiet}
 	switch o.output {
 	case "json", "yaml":
@@ -457,6 +465,12 @@ func (p *replayer) writeSummary(w io.Writer, o options) {
 	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d cannot be compared (%d whose verdict now depends on what the log does not hold, %d whose oldObject it does not hold); %d not compared (refused then before or beside the webhook, or no response)\n",
 		s.agree, s.disagree, s.cannotCompare, s.verdictUnknown, s.cannotCompare-s.verdictUnknown, s.notCompared)
 	fmt.Fprintf(w, "  oldObject: %d found in the log, %d not in it, %d dropped from the cache\n", s.oldFound, s.oldUnknown, s.oldDropped)
+	if len(s.labelsBy) > 0 {
+		fmt.Fprintf(w, "  namespaceSelectors that read labels the log did not store: %d decided by the log's evidence of the call, %d by -namespaces\n", s.labelsBy["the log's evidence"], s.labelsBy["-namespaces"])
+	}
+	for _, l := range s.labelsBeforeWrite {
+		fmt.Fprintf(w, "  note: %s\n", l)
+	}
 	sent := 0
 	for _, n := range s.authorization {
 		sent += n

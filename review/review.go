@@ -727,7 +727,7 @@ func (r *reviewer) setNamespaceLabels(req *request) {
 	case ok:
 		req.labelsHint = why
 	case r.replaying:
-		req.labelsHint = fmt.Sprintf("the log holds no version of the Namespace %s before this line: audit the writes of namespaces at RequestResponse, from the namespace's creation", name)
+		req.labelsHint = fmt.Sprintf("the log holds no version of the Namespace %s before this line, nor evidence of the call: give the cluster's namespaces with -namespaces FILE (kubectl get namespaces -o json > FILE)", name)
 	default:
 		req.labelsHint = fmt.Sprintf("give the Namespace %s in -f, or the cluster's with -namespaces", name)
 	}
@@ -753,7 +753,7 @@ func (r *reviewer) match(req request) (calls []invocation, unsure []unknown) {
 		}
 		calls = append(calls, *inv)
 		for _, u := range inv.unsure {
-			if !slices.Contains(unsure, u) {
+			if !slices.ContainsFunc(unsure, func(v unknown) bool { return v.what == u.what }) {
 				unsure = append(unsure, u)
 			}
 		}
