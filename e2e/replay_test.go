@@ -511,6 +511,14 @@ func replayAuthorizer(name, kubeconfig string) map[string]any {
 // and its audit log's path.
 func startReplayAPIServer(t *testing.T, dir string, authorizers ...map[string]any) (*apiServer, string) {
 	t.Helper()
+	return startAuthorizedAuditedAPIServer(t, dir, "apiserver-replay", replayAuditPolicy, authorizers...)
+}
+
+// startAuthorizedAuditedAPIServer starts a kube-apiserver of the test's own, named
+// name, that writes an audit log with auditPolicy, its authorizers those
+// given then RBAC, and returns it and its audit log's path.
+func startAuthorizedAuditedAPIServer(t *testing.T, dir, name, auditPolicy string, authorizers ...map[string]any) (*apiServer, string) {
+	t.Helper()
 	fitAuthorizers(t, authorizers...)
 	all := []any{}
 	for _, a := range authorizers {
@@ -523,8 +531,8 @@ func startReplayAPIServer(t *testing.T, dir string, authorizers ...map[string]an
 	}
 	authzFile, policyFile, logFile := filepath.Join(dir, "authorization-config.yaml"), filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
 	writeText(t, authzFile, string(authz))
-	writeText(t, policyFile, replayAuditPolicy)
-	a, err := startOwnAPIServer(t, "apiserver-replay", []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
+	writeText(t, policyFile, auditPolicy)
+	a, err := startOwnAPIServer(t, name, []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,6 +191,9 @@ func describe(r result) (line, label string) {
 	if r.Name != "" {
 		what += " " + qualified(r.Namespace, r.Name)
 	}
+	if r.Subresource != "" {
+		what += ", " + r.Subresource
+	}
 	if what != "" {
 		what += ": "
 	}

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -553,6 +554,11 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	if out.Mutate != nil {
 		out.Mutate.Patch = withoutValues(out.Mutate.Patch)
 	}
+	for i := range out.Requests {
+		if out.Requests[i].Operation != string(admissionv1.Connect) {
+			out.Requests[i].Object = nil // a subresource's object, which may hold a Secret's values
+		}
+	}
 	res.Admission = &out
 }
 
@@ -755,23 +761,40 @@ func applyPatch(old *unstructured.Unstructured, patch json.RawMessage) (*unstruc
 		}
 		return obj, "a JSON Patch"
 	}
-	var m map[string]any
-	if json.Unmarshal(trimmed, &m) != nil || m == nil {
+	m, err := objectFrom(trimmed)
+	if err != nil {
 		return nil, ""
 	}
-	if _, ok := m["kind"]; ok {
-		if _, ok := m["apiVersion"]; ok {
+	if _, ok := m.Object["kind"]; ok {
+		if _, ok := m.Object["apiVersion"]; ok {
 			return nil, ""
 		}
 	}
-	if !plainMergePatch(m) {
+	fresh := func() map[string]any {
+		doc, _ := objectFrom(before)
+		if doc == nil {
+			return nil
+		}
+		return doc.Object
+	}
+	if plainMergePatch(m.Object) {
+		return &unstructured.Unstructured{Object: mergePatch(fresh(), m.Object)}, "a merge patch"
+	}
+	// Lists, or directives: a strategic merge patch, where replay knows
+	// the kind's fields. The log does not say a patch's type: one without
+	// directives might be a merge patch, which replaces what strategic
+	// merge merges, and is applied only when the two agree.
+	merged, err := strategicMerge(fresh(), m.Object, old.GroupVersionKind())
+	if err != nil {
 		return nil, ""
 	}
-	var doc map[string]any
-	if json.Unmarshal(before, &doc) != nil {
+	if hasStrategicDirective(m.Object) {
+		return &unstructured.Unstructured{Object: merged}, "a strategic merge patch"
+	}
+	if !reflect.DeepEqual(merged, mergePatch(fresh(), m.Object)) {
 		return nil, ""
 	}
-	return &unstructured.Unstructured{Object: mergePatch(doc, m)}, "a merge patch"
+	return &unstructured.Unstructured{Object: merged}, "a patch that a merge patch and a strategic merge patch apply alike"
 }
 
 // plainMergePatch reports whether a patch holds no list and no key

@@ -248,14 +248,38 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
-			name: "strategic merge patch with a list: the object as stored, said so",
-			log: []string{stored, auditEventLine("patch", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
-				"requestObject":  map[string]any{"metadata": map[string]any{"finalizers": []any{"x"}}},
-				"responseObject": configMap("ns", "cm", "11", map[string]string{"seen": "yes", "mutated": "after"})})},
+			// A list a merge patch replaces and strategic merge merges: the
+			// log does not say which the patch was.
+			name: "a patch whose list a merge patch and a strategic merge patch apply otherwise: the object as stored, said so",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 201, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"requestObject": configMap("", "cm", "", nil), "responseObject": map[string]any{"kind": "ConfigMap", "apiVersion": "v1",
+					"metadata": map[string]any{"name": "cm", "namespace": "ns", "resourceVersion": "10", "finalizers": []any{"a"}}}}),
+				auditEventLine("patch", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject":  map[string]any{"metadata": map[string]any{"finalizers": []any{"x"}}},
+					"responseObject": configMap("ns", "cm", "11", map[string]string{"seen": "yes", "mutated": "after"})})},
 			want: admissionv1.Update,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
 				if !bytes.Contains(req.Object.Raw, []byte(`"mutated":"after"`)) || !strings.HasPrefix(res.Object, "the object as stored") {
 					t.Errorf("got object %s (%s); want the responseObject, said to be the stored one", req.Object.Raw, res.Object)
+				}
+			},
+		},
+		{
+			// kubectl debug's: the Pod's ephemeral containers merged by
+			// name, in the order $setElementOrder gives.
+			name: "a strategic merge patch: applied to the version stored, as strategic merge applies it",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"},
+					"spec": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx"}}, "ephemeralContainers": []any{map[string]any{"name": "one", "image": "a"}}}}}),
+				auditEventLine("patch", "/api/v1/namespaces/ns/pods/p/ephemeralcontainers", 403, ref("", "v1", "pods", "ns", "p", "ephemeralcontainers"), map[string]any{
+					"requestObject": map[string]any{"spec": map[string]any{"$setElementOrder/ephemeralContainers": []any{map[string]any{"name": "one"}, map[string]any{"name": "two"}},
+						"ephemeralContainers": []any{map[string]any{"name": "two", "image": "b"}}}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.Object.Raw, []byte(`"ephemeralContainers":[{"image":"a","name":"one"},{"image":"b","name":"two"}]`)) || !bytes.Contains(req.Object.Raw, []byte(`"containers":[{"image":"nginx","name":"app"}]`)) ||
+					!strings.Contains(res.Object, "a strategic merge patch") {
+					t.Errorf("got object %s (%s); want both ephemeral containers, in order, the container kept", req.Object.Raw, res.Object)
 				}
 			},
 		},
@@ -823,12 +847,17 @@ func TestReplayNeverPrintsValues(t *testing.T) {
 		auditEventLine("update", "/api/v1/namespaces/ns/secrets/bad-token", 200, ref("", "v1", "secrets", "ns", "bad-token", ""), map[string]any{"requestObject": secret}),
 		auditEventLine("patch", "/api/v1/namespaces/ns/secrets/bad-token", 200, ref("", "v1", "secrets", "ns", "bad-token", ""), map[string]any{
 			"requestObject": []any{map[string]any{"op": "replace", "path": "/stringData/password", "value": "SECRETVALUE"}}}),
+		// A subresource's object, sent whole: a Pod whose environment
+		// holds a value.
+		auditEventLine("update", "/api/v1/namespaces/ns/pods/bad-pod/ephemeralcontainers", 200, ref("", "v1", "pods", "ns", "bad-pod", "ephemeralcontainers"), map[string]any{
+			"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "bad-pod", "namespace": "ns"},
+				"spec": map[string]any{"ephemeralContainers": []any{map[string]any{"name": "d", "image": "busybox", "env": []any{map[string]any{"name": "TOKEN", "value": "SECRETVALUE"}}}}}}}),
 	}
 	path := filepath.Join(t.TempDir(), "audit.log")
 	if err := os.WriteFile(path, []byte(strings.Join(log, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"-v"}, {"-o", "json"}} {
+	for _, args := range [][]string{{"-v"}, {"-o", "json"}, {"-o", "yaml"}, {"-o", "junit"}} {
 		out, errOut, _ := runReplayArgs(t, &fakeWebhook{}, "", append([]string{"-audit-log", path}, args...)...)
 		for _, value := range []string{"SECRETVALUE", "U0VDUkVUVkFMVUU=", "LABELVALUE", `"yes"`} {
 			if strings.Contains(out+errOut, value) {

@@ -409,16 +409,19 @@ func (r *reviewer) objectKey(obj *parsedObject) string {
 
 // result is what the apiserver would do with one document.
 type result struct {
-	Source     string          `json:"source"`
-	APIVersion string          `json:"apiVersion,omitempty"`
-	Kind       string          `json:"kind,omitempty"`
-	Namespace  string          `json:"namespace,omitempty"`
-	Name       string          `json:"name,omitempty"`
-	Verdict    string          `json:"verdict"` // admitted, denied, error, unknown; for a SubjectAccessReview allowed, denied, no-opinion
-	Mutate     *mutateResult   `json:"mutate,omitempty"`
-	Validate   *validateResult `json:"validate,omitempty"`
-	DryRunSame *bool           `json:"dryRunSame,omitempty"`
-	Webhooks   []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
+	Source     string `json:"source"`
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	// Subresource is the subresource written (-subresource), of the
+	// object named.
+	Subresource string          `json:"subresource,omitempty"`
+	Verdict     string          `json:"verdict"` // admitted, denied, error, unknown; for a SubjectAccessReview allowed, denied, no-opinion
+	Mutate      *mutateResult   `json:"mutate,omitempty"`
+	Validate    *validateResult `json:"validate,omitempty"`
+	DryRunSame  *bool           `json:"dryRunSame,omitempty"`
+	Webhooks    []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
 	// Requests are the AdmissionRequests the webhooks are sent, as what
 	// (the kind and resource, under matchPolicy Equivalent another
 	// version's), the first of each webhook.
@@ -984,8 +987,8 @@ func (r *reviewer) call(ctx context.Context, res *result, c invocation, req requ
 	if res != nil && !slices.ContainsFunc(res.Requests, func(s sentRequest) bool { return s.Webhook == c.hook.name && s.Route == c.hook.route }) {
 		sent := sentRequest{Webhook: c.hook.name, Route: c.hook.route, Operation: string(areq.Operation), Kind: areq.Kind, Resource: areq.Resource,
 			SubResource: areq.SubResource, RequestKind: *areq.RequestKind, RequestResource: *areq.RequestResource, Namespace: areq.Namespace, Name: areq.Name}
-		if req.operation == admissionregistrationv1.Connect {
-			sent.Object = object
+		if req.operation == admissionregistrationv1.Connect || req.subresource != "" {
+			sent.Object = object // what review made, or the options: the object of a subresource
 		}
 		res.Requests = append(res.Requests, sent)
 	}

@@ -286,6 +286,7 @@ func (r *reviewer) reviewSubresource(ctx context.Context, obj *parsedObject, res
 	}
 	req.labels, req.oldLabels = labelsOf2(object), labelsOf2(oldObject)
 	r.setNamespaceLabels(&req)
+	res.Subresource = sub
 	runs, unknownRes := r.variants(ctx, res, req, parent.scope)
 	if unknownRes != nil {
 		return *unknownRes
