@@ -668,8 +668,12 @@ func TestReviewSubresourcesMatchTheAPIServer(t *testing.T) {
 		}
 		return o
 	}
-	getDeploy := func() (runtime.Object, error) { return api.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{}) }
-	getPod := func() (runtime.Object, error) { return api.client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{}) }
+	getDeploy := func() (runtime.Object, error) {
+		return api.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	}
+	getPod := func() (runtime.Object, error) {
+		return api.client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+	}
 	withReplicas := func(n int32) func(runtime.Object) runtime.Object {
 		return func(o runtime.Object) runtime.Object {
 			d := o.(*appsv1.Deployment).DeepCopy()
