@@ -6,33 +6,41 @@ package review
 // patchMergeKey from its Go type's tags), for a replay whose log holds a
 // PATCH but not its result: kubectl debug's, kubectl apply's (client
 // side), kubectl edit's. It knows the kinds of core/v1, apps/v1, batch/v1
-// and autoscaling/v1, and the directives kubectl sends ($patch,
+// and autoscaling/v1 that strategicfields.go describes, generated from
+// k8s.io/api's Go types, and the directives kubectl sends ($patch,
 // $setElementOrder, $deleteFromPrimitiveList); anything else it does not
 // apply, rather than apply otherwise than the apiserver.
 
 import (
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"sync"
 
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// strategicTypes are the Go types of the kinds strategicMerge knows.
-var strategicTypes = sync.OnceValue(func() *runtime.Scheme {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, autoscalingv1.AddToScheme} {
-		_ = add(s) // only conflicting registrations fail, which these are not
-	}
-	return s
+// strategicField is a field of a Go type of k8s.io/api, as strategic
+// merge reads it: the Go type of its value, when an object of fields
+// (strategicTypes names it); its shape, 'l' a list, 'm' a map of values,
+// 0 one value; its patchStrategy and patchMergeKey.
+type strategicField struct {
+	typ                string
+	shape              byte
+	strategy, mergeKey string
+}
+
+// strategicTable is strategicfields.go's, built the first time a replay
+// merges a patch.
+var strategicTable = sync.OnceValue(func() struct {
+	kinds map[string]string
+	types map[string]map[string]strategicField
+} {
+	return struct {
+		kinds map[string]string
+		types map[string]map[string]strategicField
+	}{strategicKinds(), strategicTypes()}
 })
 
 // errNotStrategic is a patch strategicMerge does not apply.
@@ -42,11 +50,11 @@ var errNotStrategic = errors.New("not a strategic merge patch review applies")
 // to doc, an object of kind gvk decoded from JSON, and returns the result;
 // doc is the caller's own copy, which it changes.
 func strategicMerge(doc, patch map[string]any, gvk schema.GroupVersionKind) (map[string]any, error) {
-	obj, err := strategicTypes().New(gvk)
-	if err != nil {
+	typ, ok := strategicTable().kinds[gvk.GroupVersion().String()+"/"+gvk.Kind]
+	if !ok {
 		return nil, fmt.Errorf("%w: review does not know the fields of %s", errNotStrategic, gvk)
 	}
-	out, err := mergeStrategic(doc, patch, reflect.TypeOf(obj).Elem())
+	out, err := mergeStrategic(doc, patch, strategicField{typ: typ})
 	if err != nil {
 		return nil, err
 	}
@@ -72,38 +80,18 @@ func hasStrategicDirective(v any) bool {
 	return false
 }
 
-// fieldOf finds the field of struct type t whose JSON name is name,
-// embedded (inline) structs' fields included, and its patch strategy and
-// merge key.
-func fieldOf(t reflect.Type, name string) (ft reflect.Type, strategy, mergeKey string, ok bool) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if f.Anonymous && tag == "" {
-			if ft, strategy, mergeKey, ok = fieldOf(deref(f.Type), name); ok {
-				return
-			}
-			continue
-		}
-		if tag == name {
-			return f.Type, f.Tag.Get("patchStrategy"), f.Tag.Get("patchMergeKey"), true
-		}
-	}
-	return nil, "", "", false
+// fieldOf is the field of the object of type t (one of strategicTypes)
+// whose JSON name is name.
+func fieldOf(t string, name string) (strategicField, bool) {
+	f, ok := strategicTable().types[t][name]
+	return f, ok
 }
 
-func deref(t reflect.Type) reflect.Type {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	return t
-}
-
-// mergeStrategic merges patch into original, of Go type t (a struct, or a
-// map of values), as strategicpatch's mergeMap does; nil when the patch
+// mergeStrategic merges patch into original, an object of the fields of
+// t.typ or, when t is a map ('m'), a map of such values (of one value when
+// t.typ is ""), as strategicpatch's mergeMap does; nil when the patch
 // deletes it.
-func mergeStrategic(original, patch map[string]any, t reflect.Type) (map[string]any, error) {
-	t = deref(t)
+func mergeStrategic(original, patch map[string]any, t strategicField) (map[string]any, error) {
 	if original == nil {
 		original = map[string]any{}
 	}
@@ -157,26 +145,28 @@ func mergeStrategic(original, patch map[string]any, t reflect.Type) (map[string]
 			delete(original, k)
 			continue
 		}
-		var ft reflect.Type
-		var strategy, mergeKey string
-		switch t.Kind() {
-		case reflect.Struct:
+		var ft strategicField
+		switch {
+		case t.shape == 'm':
+			ft = strategicField{typ: t.typ} // a value of the map
+		case t.typ != "":
 			var ok bool
-			if ft, strategy, mergeKey, ok = fieldOf(t, k); !ok {
+			if ft, ok = fieldOf(t.typ, k); !ok {
 				// The apiserver fails such a patch: it finds no field.
-				return nil, fmt.Errorf("%w: %s has no field %s", errNotStrategic, t.Name(), k)
+				return nil, fmt.Errorf("%w: %s has no field %s", errNotStrategic, t.typ, k)
 			}
-		case reflect.Map:
-			ft = t.Elem()
 		default:
 			return nil, fmt.Errorf("%w: %s is not an object", errNotStrategic, k)
 		}
 		switch pv := v.(type) {
 		case map[string]any:
 			sub, _ := original[k].(map[string]any)
-			if deref(ft).Kind() != reflect.Struct && deref(ft).Kind() != reflect.Map {
-				original[k] = pv // a struct of its own encoding (a Quantity, a Time) holds no map
+			if ft.shape == 0 && ft.typ == "" {
+				original[k] = pv // a value of its own encoding (a Quantity, raw JSON) merges as a whole
 				continue
+			}
+			if ft.shape == 'l' {
+				return nil, fmt.Errorf("%w: an object where %s is a list", errNotStrategic, k)
 			}
 			merged, err := mergeStrategic(sub, pv, ft)
 			if err != nil {
@@ -189,7 +179,7 @@ func mergeStrategic(original, patch map[string]any, t reflect.Type) (map[string]
 			}
 		case []any:
 			have, _ := original[k].([]any)
-			merged, err := mergeStrategicList(have, pv, ft, strategy, mergeKey)
+			merged, err := mergeStrategicList(have, pv, ft)
 			if err != nil {
 				return nil, err
 			}
@@ -199,28 +189,28 @@ func mergeStrategic(original, patch map[string]any, t reflect.Type) (map[string]
 		}
 	}
 	for field, order := range orders {
-		var mergeKey string
-		if t.Kind() == reflect.Struct {
-			_, _, mergeKey, _ = fieldOf(t, field)
-		}
+		f, _ := fieldOf(t.typ, field)
 		list, _ := original[field].([]any)
-		original[field] = inPatchOrder(list, order, before[field], mergeKey)
+		original[field] = inPatchOrder(list, order, before[field], f.mergeKey)
 	}
 	return original, nil
 }
 
-// mergeStrategicList merges the list patch into have, a field of type ft
-// (a slice) and of patch strategy strategy: a merge list of objects by
-// mergeKey, a merge list of values as a set, or, without "merge",
-// replaced.
-func mergeStrategicList(have, patch []any, ft reflect.Type, strategy, mergeKey string) ([]any, error) {
-	if !slices.Contains(strings.Split(strategy, ","), "merge") {
+// mergeStrategicList merges the list patch into have, the value of the
+// field f: by its patch strategy, a merge list of objects by its merge
+// key, a merge list of values as a set, or, without "merge", replaced.
+func mergeStrategicList(have, patch []any, f strategicField) ([]any, error) {
+	mergeKey := f.mergeKey
+	if f.shape != 'l' {
+		return nil, fmt.Errorf("%w: a list where the field is not one", errNotStrategic)
+	}
+	if !slices.Contains(strings.Split(f.strategy, ","), "merge") {
 		if hasStrategicDirective(patch) {
 			return nil, fmt.Errorf("%w: a directive in a list that is replaced", errNotStrategic)
 		}
 		return patch, nil
 	}
-	elem := deref(ft).Elem()
+	elem := strategicField{typ: f.typ}
 	if mergeKey == "" {
 		out := slices.Clone(have)
 		for _, v := range patch {

