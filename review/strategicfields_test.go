@@ -39,7 +39,7 @@ var strategicRoots = map[string]any{
 // TestStrategicFields holds strategicfields.go, the fields strategic
 // merge reads of each kind and their patch strategies, to k8s.io/api's Go
 // types, from which -update-strategic writes it: the webhook itself does
-// not link those types, 1.4 MiB of its resident memory.
+// not link those types.
 func TestStrategicFields(t *testing.T) {
 	got := generateStrategicFields(t)
 	if *updateStrategic {
