@@ -68,6 +68,9 @@ type variantRun struct {
 // what review says of the object, and its patch.
 func (v variantRun) outcome() string {
 	_, label := describe(v.res)
+	if label == "error" {
+		return label + " " + v.res.Error // whatever the mutating webhooks patched before it
+	}
 	patch := "[]"
 	if v.res.Mutate != nil {
 		patch = string(v.res.Mutate.Patch)
