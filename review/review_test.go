@@ -15,6 +15,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/webhook/jsonpatch"
 )
 
 // fakeWebhook is a webhook of the tests' own, speaking the apiserver's
@@ -458,6 +460,46 @@ func TestVerboseDiff(t *testing.T) {
 		}
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("a Secret's data in -v's diff:\n%s", out)
+		}
+	}
+}
+
+// TestApplyJSONPatchToMetadata: a patch below /metadata applied to the
+// metadata alone gives the bytes, and the errors, jsonpatch.Apply gives
+// applied to the whole object.
+func TestApplyJSONPatchToMetadata(t *testing.T) {
+	docs := []string{
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"a":"b"}}`,
+		`{"apiVersion":"v1","data":{"metadata":"x"},"kind":"ConfigMap","metadata":{"annotations":{"a/b":"c"},"labels":{"x":"y"},"name":"c"},"spec":{"metadata":{"name":"inner"}}}`,
+		`{"metadata":{"finalizers":["f"],"name":"c"}}`,
+		`{"kind":"X","metadata":{}}`,
+		`{"kind":"X","metadata":null}`,
+		`{"kind":"X"}`,
+	}
+	patches := []string{
+		`[{"op":"add","path":"/metadata/annotations","value":{"seen":"yes"}}]`,
+		`[{"op":"add","path":"/metadata/annotations/a~1b","value":"d"}]`,
+		`[{"op":"add","path":"/metadata/labels/z","value":"1"},{"op":"remove","path":"/metadata/labels/x"}]`,
+		`[{"op":"replace","path":"/metadata/name","value":"d"},{"op":"test","path":"/metadata/name","value":"d"}]`,
+		`[{"op":"copy","from":"/metadata/name","path":"/metadata/generateName"}]`,
+		`[{"op":"move","from":"/metadata/name","path":"/metadata/labels/name"}]`,
+		`[{"op":"add","path":"/metadata/finalizers/-","value":"g"}]`,
+		`[{"op":"test","path":"/metadata/name","value":"nope"}]`,
+		`[{"op":"add","path":"/spec/x","value":1}]`,
+		`[{"op":"copy","from":"/data/a","path":"/metadata/annotations"}]`,
+		`[]`,
+	}
+	for _, doc := range docs {
+		for _, patch := range patches {
+			canonical, err := canonicalJSON([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantErr := jsonpatch.Apply(canonical, []byte(patch))
+			got, gotErr := applyJSONPatch(canonical, []byte(patch))
+			if string(got) != string(want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Errorf("patch %s of %s: got %s, %v; want %s, %v", patch, doc, got, gotErr, want, wantErr)
+			}
 		}
 	}
 }
