@@ -39,8 +39,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -248,40 +250,67 @@ func (in *inputs) close() {
 // and hands found the units whose text names a CustomResourceDefinition or
 // a Namespace (an item only once its document is known to be a List), as
 // it reads them: found must not keep a unit's text, whose buffer the next
-// unit reuses.
-func (in *inputs) scan(found func(unit)) error {
-	for _, f := range in.files {
-		plans := map[int]listPlan{}
-		in.plans[f.name] = plans
-		var items []unit // of the document being read, until it is known to be a List
-		itemsOf := 0
-		err := readFile(f, nil, func(u unit) {
-			if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
-				found(u)
+// unit reuses, and returns what it makes of it. It returns what found
+// made, by file in the order of the files. The files are split on every
+// CPU, each by one goroutine: found must be safe to call from several.
+func (in *inputs) scan(found func(unit) []parsedObject) ([][]parsedObject, error) {
+	made := make([][]parsedObject, len(in.files))
+	plans := make([]map[int]listPlan, len(in.files))
+	errs := make([]error, len(in.files))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(in.files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				plans[i], made[i], errs[i] = scanFile(in.files[i], found)
 			}
-		}, func(doc int, item unit) {
-			if itemsOf != doc {
-				items, itemsOf = items[:0], doc
-			}
-			if mayDefine(item.raw) {
-				item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
-				items = append(items, item)
-			}
-		}, func(doc int, plan listPlan) {
-			plans[doc] = plan
-			if plan.isList() && itemsOf == doc {
-				for _, it := range items {
-					it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
-					found(it)
-				}
-			}
-			items = items[:0]
-		})
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
+		}()
 	}
-	return nil
+	for i := range in.files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, f := range in.files {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, errs[i])
+		}
+		in.plans[f.name] = plans[i]
+	}
+	return made, nil
+}
+
+// scanFile is scan of one file.
+func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, []parsedObject, error) {
+	plans := map[int]listPlan{}
+	var made []parsedObject
+	var items []unit // of the document being read, until it is known to be a List
+	itemsOf := 0
+	err := readFile(f, nil, func(u unit) {
+		if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
+			made = append(made, found(u)...)
+		}
+	}, func(doc int, item unit) {
+		if itemsOf != doc {
+			items, itemsOf = items[:0], doc
+		}
+		if mayDefine(item.raw) {
+			item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
+			items = append(items, item)
+		}
+	}, func(doc int, plan listPlan) {
+		plans[doc] = plan
+		if plan.isList() && itemsOf == doc {
+			for _, it := range items {
+				it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
+				made = append(made, found(it)...)
+			}
+		}
+		items = items[:0]
+	})
+	return plans, made, err
 }
 
 // mayDefine reports whether text may be a CustomResourceDefinition or a

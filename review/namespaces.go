@@ -26,7 +26,7 @@ func (r *reviewer) readNamespaces() error {
 		return usageError("-namespaces: %v", err)
 	}
 	defer in.close()
-	if err := in.scan(func(unit) {}); err != nil {
+	if _, err := in.scan(func(unit) []parsedObject { return nil }); err != nil {
 		return usageError("-namespaces: %v", err)
 	}
 	r.clusterNamespaces = map[string]map[string]string{}

@@ -326,10 +326,10 @@ type reviewer struct {
 }
 
 // learn is the first pass over the input: the CustomResourceDefinitions,
-// then -api-resources, and the Namespaces' labels.
+// then -api-resources, and the Namespaces' labels. The files are read on
+// every CPU; what they define is taken in their order.
 func (r *reviewer) learn(in *inputs) error {
-	var crdErr error
-	err := in.scan(func(u unit) {
+	perFile, err := in.scan(func(u unit) []parsedObject {
 		if !u.isJSON && bytes.Contains(u.raw, []byte("CustomResourceDefinition")) {
 			// A CustomResourceDefinition is mostly its schemas, which
 			// this pass does not read: read without them, it is a few
@@ -337,22 +337,29 @@ func (r *reviewer) learn(in *inputs) error {
 			u.raw = withoutSchemas(u.raw)
 		}
 		objs, _ := parseUnit(u)
+		return slices.DeleteFunc(objs, func(obj parsedObject) bool {
+			return !(obj.head.Kind == "CustomResourceDefinition" && obj.head.APIVersion == "apiextensions.k8s.io/v1") &&
+				!(obj.head.Kind == "Namespace" && obj.head.APIVersion == "v1")
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var crdErr error
+	for _, objs := range perFile {
 		for _, obj := range objs {
-			switch {
-			case obj.head.Kind == "CustomResourceDefinition" && obj.head.APIVersion == "apiextensions.k8s.io/v1":
+			switch obj.head.Kind {
+			case "CustomResourceDefinition":
 				var crd crdDocument
 				if json.Unmarshal(obj.json, &crd) == nil {
 					if err := r.catalog.addCRD(crd, obj.source); err != nil && crdErr == nil {
 						crdErr = fmt.Errorf("%s: %w", obj.source, err)
 					}
 				}
-			case obj.head.Kind == "Namespace" && obj.head.APIVersion == "v1":
+			case "Namespace":
 				r.namespaces[obj.head.Metadata.Name] = obj.head.Metadata.Labels
 			}
 		}
-	})
-	if err != nil {
-		return err
 	}
 	if r.o.apiResources != "" {
 		if err := r.catalog.readAPIResources(r.o.apiResources); err != nil {
@@ -369,7 +376,7 @@ func (r *reviewer) readOld() error {
 		return usageError("-old: %v", err)
 	}
 	defer in.close()
-	if err := in.scan(func(unit) {}); err != nil {
+	if _, err := in.scan(func(unit) []parsedObject { return nil }); err != nil {
 		return usageError("-old: %v", err)
 	}
 	r.olds = map[string]*parsedObject{}
