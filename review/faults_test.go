@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -31,6 +32,10 @@ func TestOneAnswerPerFault(t *testing.T) {
 		{"a number as name", cm("metadata: {name: 42, namespace: ns}\n"), "metadata.name is a JSON number, where the apiserver takes a string"},
 		{"a Helm expression as name", cm("metadata: {name: \"{{ .Release.Name }}-cm\", namespace: ns}\n"),
 			`the apiserver refuses it (422 Invalid) before any validating webhook: metadata.name: Invalid value: "{{ .Release.Name }}-cm": a lowercase RFC 1123 subdomain`},
+		// Every fault said, in one order run after run: labels are
+		// validated walking a map.
+		{"bad labels", cm("metadata: {name: c, namespace: ns, labels: {a: \"{{ x }}\", b: \"{{ y }}\", c: \"{{ z }}\", d: \"-\"}}\n"),
+			`metadata.labels: Invalid value: "-": a valid label must be`},
 		{"an upper-case name", cm("metadata: {name: Settings, namespace: ns}\n"), `metadata.name: Invalid value: "Settings"`},
 		{"metadata null", cm("metadata: null\n"), "metadata.name: Required value: name or generateName is required"},
 		{"a bad label key", cm("metadata: {name: c, namespace: ns, labels: {\"a b\": c}}\n"), `metadata.labels: Invalid value: "a b"`},
@@ -48,6 +53,18 @@ func TestOneAnswerPerFault(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The same faults, said in the same order every time.
+	doc := cm("metadata: {name: c, namespace: ns, labels: {a: \"{{ x }}\", b: \"{{ y }}\", c: \"{{ z }}\", d: \"{{ w }}\"}}\n")
+	first, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": doc}, "-f", "DIR/o.yaml", "-o", "json")
+	for range 10 {
+		again, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": doc}, "-f", "DIR/o.yaml", "-o", "json")
+		if stripDir(again) != stripDir(first) {
+			t.Fatalf("the same faults said otherwise:\n%s\nthen\n%s", first, again)
+		}
+	}
+	if !strings.Contains(first, "render it first") {
+		t.Errorf("a template's expression as label values, not said to be one:\n%s", first)
 	}
 	// What the apiserver takes is not refused: a Role named as a path
 	// segment may hold a colon, a generateName is checked as the name
@@ -296,4 +313,9 @@ webhooks:
 			t.Errorf("the result of an Octopus of unknown scope, the same either way, says it was sent in namespace %q; want the cluster-scoped run's", r.Namespace)
 		}
 	}
+}
+
+// stripDir is out with the temporary directories of sources left out.
+func stripDir(out string) string {
+	return regexp.MustCompile(`/tmp/[^"#]*/`).ReplaceAllString(out, "")
 }

@@ -15,6 +15,7 @@ package review
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/validate/content"
@@ -133,9 +134,12 @@ func (c *metaCheck) metadataProblem(meta metav1.ObjectMeta) string {
 	for _, e := range errs {
 		msgs = append(msgs, e.Error())
 	}
+	// In one order, run after run: the validation of labels and
+	// annotations walks a map.
+	slices.Sort(msgs)
 	msg := strings.Join(msgs, "; ")
 	if strings.Contains(msg, "{{") {
-		msg += " (a Helm template's expression: render it first, with helm template)"
+		msg += " (a template's {{ … }} expression: render it first, with helm template or the tool it is written for)"
 	}
 	return "the apiserver refuses it (422 Invalid) before any validating webhook: " + msg
 }
