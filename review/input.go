@@ -438,6 +438,9 @@ type yamlSplitter struct {
 
 func (s *yamlSplitter) run(br *bufio.Reader) error {
 	for {
+		if s.content && s.badSep == "" && (!s.inItems || s.itemsDone) && s.bulk(br) {
+			continue
+		}
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			long := append([]byte(nil), line...)
@@ -470,6 +473,29 @@ func (s *yamlSplitter) run(br *bufio.Reader) error {
 			return err
 		}
 	}
+}
+
+// bulk takes at once, inside a document's text, the complete lines
+// buffered before the next that take must see alone: one that begins
+// with "---" (a separator) or "items:" (a List's items). It reports
+// whether it took any. take would append them one by one, as it does
+// every line of a List's items.
+func (s *yamlSplitter) bulk(br *bufio.Reader) bool {
+	buf, _ := br.Peek(br.Buffered())
+	end := bytes.LastIndexByte(buf, '\n') + 1
+	if end == 0 || bytes.HasPrefix(buf, []byte("---")) || bytes.HasPrefix(buf, []byte("items:")) {
+		return false
+	}
+	buf = buf[:end]
+	for _, special := range [][]byte{[]byte("\n---"), []byte("\nitems:")} {
+		if i := bytes.Index(buf, special); i >= 0 {
+			buf = buf[:i+1]
+		}
+	}
+	s.text = append(s.text, buf...)
+	s.line += bytes.Count(buf, []byte("\n"))
+	_, _ = br.Discard(len(buf))
+	return true
 }
 
 // take reads one line, with its newline.
