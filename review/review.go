@@ -702,7 +702,7 @@ func withNamespace(object []byte, has, namespace string) ([]byte, error) {
 		b, _ := json.Marshal(namespace)
 		op = `[{"op":"add","path":"/metadata/namespace","value":` + string(b) + `}]`
 	}
-	out, err := jsonpatch.Apply(object, []byte(op))
+	out, err := applyJSONPatch(object, []byte(op))
 	if err != nil {
 		return nil, fmt.Errorf("the object's metadata is not an object: %w", err)
 	}
