@@ -520,7 +520,10 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	calls, unsure := p.match(req)
 	// What the log shows of the calls, and -namespaces, decide what they
 	// can of what replay does not know.
-	d := p.decide(unsure, calls, p.evidenceOf(e, res.Then))
+	var d decided
+	if len(unsure) > 0 {
+		d = p.decide(unsure, calls, p.evidenceOf(e, res.Then))
+	}
 	if said := d.source(unsure); said != "" {
 		res.NamespaceLabels = said
 		for _, u := range unsure {
