@@ -764,37 +764,39 @@ func applyPatch(old *unstructured.Unstructured, patch json.RawMessage) (*unstruc
 		}
 		return obj, "a JSON Patch"
 	}
-	m, err := objectFrom(trimmed)
-	if err != nil {
+	var m map[string]any
+	if json.Unmarshal(trimmed, &m) != nil || m == nil {
 		return nil, ""
 	}
-	if _, ok := m.Object["kind"]; ok {
-		if _, ok := m.Object["apiVersion"]; ok {
+	if _, ok := m["kind"]; ok {
+		if _, ok := m["apiVersion"]; ok {
 			return nil, ""
 		}
 	}
 	fresh := func() map[string]any {
-		doc, _ := objectFrom(before)
-		if doc == nil {
-			return nil
-		}
-		return doc.Object
+		var doc map[string]any
+		_ = json.Unmarshal(before, &doc)
+		return doc
 	}
-	if plainMergePatch(m.Object) {
-		return &unstructured.Unstructured{Object: mergePatch(fresh(), m.Object)}, "a merge patch"
+	if plainMergePatch(m) {
+		doc := fresh()
+		if doc == nil {
+			return nil, ""
+		}
+		return &unstructured.Unstructured{Object: mergePatch(doc, m)}, "a merge patch"
 	}
 	// Lists, or directives: a strategic merge patch, where replay knows
 	// the kind's fields. The log does not say a patch's type: one without
 	// directives might be a merge patch, which replaces what strategic
 	// merge merges, and is applied only when the two agree.
-	merged, err := strategicMerge(fresh(), m.Object, old.GroupVersionKind())
+	merged, err := strategicMerge(fresh(), m, old.GroupVersionKind())
 	if err != nil {
 		return nil, ""
 	}
-	if hasStrategicDirective(m.Object) {
+	if hasStrategicDirective(m) {
 		return &unstructured.Unstructured{Object: merged}, "a strategic merge patch"
 	}
-	if !reflect.DeepEqual(merged, mergePatch(fresh(), m.Object)) {
+	if !reflect.DeepEqual(merged, mergePatch(fresh(), m)) {
 		return nil, ""
 	}
 	return &unstructured.Unstructured{Object: merged}, "a patch that a merge patch and a strategic merge patch apply alike"
