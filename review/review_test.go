@@ -395,6 +395,21 @@ webhooks:
 		t.Errorf("got exit %d, want %d: a verdict is not known", code, exitUnknown)
 	}
 
+	// The cluster's namespaces (-namespaces) tell the labels of one the
+	// input does not hold; a Namespace of the input is what will be, and
+	// is read first.
+	listed := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"c-ns","labels":{"team":"a"}}},` +
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a-ns","labels":{"team":"b"}}}]}`
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"config.yaml": config, "objects.yaml": objects, "ns.json": listed},
+		"-f", "DIR/objects.yaml", "-config", "DIR/config.yaml", "-namespaces", "DIR/ns.json")
+	if !strings.Contains(out, "Deployment c-ns/unknown-ns: patched") || !strings.Contains(out, "Deployment a-ns/selected: patched") || code != 0 {
+		t.Errorf("-namespaces: got exit %d:\n%s\nwant c-ns's labels from the list, a-ns's from -f", code, out)
+	}
+	if _, errOut, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"objects.yaml": objects, "cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
+		"-f", "DIR/objects.yaml", "-namespaces", "DIR/cm.yaml"); code != exitUsage || !strings.Contains(errOut, "not a Namespace") {
+		t.Errorf("-namespaces of a ConfigMap: got exit %d, %q; want bad usage", code, errOut)
+	}
+
 	// A namespace whose labels are not known, but whatever they are the
 	// verdict is one: it is known, and a note says what was not.
 	noPatch := strings.Replace(config, "inject: \"yes\"", "never: \"true\"", 1)
