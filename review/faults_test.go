@@ -30,6 +30,7 @@ func TestOneAnswerPerFault(t *testing.T) {
 		{"a list annotation", cm("metadata:\n  name: c\n  namespace: ns\n  annotations: {hosts: [a, b]}\n"),
 			"metadata.annotations.hosts is a JSON array, where the apiserver takes a string"},
 		{"a number as name", cm("metadata: {name: 42, namespace: ns}\n"), "metadata.name is a JSON number, where the apiserver takes a string"},
+		{"managedFields that are not a list", cm("metadata: {name: c, namespace: ns, managedFields: oops}\n"), "metadata.managedFields is a JSON string, where the apiserver takes a list"},
 		{"a Helm expression as name", cm("metadata: {name: \"{{ .Release.Name }}-cm\", namespace: ns}\n"),
 			`the apiserver refuses it (422 Invalid) before any validating webhook: metadata.name: Invalid value: "{{ .Release.Name }}-cm": a lowercase RFC 1123 subdomain`},
 		// Every fault said, in one order run after run: labels are
@@ -72,6 +73,9 @@ func TestOneAnswerPerFault(t *testing.T) {
 	for _, doc := range []string{
 		"apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: \"system:reader\", namespace: ns}\n",
 		cm("metadata: {generateName: settings-, namespace: ns}\n"),
+		// Managed fields the field manager cannot read it resets, rather
+		// than refuse the object.
+		cm("metadata: {name: c, namespace: ns, managedFields: [{manager: m, operation: Bogus}]}\n"),
 	} {
 		out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": doc}, "-f", "DIR/o.yaml")
 		if code != 0 || strings.Contains(out, "error") {

@@ -114,8 +114,14 @@ func (c *metaCheck) decoded(object []byte) string {
 
 // metadataProblem validates meta as the apiserver validates an object's
 // of the kind. A CREATE's generateName is first turned into a name, as
-// the apiserver does before validating.
+// the apiserver does before validating. Its managedFields are not
+// validated: the field manager replaces those it cannot read by the
+// stored object's before validation, and after the mutating webhooks
+// (k8s.io/apimachinery pkg/util/managedfields/internal/fieldmanager.go,
+// decodeLiveOrNew; k8s.io/apiserver pkg/endpoints/handlers/create.go,
+// NewManagedFieldsValidatingAdmissionController).
 func (c *metaCheck) metadataProblem(meta metav1.ObjectMeta) string {
+	meta.ManagedFields = nil
 	if c.operation == "CREATE" && meta.Name == "" && meta.GenerateName != "" {
 		meta.Name = meta.GenerateName[:min(len(meta.GenerateName), maxGeneratedNameLength)] + "xxxxx"
 	}
