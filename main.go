@@ -21,6 +21,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -178,20 +179,41 @@ func main() {
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	// doctor and review end with the status their checks and verdicts say.
+	if code := exitStatus(err, os.Stderr); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// exitStatus is the status the process exits with after run returned err,
+// and it writes to stderr what err says that the user has not read yet:
+// doctor and review end with the status their checks and verdicts say;
+// package flag has printed its own errors, with the usage.
+func exitStatus(err error, stderr io.Writer) int {
 	var exit interface{ ExitCode() int }
 	switch {
-	case errors.Is(err, flag.ErrHelp):
-		os.Exit(0)
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.As(err, &exit):
-		if errors.Unwrap(err) != nil {
-			fmt.Fprintln(os.Stderr, "webhook:", err)
+		if errors.Unwrap(err) != nil && !printedByFlag(err) {
+			fmt.Fprintln(stderr, "webhook:", err)
 		}
-		os.Exit(exit.ExitCode())
-	case err != nil:
-		fmt.Fprintln(os.Stderr, "webhook:", err)
-		os.Exit(1)
+		return exit.ExitCode()
 	}
+	fmt.Fprintln(stderr, "webhook:", err)
+	return 1
+}
+
+// printedByFlag reports whether err is one of package flag's parse
+// errors, which its FlagSet has written with the usage before returning
+// it (flag.go, failf).
+func printedByFlag(err error) bool {
+	msg := err.Error()
+	for _, prefix := range []string{"flag provided but not defined: ", "bad flag syntax: ", "flag needs an argument: ", "invalid value ", "invalid boolean value ", "invalid boolean flag "} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // config is everything run reads from its flags and environment.
@@ -293,6 +315,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	if cfg.shutdownDelay < 0 {
 		return config{}, fmt.Errorf("-shutdown-delay %s: want zero or more", cfg.shutdownDelay)
 	}
+	for _, l := range []struct{ flag, addr string }{{"-listen", cfg.listen}, {"-metrics-listen", cfg.metricsListen}} {
+		if err := checkListenAddress(l.addr); l.addr != "" && err != nil {
+			return config{}, fmt.Errorf("%s %q: %w", l.flag, l.addr, err)
+		}
+	}
 	if cfg.maxInflightBytes < body.MaxBytes {
 		return config{}, fmt.Errorf("-max-inflight-bytes %d: want at least %d, the largest review, or such a review could never be served", cfg.maxInflightBytes, body.MaxBytes)
 	}
@@ -330,6 +357,23 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	return cfg, nil
 }
 
+// checkListenAddress says what is wrong with a listen address that
+// net.Listen could never take: no port, or a port out of range. Whether
+// the port is free is for net.Listen to say.
+func checkListenAddress(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port, such as :8443 or 127.0.0.1:8443: %w", err)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err == nil || port == "" {
+		return nil
+	}
+	if _, err := net.LookupPort("tcp", port); err == nil && strings.Trim(port, "0123456789") != "" {
+		return nil // a service name, such as https
+	}
+	return fmt.Errorf("port %q: want a number from 0 to 65535", port)
+}
+
 // commandsUsage is what `webhook help` says, and `webhook -h` before the
 // server's flags.
 const commandsUsage = `webhook is a Kubernetes admission and authorization webhook.
@@ -347,6 +391,14 @@ Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
 
 `
 
+// commands are the commands `webhook help` gives the flags of.
+var commands = []string{"certs", "doctor", "review", "reads"}
+
+// isHelpFlag reports whether arg asks package flag for the usage.
+func isHelpFlag(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "--h"
+}
+
 // usageError is a command line the server cannot run with: exit status 2,
 // as for every subcommand's, and as package flag exits.
 type usageError struct{ err error }
@@ -363,33 +415,46 @@ func (e usageError) ExitCode() int { return 2 }
 // says what there is. A command line it cannot run with is an error whose
 // ExitCode is 2.
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	// Help that was asked for is the output, as kubectl's and go's are:
+	// every command writes its usage where it writes errors, stdout then.
+	usageOut := stderr
+	if slices.ContainsFunc(args, isHelpFlag) {
+		usageOut = stdout
+	}
 	if len(args) > 0 {
 		switch args[0] {
 		case "certs":
-			return certs.Run(args[1:], time.Now(), stdout, stderr)
+			return certs.Run(args[1:], time.Now(), stdout, usageOut)
 		case "doctor":
-			return doctor.Run(ctx, args[1:], stdin, stdout, stderr)
+			return doctor.Run(ctx, args[1:], stdin, stdout, usageOut)
 		case "review":
-			return runReview(ctx, args[1:], stdin, stdout, stderr)
+			return runReview(ctx, args[1:], stdin, stdout, usageOut)
 		case "reads":
 			var p policy
 			if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
 				return err
 			}
-			return runReads(args[1:], p.reads(), stdout, stderr)
+			if len(p.reads()) == 0 && usageOut == stderr {
+				fmt.Fprintln(stderr, "webhook reads: the policy reads nothing of the cluster: the webhook needs no RBAC and no -kubeconfig")
+			}
+			return runReads(args[1:], p.reads(), stdout, usageOut)
 		case "help":
-			if len(args) > 1 && slices.Contains([]string{"certs", "doctor", "review", "reads"}, args[1]) {
+			switch {
+			case len(args) > 1 && slices.Contains(commands, args[1]):
 				return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
+			case len(args) > 1:
+				_, _ = io.WriteString(stderr, commandsUsage)
+				return usageError{fmt.Errorf("help %s: no such command; the commands are %s", args[1], strings.Join(commands, ", "))}
 			}
 			_, err := io.WriteString(stdout, commandsUsage)
 			return err
 		}
 	}
-	if slices.ContainsFunc(args, func(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "--h" }) {
-		_, _ = io.WriteString(stderr, commandsUsage)
+	if usageOut == stdout {
+		_, _ = io.WriteString(stdout, commandsUsage)
 	}
 	var p policy
-	cfg, err := parseFlags(args, getenv, stderr, &p, parts(&p))
+	cfg, err := parseFlags(args, getenv, usageOut, &p, parts(&p))
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}

@@ -494,17 +494,78 @@ func TestUsageExitStatus(t *testing.T) {
 			t.Errorf("webhook %q: got %v, want exit status 2", args, err)
 		}
 	}
-	var stdout, stderr bytes.Buffer
+	var stdout bytes.Buffer
 	if err := run(context.Background(), []string{"help"}, testEnv, nil, &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "webhook review -f FILE") {
 		t.Errorf("webhook help: got %v, %q; want the commands", err, stdout.String())
 	}
-	if err := run(context.Background(), []string{"-h"}, testEnv, nil, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) ||
-		!strings.Contains(stderr.String(), "webhook doctor -f FILE") || !strings.Contains(stderr.String(), "-listen") {
-		t.Errorf("webhook -h: got %v, %q; want the commands and the server's flags", err, stderr.String())
+}
+
+// TestHelpIsOutput: help that was asked for (-h, help COMMAND) is written
+// to stdout, so that `webhook review -h | less` pages it, and exits 0;
+// nothing goes to stderr.
+func TestHelpIsOutput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-h"}, []string{"webhook doctor -f FILE", "-listen"}},
+		{[]string{"--help"}, []string{"webhook doctor -f FILE", "-listen"}},
+		{[]string{"help", "review"}, []string{"-audit-log"}},
+		{[]string{"review", "-h"}, []string{"-audit-log"}},
+		{[]string{"certs", "-h"}, []string{"-ca-validity"}},
+		{[]string{"doctor", "-h"}, []string{"-client-cert"}},
+		{[]string{"reads", "-h"}, []string{"-service-account"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), tc.args, testEnv, nil, &stdout, &stderr)
+		if exitStatus(err, &stderr) != 0 || stderr.Len() > 0 {
+			t.Errorf("webhook %q: got %v, stderr %q; want exit 0 and nothing on stderr", tc.args, err, stderr.String())
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("webhook %q: stdout %.200q…, want it to name %s", tc.args, stdout.String(), w)
+			}
+		}
 	}
-	stderr.Reset()
-	if err := run(context.Background(), []string{"help", "review"}, testEnv, nil, io.Discard, &stderr); !errors.Is(err, flag.ErrHelp) || !strings.Contains(stderr.String(), "-audit-log") {
-		t.Errorf("webhook help review: got %v, %q; want review's flags", err, stderr.String())
+}
+
+// TestCommandEdges: the edges a new user meets, each said once, with the
+// exit status the docs give (2 for bad usage).
+func TestCommandEdges(t *testing.T) {
+	credentials, _ := testCredentials(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		// once is said exactly once on stderr, what main prints included.
+		once string
+	}{
+		{"help of no command", []string{"help", "nosuch"}, 2, "no such command"},
+		{"an unknown flag", append(slices.Clone(credentials), "-nosuch"), 2, "flag provided but not defined: -nosuch"},
+		{"an unknown flag of certs", []string{"certs", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
+		{"an unknown flag of doctor", []string{"doctor", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
+		{"an unknown flag of review", []string{"review", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
+		{"a port out of range", append(slices.Clone(credentials), "-listen", ":99999"), 2, `-listen ":99999"`},
+		{"a metrics port out of range", append(slices.Clone(credentials), "-listen", "127.0.0.1:0", "-metrics-listen", "localhost:70000"), 2, `-metrics-listen "localhost:70000"`},
+		{"a listen address without a port", append(slices.Clone(credentials), "-listen", "localhost"), 2, `-listen "localhost"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			var stderr bytes.Buffer
+			err := run(context.Background(), tc.args, testEnv, nil, io.Discard, &stderr)
+			code := exitStatus(err, &stderr)
+			if code != tc.code || strings.Count(stderr.String(), tc.once) != 1 {
+				t.Errorf("webhook %q: exit %d, stderr:\n%s\nwant exit %d and %q said once", tc.args, code, stderr.String(), tc.code, tc.once)
+			}
+		})
+	}
+
+	// webhook reads says what the policy reads, and something when it is
+	// nothing.
+	var stdout, stderr bytes.Buffer
+	err := run(context.Background(), []string{"reads"}, testEnv, nil, &stdout, &stderr)
+	if err != nil || stdout.Len()+stderr.Len() == 0 {
+		t.Errorf("webhook reads: got %v, printed nothing; want the kinds the policy reads, or that it reads none", err)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -24,6 +25,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 const (
@@ -87,6 +90,21 @@ func NewServingCert(ca *KeyPair, hosts []string, now time.Time, validity time.Du
 		}
 	}
 	return Issue(tmpl, ca)
+}
+
+// NewClientCert makes an ECDSA P-256 client certificate signed by ca,
+// whose Common Name is name: the certificate the apiserver presents to a
+// webhook run with -client-ca-file (ca's certificate) and
+// -allowed-client-names (name).
+func NewClientCert(ca *KeyPair, name string, now time.Time, validity time.Duration) (*KeyPair, error) {
+	return Issue(&x509.Certificate{
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             now.Add(-clockSkew),
+		NotAfter:              now.Add(validity),
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+	}, ca)
 }
 
 // Issue signs tmpl with a new P-256 key, by parent or, when parent is nil,
@@ -196,7 +214,9 @@ func (e usageError) Unwrap() error { return e.error }
 func (e usageError) ExitCode() int { return 2 }
 
 // Run is `webhook certs`: it writes ca.crt, ca.Key, tls.crt and tls.Key
-// into -dir and prints the base64 caBundle on stdout. An existing CA in -dir
+// into -dir and prints the base64 caBundle on stdout; with -client, a
+// client certificate, client.crt and client.key, instead of a serving
+// one, and the -client-ca-file to give the webhook. An existing CA in -dir
 // is kept, so issuing a new serving certificate leaves caBundle unchanged.
 // A command line it cannot run with is an error whose ExitCode is 2.
 func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
@@ -206,6 +226,7 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	hosts := flags.String("hosts", "", "comma-separated DNS `names` and IP addresses the serving certificate is for")
 	service := flags.String("service", "", "with no -hosts: the Service `name`; the names are NAME, NAME.NS, NAME.NS.svc and NAME.NS.svc.cluster.local")
 	namespace := flags.String("namespace", "default", "the Service's `namespace`, with -service")
+	client := flags.String("client", "", "instead of a serving certificate: a client certificate whose Common `name` is this, client.crt and client.key, for the apiserver to present to a webhook run with -client-ca-file DIR/ca.crt and -allowed-client-names NAME; use a -dir apart from the serving CA's (docs/operations.md, Security)")
 	validity := flags.Duration("validity", defaultServingValidity, "serving certificate `lifetime`")
 	caValidity := flags.Duration("ca-validity", defaultCAValidity, "lifetime of a new CA")
 	if err := flags.Parse(args); err != nil {
@@ -224,50 +245,104 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 		}
 	}
 	switch {
+	case *client != "" && (len(names) > 0 || *service != ""):
+		return usageError{errors.New("certs: -client makes a client certificate: give it without -hosts or -service")}
+	case *client != "":
+		// A Common Name -allowed-client-names can hold: no comma.
+		if strings.ContainsAny(*client, ",\n") || strings.TrimSpace(*client) != *client {
+			return usageError{fmt.Errorf("certs: -client %q: a name without commas or surrounding spaces, as -allowed-client-names lists it", *client)}
+		}
 	case len(names) > 0 && *service != "":
 		return usageError{errors.New("certs: give -hosts or -service, not both")}
 	case len(names) == 0 && *service == "":
-		return usageError{errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace")}
+		return usageError{errors.New("certs: give -hosts (such as 127.0.0.1,webhook.example.com) or -service with -namespace for a serving certificate, or -client NAME for the apiserver's client certificate")}
 	case len(names) == 0:
+		// A Service's name and its namespace's are DNS labels
+		// (k8s.io/kubernetes pkg/apis/core/validation: ValidateServiceCreate
+		// with RelaxedServiceNameValidation, on from 1.36, and
+		// ValidateNamespaceName): a certificate for another name is
+		// for no Service.
 		svc, ns := *service, *namespace
+		for _, f := range []struct{ flag, value, what string }{{"-service", svc, "Service"}, {"-namespace", ns, "namespace"}} {
+			if errs := validation.IsDNS1123Label(f.value); len(errs) > 0 {
+				return usageError{fmt.Errorf("certs: %s %q is not a %s name the apiserver takes: %s", f.flag, f.value, f.what, strings.Join(errs, "; "))}
+			}
+		}
 		names = []string{svc, svc + "." + ns, svc + "." + ns + ".svc", svc + "." + ns + ".svc.cluster.local"}
+	default:
+		for _, h := range names {
+			if net.ParseIP(h) == nil && len(validation.IsDNS1123Subdomain(h)) > 0 && len(validation.IsWildcardDNS1123Subdomain(h)) > 0 {
+				return usageError{fmt.Errorf("certs: -hosts %q: neither an IP address nor a DNS name (lowercase letters, digits, '-' and '.', such as webhook.example.com)", h)}
+			}
+		}
 	}
 	if *validity <= 0 || *caValidity <= 0 {
 		return usageError{errors.New("certs: -validity and -ca-validity must be positive")}
 	}
 
-	if err := os.MkdirAll(*dir, 0o755); err != nil {
-		return err
-	}
+	// Everything is checked and made before anything is written: a run
+	// that fails leaves -dir as it was.
 	ca, err := loadCA(filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key"))
+	newCA := errors.Is(err, fs.ErrNotExist)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case newCA && *validity > *caValidity:
+		return usageError{fmt.Errorf("certs: -validity %s is longer than -ca-validity %s: a serving certificate cannot outlive the CA that signs it", *validity, *caValidity)}
+	case newCA:
 		if ca, err = NewCA("webhook CA", now, *caValidity); err != nil {
 			return err
 		}
-		if err := writeKeyPair(*dir, "ca", ca); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s)\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
 	case err != nil:
 		return fmt.Errorf("certs: the CA in %s: %w", *dir, err)
-	default:
-		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s); caBundle is unchanged\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly))
+	case now.Add(*validity).After(ca.Cert.NotAfter):
+		return fmt.Errorf("certs: the CA in %s expires on %s, before a serving certificate valid for %s would; rotate the CA first, or ask for a shorter -validity", *dir, ca.Cert.NotAfter.Format(time.DateOnly), *validity)
 	}
-	if now.Add(*validity).After(ca.Cert.NotAfter) {
-		return fmt.Errorf("certs: the CA expires on %s, before a serving certificate valid for %s would; rotate the CA first", ca.Cert.NotAfter.Format(time.DateOnly), *validity)
+	var leaf *KeyPair
+	if *client != "" {
+		leaf, err = NewClientCert(ca, *client, now, *validity)
+	} else {
+		leaf, err = NewServingCert(ca, names, now, *validity)
 	}
-	serving, err := NewServingCert(ca, names, now, *validity)
 	if err != nil {
 		return err
 	}
-	if err := writeKeyPair(*dir, "tls", serving); err != nil {
+	if err := os.MkdirAll(*dir, 0o755); err != nil {
+		return err
+	}
+	if newCA {
+		if err := writeKeyPair(*dir, "ca", ca); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "made a new CA in %s (valid until %s, sha256 %s)\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly), Fingerprint(ca.Cert))
+	} else {
+		fmt.Fprintf(stderr, "kept the CA in %s (valid until %s, sha256 %s); caBundle is unchanged\n", *dir, ca.Cert.NotAfter.Format(time.DateOnly), Fingerprint(ca.Cert))
+	}
+	if *client != "" {
+		if err := writeKeyPair(*dir, "client", leaf); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote a client certificate for %q to %s (valid until %s)\n", *client, *dir, leaf.Cert.NotAfter.Format(time.DateOnly))
+		_, err = fmt.Fprintf(stdout, "-client-ca-file %s -allowed-client-names %s\n", filepath.Join(*dir, "ca.crt"), *client)
+		return err
+	}
+	if err := writeKeyPair(*dir, "tls", leaf); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote a serving certificate for %s to %s (valid until %s); caBundle on stdout\n",
-		strings.Join(names, ", "), *dir, serving.Cert.NotAfter.Format(time.DateOnly))
+		strings.Join(names, ", "), *dir, leaf.Cert.NotAfter.Format(time.DateOnly))
 	_, err = fmt.Fprintln(stdout, base64.StdEncoding.EncodeToString(ca.CertPEM))
 	return err
+}
+
+// Fingerprint is the SHA-256 of c's DER, in hex with colons as openssl
+// x509 -fingerprint -sha256 prints it: what tells apart two CAs of one
+// name.
+func Fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	hexed := make([]string, len(sum))
+	for i, b := range sum {
+		hexed[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(hexed, ":")
 }
 
 // loadCA reads a CA made by Run. A missing file gives fs.ErrNotExist.

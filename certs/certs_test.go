@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,11 @@ func TestCertsKeepTheCA(t *testing.T) {
 	if !strings.Contains(stderr, "kept the CA") {
 		t.Errorf("stderr %q does not say the CA was kept", stderr)
 	}
+	// The CA is named by its fingerprint, as openssl prints it: two CAs
+	// of one name are told apart.
+	if fp := Fingerprint(readCert(t, filepath.Join(dir, "ca.crt"))); len(fp) != 95 || !strings.Contains(stderr, "sha256 "+fp) {
+		t.Errorf("stderr %q does not give the CA's SHA-256 fingerprint %s", stderr, fp)
+	}
 	serving := readCert(t, filepath.Join(dir, "tls.crt"))
 	if serving.SerialNumber.Cmp(serial1) == 0 {
 		t.Error("the serving certificate was not renewed")
@@ -125,14 +131,36 @@ func TestCertsErrors(t *testing.T) {
 		{[]string{"-dir", dir}, "give -hosts"},
 		{[]string{"-dir", dir, "-hosts", "a", "-service", "b"}, "not both"},
 		{[]string{"-dir", dir, "-hosts", "a", "-validity", "-1h"}, "must be positive"},
-		{[]string{"-dir", dir, "-hosts", "a", "-ca-validity", "24h", "-validity", "48h"}, "rotate the CA first"},
+		{[]string{"-dir", dir, "-hosts", "a", "-ca-validity", "1h", "-validity", "8760h"}, "cannot outlive the CA"},
 		{[]string{"-dir", dir, "stray"}, "unexpected argument"},
+		{[]string{"-dir", dir, "-service", "Bad_Name"}, `-service "Bad_Name" is not a Service name`},
+		{[]string{"-dir", dir, "-service", "webhook", "-namespace", "web.hook"}, `-namespace "web.hook" is not a namespace name`},
+		{[]string{"-dir", dir, "-hosts", "127.0.0.1,Web_Hook.example.com"}, `-hosts "Web_Hook.example.com"`},
 	}
 	for _, tc := range tests {
 		_, _, err := certsRun(t, tc.args...)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("certs %q: got %v, want an error about %q", tc.args, err, tc.want)
+		var exit interface{ ExitCode() int }
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("certs %q: got %v, want a usage error (exit 2) about %q", tc.args, err, tc.want)
 		}
+	}
+	// None of them wrote anything: a CA made for a run that then fails
+	// would be kept by the next.
+	if entries, _ := os.ReadDir(dir); len(entries) > 0 {
+		t.Errorf("the failed runs left %v in -dir", entries)
+	}
+	// An existing CA that expires before the serving certificate would:
+	// nothing is written either.
+	short := t.TempDir()
+	if _, _, err := certsRun(t, "-dir", short, "-hosts", "a", "-ca-validity", "48h", "-validity", "24h"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(short, "tls.crt"))
+	if _, _, err := certsRun(t, "-dir", short, "-hosts", "a", "-validity", "72h"); err == nil || !strings.Contains(err.Error(), "rotate the CA first") {
+		t.Errorf("a serving certificate outliving the kept CA: got %v, want a refusal", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(short, "tls.crt")); !bytes.Equal(before, after) {
+		t.Error("the refused run replaced tls.crt")
 	}
 	// A CA file that is not a CA is refused rather than used.
 	bad := t.TempDir()
@@ -147,5 +175,44 @@ func TestCertsErrors(t *testing.T) {
 	}
 	if _, _, err := certsRun(t, "-dir", bad, "-hosts", "a"); err == nil || !strings.Contains(err.Error(), "not a CA") {
 		t.Errorf("got %v, want a refusal of a ca.crt that is not a CA", err)
+	}
+}
+
+// TestCertsForTheAPIServer: -client makes the client certificate the
+// apiserver presents to a webhook run with -client-ca-file and
+// -allowed-client-names, as the line it prints says: a webhook's TLS
+// configuration that trusts that CA takes it, for client authentication
+// only, with the Common Name given.
+func TestCertsForTheAPIServer(t *testing.T) {
+	dir := t.TempDir()
+	stdout, _, err := certsRun(t, "-dir", dir, "-client", "kube-apiserver")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "-client-ca-file " + filepath.Join(dir, "ca.crt") + " -allowed-client-names kube-apiserver\n"; stdout != want {
+		t.Errorf("printed %q, want %q", stdout, want)
+	}
+	client := readCert(t, filepath.Join(dir, "client.crt"))
+	pool := x509.NewCertPool()
+	pool.AddCert(readCert(t, filepath.Join(dir, "ca.crt")))
+	if _, err := client.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("the client certificate does not verify for client authentication against ca.crt: %v", err)
+	}
+	if _, err := client.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err == nil {
+		t.Error("the client certificate may also serve: want clientAuth only")
+	}
+	if client.Subject.CommonName != "kube-apiserver" || client.IsCA {
+		t.Errorf("got CN %q, CA %v; want kube-apiserver, not a CA", client.Subject.CommonName, client.IsCA)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "client.key")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("client.key: %v, mode %v; want 0600", err, info.Mode())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tls.crt")); err == nil {
+		t.Error("-client wrote a serving certificate too")
+	}
+	for _, args := range [][]string{{"-client", "a", "-hosts", "b"}, {"-client", "a,b"}} {
+		if _, _, err := certsRun(t, append([]string{"-dir", t.TempDir()}, args...)...); err == nil {
+			t.Errorf("certs %q: got no error", args)
+		}
 	}
 }

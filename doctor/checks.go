@@ -5,8 +5,10 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -46,6 +48,14 @@ const (
 	// caExpiryWarning is how close to its not_after a caBundle certificate
 	// gets a warning: time to rotate the CA without an outage.
 	caExpiryWarning = 30 * 24 * time.Hour
+
+	// clientCertVerdictWait is how long doctor waits, after a TLS 1.3
+	// handshake in which it presented a client certificate, for the
+	// webhook's refusal of it (clientCertRefusal): a server checks it
+	// within the handshake's own round trip, microseconds on loopback.
+	// A refusal later than this is still named by the review that
+	// follows, whose connection fails with it.
+	clientCertVerdictWait = 500 * time.Millisecond
 
 	// apiserverRequestTimeout is the deadline a write has by default
 	// (k8s.io/apiserver pkg/server/config.go, NewConfig: RequestTimeout),
@@ -195,7 +205,27 @@ func checkCABundle(r *report, h *webhookUnderTest, now time.Time) caBundle {
 }
 
 func describeCert(c *x509.Certificate) string {
-	return fmt.Sprintf("%q (not_after %s)", c.Subject.String(), c.NotAfter.UTC().Format(time.DateOnly))
+	return fmt.Sprintf("%q (not_after %s, sha256 %s)", c.Subject.String(), c.NotAfter.UTC().Format(time.DateOnly), fingerprint(c))
+}
+
+// fingerprint is the SHA-256 of c's DER as openssl x509 -fingerprint
+// -sha256 prints it: what tells apart two certificates of one name.
+func fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	hexed := make([]string, len(sum))
+	for i, b := range sum {
+		hexed[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(hexed, ":")
+}
+
+// keyID is a certificate's subject or authority key identifier in hex, or
+// "none".
+func keyID(id []byte) string {
+	if len(id) == 0 {
+		return "none"
+	}
+	return hex.EncodeToString(id)
 }
 
 // days says how long d is in days, or in hours when under two days.
@@ -408,6 +438,10 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 		return false
 	}
 	state := conn.(*tls.Conn).ConnectionState()
+	var refused error
+	if asked.Load() && d.clientCert != nil {
+		refused = clientCertRefusal(conn.(*tls.Conn))
+	}
 	conn.Close()
 	if len(state.PeerCertificates) == 0 { // crypto/tls refuses this; never index an empty chain
 		r.fail(check, "the webhook served no certificate.", "serve a certificate signed by the CA in caBundle.")
@@ -420,6 +454,9 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	}
 	r.pass(check, fmt.Sprintf("%s, ALPN %s (offered %s).", tls.VersionName(state.Version), alpn, strings.Join(t.nextProtos, ", ")))
 	switch {
+	case refused != nil:
+		r.fail("tls.client", fmt.Sprintf("the webhook asked for a client certificate and refused the one doctor presented, %q issued by %q (-client-cert): %v.", d.clientCert.Leaf.Subject.String(), d.clientCert.Leaf.Issuer.String(), refused),
+			"present a certificate signed by the CA the webhook trusts (its -client-ca-file), or give the webhook the CA that signed this one; then give the apiserver the same certificate through its AdmissionConfiguration kubeconfig (README: Security).")
 	case asked.Load() && d.clientCert != nil:
 		r.pass("tls.client", fmt.Sprintf("the webhook asked for a client certificate; doctor presented %q (-client-cert).", d.clientCert.Leaf.Subject.String()))
 	case asked.Load():
@@ -430,6 +467,39 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	}
 	checkServingChain(r, state.PeerCertificates, bundle, t.serverName, d.now)
 	return true
+}
+
+// clientCertRefusal waits up to clientCertVerdictWait, after a handshake
+// in which doctor presented a client certificate, for the webhook to
+// refuse it. In TLS 1.3 the server checks the client's certificate after
+// the client's side of the handshake is done: a refusal arrives as an
+// alert on the first read, and a webhook that accepts it waits for a
+// request instead. It returns the alert, or nil.
+func clientCertRefusal(conn *tls.Conn) error {
+	_ = conn.SetReadDeadline(time.Now().Add(clientCertVerdictWait))
+	_, err := conn.Read(make([]byte, 1))
+	var netErr net.Error
+	if err == nil || errors.As(err, &netErr) && netErr.Timeout() || errors.Is(err, io.EOF) {
+		return nil
+	}
+	if isClientCertAlert(err) {
+		return err
+	}
+	return nil
+}
+
+// isClientCertAlert reports whether err is a TLS alert by which a server
+// refuses the client's certificate (crypto/tls sends bad_certificate,
+// unknown_ca, certificate_expired, certificate_required …).
+func isClientCertAlert(err error) bool {
+	msg := err.Error()
+	for _, alert := range []string{"remote error: tls: bad certificate", "remote error: tls: unknown certificate authority", "remote error: tls: expired certificate",
+		"remote error: tls: certificate required", "remote error: tls: unsupported certificate", "remote error: tls: revoked certificate", "remote error: tls: unknown certificate"} {
+		if strings.Contains(msg, alert) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkServingChain verifies the served chain as crypto/tls verifies it for
@@ -457,9 +527,18 @@ func checkServingChain(r *report, chain []*x509.Certificate, bundle caBundle, se
 	case err == nil:
 		r.pass("tls.trust", fmt.Sprintf("the served certificate %q, issued by %q, verifies against %s.", leaf.Subject.String(), leaf.Issuer.String(), bundle.describe()))
 	case errors.As(err, &unknown):
-		r.fail("tls.trust", fmt.Sprintf("the served chain (%s) was issued by %q, but the apiserver trusts only %s, so it fails with \"x509: certificate signed by unknown authority\".",
-			describeChain(chain), chain[len(chain)-1].Issuer.String(), bundle.describe()),
-			"set caBundle to the base64 of the PEM of the CA that signed the serving certificate, or serve a certificate that CA signed.")
+		top := chain[len(chain)-1]
+		found := fmt.Sprintf("the served chain (%s) was issued by %q, but the apiserver trusts only %s, so it fails with \"x509: certificate signed by unknown authority\".",
+			describeChain(chain), top.Issuer.String(), bundle.describe())
+		if slices.ContainsFunc(bundle.certs, func(c *x509.Certificate) bool { return c.Subject.String() == top.Issuer.String() }) {
+			// Two CAs of one name: their keys tell them apart.
+			var ids []string
+			for _, c := range bundle.certs {
+				ids = append(ids, fmt.Sprintf("%q has subject key id %s", c.Subject.String(), keyID(c.SubjectKeyId)))
+			}
+			found += fmt.Sprintf(" Another CA of the same name signed it: the served certificate's authority key id is %s, and caBundle's %s.", keyID(top.AuthorityKeyId), strings.Join(ids, ", "))
+		}
+		r.fail("tls.trust", found, "set caBundle to the base64 of the PEM of the CA that signed the serving certificate, or serve a certificate that CA signed.")
 	default:
 		r.fail("tls.trust", fmt.Sprintf("the served chain (%s) does not verify against %s: %v.", describeChain(chain), bundle.describe(), err),
 			"serve a certificate signed by the CA in caBundle, with any intermediates after it in the certificate file.")
@@ -566,6 +645,9 @@ func describeConnError(err error, addr string, timeout time.Duration) (found, fi
 	case strings.Contains(err.Error(), "certificate required"):
 		return fmt.Sprintf("the webhook at %s refused the connection without a client certificate: %v.", addr, err),
 			"run doctor with -client-cert and -client-key, and give the apiserver the same through its AdmissionConfiguration kubeconfig (README: Security)."
+	case isClientCertAlert(err):
+		return fmt.Sprintf("the webhook at %s refused the client certificate presented: %v.", addr, err),
+			"present a certificate signed by the CA the webhook trusts (its -client-ca-file), as the apiserver must (README: Security)."
 	default:
 		return fmt.Sprintf("calling %s failed: %v.", addr, err), "check that the webhook is running and reachable at that address."
 	}

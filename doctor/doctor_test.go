@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -463,6 +465,14 @@ func TestDoctorConnection(t *testing.T) {
 	t.Run("client certificate", func(t *testing.T) {
 		requestOnly := func(c *tls.Config) { c.ClientAuth = tls.RequestClientCert }
 		requireOne := func(c *tls.Config) { c.ClientAuth = tls.RequireAnyClientCert }
+		otherClientCA, err := newCA("another client CA", time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		trustsOtherCA := func(c *tls.Config) {
+			c.ClientAuth, c.ClientCAs = tls.RequireAndVerifyClientCert, x509.NewCertPool()
+			c.ClientCAs.AddCert(otherClientCA.cert)
+		}
 		dir := t.TempDir()
 		client, err := issue(&x509.Certificate{
 			Subject: pkix.Name{CommonName: "kube-apiserver"}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
@@ -486,6 +496,11 @@ func TestDoctorConnection(t *testing.T) {
 			{"asked, none given", requestOnly, nil, map[string]level{"c.example.com/tls.client": levelWarn}, "doctor presented none"},
 			{"asked and given", requestOnly, []string{"-client-cert", certFile, "-client-key", keyFile}, map[string]level{}, `presented "CN=kube-apiserver"`},
 			{"required, none given", requireOne, nil, map[string]level{"c.example.com/tls.client": levelWarn, "c.example.com/review.v1": levelFail}, "doctor presented none"},
+			// The webhook trusts another CA than the one that signed
+			// doctor's certificate: in TLS 1.3 the refusal comes after
+			// doctor's side of the handshake is done.
+			{"given, from another CA", trustsOtherCA, []string{"-client-cert", certFile, "-client-key", keyFile},
+				map[string]level{"c.example.com/tls.client": levelFail, "c.example.com/review.v1": levelFail}, `refused the one doctor presented, "CN=kube-apiserver" issued by "CN=test client CA"`},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				srv := startTLS(t, kp, modelWebhook(), tc.configure)
@@ -494,7 +509,16 @@ func TestDoctorConnection(t *testing.T) {
 				if f := findingOf(t, rep, "c.example.com", "tls.client"); !strings.Contains(f.Found, tc.clientIn) {
 					t.Errorf("tls.client: got %q, want %q", f.Found, tc.clientIn)
 				}
+				if f := findingOf(t, rep, "c.example.com", "review.v1"); strings.Contains(f.Fix, "check that the webhook is running") {
+					t.Errorf("review.v1: got %q, fix %q; want the refusal named, not a webhook that is not running", f.Found, f.Fix)
+				}
 			})
+		}
+		// In TLS 1.2 the handshake itself fails.
+		srv := startTLS(t, kp, modelWebhook(), trustsOtherCA, func(c *tls.Config) { c.MaxVersion = tls.VersionTLS12 })
+		rep, _ := doctorJSON(t, configJSON(t, goodHook("c.example.com", srv.URL+"/validate", pki.servingCA.certPEM)), "-client-cert", certFile, "-client-key", keyFile)
+		if f := findingOf(t, rep, "c.example.com", "tls"); f.Level != levelFail || !strings.Contains(f.Found, "refused the client certificate presented") || strings.Contains(f.Fix, "is running") {
+			t.Errorf("TLS 1.2, a client certificate of another CA: got %s %q (%s), want the refusal named", f.Level, f.Found, f.Fix)
 		}
 	})
 }
@@ -509,6 +533,10 @@ func TestDoctorTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	otherCA, err := newCA("other CA", now, 365*24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameNameCA, err := newCA("test serving CA", now, 365*24*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,6 +566,9 @@ func TestDoctorTLS(t *testing.T) {
 	}{
 		{"caBundle from another CA", servingPair(t, pki.servingCA, loopbackHosts...), otherCA.certPEM, "", "tls.trust",
 			[]string{`was issued by "CN=test serving CA"`, `the apiserver trusts only caBundle's "CN=other CA"`, "x509: certificate signed by unknown authority"}},
+		{"caBundle from another CA of the same name", servingPair(t, pki.servingCA, loopbackHosts...), sameNameCA.certPEM, "", "tls.trust",
+			[]string{`the apiserver trusts only caBundle's "CN=test serving CA"`, "Another CA of the same name signed it: the served certificate's authority key id is " + hex.EncodeToString(pki.servingCA.cert.SubjectKeyId),
+				`caBundle's "CN=test serving CA" has subject key id ` + hex.EncodeToString(sameNameCA.cert.SubjectKeyId)}},
 		{"certificate without the IP", servingPair(t, pki.servingCA, "webhook.example.com"), pki.servingCA.certPEM, "", "tls.name",
 			[]string{"valid for DNS:webhook.example.com, not 127.0.0.1", "doesn't contain any IP SANs"}},
 		{"certificate without the name", servingPair(t, pki.servingCA, "webhook.example.com"), pki.servingCA.certPEM, "localhost", "tls.name",
@@ -658,6 +689,10 @@ func TestDoctorConfigurationChecks(t *testing.T) {
 	}{
 		{"good", func(*testHook) {}, "", "", ""},
 		{"caBundle expiring", func(h *testHook) { h.ClientConfig.CABundle = expiring.certPEM }, "caBundle", levelWarn, `"CN=expiring CA" (not_after`},
+		// Each CA by its fingerprint, as openssl prints it: two CAs of one
+		// name are told apart.
+		{"caBundle's fingerprint", func(h *testHook) { h.ClientConfig.CABundle = expiring.certPEM }, "caBundle", levelWarn,
+			"sha256 " + strings.ToUpper(strings.Join(regexp.MustCompile("..").FindAllString(fmt.Sprintf("%x", sha256.Sum256(expiring.cert.Raw)), -1), ":"))},
 		{"caBundle expired", func(h *testHook) { h.ClientConfig.CABundle = expired.certPEM }, "caBundle", levelFail, `"CN=expired CA" expired on`},
 		{"caBundle not PEM", func(h *testHook) { h.ClientConfig.CABundle = []byte("not a certificate") }, "caBundle", levelFail, "holds no PEM certificate"},
 		{"caBundle with a key", func(h *testHook) { h.ClientConfig.CABundle = append(pki.servingCA.certPEM, pki.servingCA.keyPEM...) }, "caBundle", levelFail, "PEM block 2 is a PRIVATE KEY"},

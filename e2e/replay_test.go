@@ -31,6 +31,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -57,6 +58,12 @@ const (
 	// The names of the test's webhooks.
 	replayMutating   = "mutate.replay.example.com"
 	replayValidating = "validate.replay.example.com"
+
+	// replayEnforced labels the namespaces the test's webhooks are
+	// registered for: a namespaceSelector that reads a label of the
+	// namespace beside its name, of namespaces made before the log the
+	// replay reads begins.
+	replayEnforced = "replay.example.com/enforced"
 )
 
 // replayAuditPolicy is the audit policy docs/review.md gives for a replay:
@@ -81,6 +88,7 @@ rules:
 type replayed struct {
 	Source, Verb, User, Resource, Namespace, Name string
 	Object, OldObject, NotReviewed, Error         string
+	NamespaceLabels                               string
 	DryRun                                        bool
 	Then                                          struct {
 		Code                               int
@@ -171,7 +179,10 @@ func TestAuditReplay(t *testing.T) {
 		replayAuthorizer("recorder", writeKubeconfig(t, dir, "recorder", recSrv.URL+"/authorize", w.caPEM, "", "")),
 		replayAuthorizer("policy", writeKubeconfig(t, dir, "policy", authorizer.url("/authorize"), authorizer.caPEM, clientCert, clientKey)))
 
-	ns := createLabelledNamespaceIn(t, api, "replay", nil)
+	// Both namespaces are made before the part of the log replayed
+	// begins: the log holds neither's labels.
+	ns := createLabelledNamespaceIn(t, api, "replay", map[string]string{replayEnforced: "true"})
+	free := createLabelledNamespaceIn(t, api, "replay-free", nil)
 	// RBAC lets every authenticated user do anything in ns (cluster-admin,
 	// bound there: "edit" is aggregated by the controller-manager, which
 	// does not run), so that what is refused is the webhook's doing.
@@ -188,11 +199,21 @@ func TestAuditReplay(t *testing.T) {
 		return err == nil
 	})
 	configFile := registerReplayWebhooks(t, api, w, ns, dir)
+	// RBAC in free too, for the one write there.
+	rbFree := rb.DeepCopy()
+	rbFree.ResourceVersion = ""
+	if _, err := api.client.RbacV1().RoleBindings(free).Create(ctx, rbFree, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "RBAC lets an authenticated user list ConfigMaps of "+free, func() bool {
+		_, err := as(api, "rbac-probe").CoreV1().ConfigMaps(free).List(ctx, metav1.ListOptions{})
+		return err == nil
+	})
 
 	// The part of the log to replay begins after the webhooks are in use.
 	start := auditMarker(t, api, auditLog, ns, "replay-start")
 	rec.take()
-	actions := replayActions(ns)
+	actions := replayActions(ns, free)
 	for i, a := range actions {
 		err := a.do(ctx, as(api, a.user, a.groups...))
 		if (err == nil) != a.admitted {
@@ -209,10 +230,15 @@ func TestAuditReplay(t *testing.T) {
 		captureAuditLog(t, replayLog)
 	}
 
-	t.Run("same flags: every verdict is the apiserver's", func(t *testing.T) {
+	t.Run("same flags: every verdict is the apiserver's, the namespaces' labels from the log's evidence of the calls", func(t *testing.T) {
 		results, code, text := runReplay(t, bin, append([]string{"-audit-log", replayLog, "-config", configFile}, baseFlags...)...)
 		if code != 0 {
 			t.Errorf("got exit %d, want 0:\n%s", code, text)
+		}
+		for _, r := range results {
+			if r.Admission != nil && r.NamespaceLabels != "" && !strings.Contains(r.NamespaceLabels, "by the log's evidence") {
+				t.Errorf("%s: the namespace's labels decided by %q, want the log's evidence of the call", r.Source, r.NamespaceLabels)
+			}
 		}
 		t.Logf("webhook review -audit-log, same flags:\n%s", text)
 		for _, a := range actions {
@@ -237,6 +263,54 @@ func TestAuditReplay(t *testing.T) {
 			}
 		}
 		checkSubjectAccessReviews(t, sent, results)
+	})
+
+	// The cluster's namespaces, as kubectl get namespaces -o json lists
+	// them.
+	namespaces, err := api.dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespacesJSON, err := namespaces.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	namespacesFile := filepath.Join(dir, "namespaces.json")
+	writeText(t, namespacesFile, string(namespacesJSON))
+
+	t.Run("the validating webhook alone, the namespaces listed: every verdict is the apiserver's", func(t *testing.T) {
+		// Without the mutating webhook in -config, an admitted write
+		// shows no call of the validating one: -namespaces decides.
+		raw, err := os.ReadFile(configFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs := strings.Split(string(raw), "---\n")
+		validatingOnly := filepath.Join(dir, "validating.yaml")
+		writeText(t, validatingOnly, docs[len(docs)-1])
+		results, code, text := runReplay(t, bin, append([]string{"-audit-log", replayLog, "-config", validatingOnly, "-namespaces", namespacesFile}, baseFlags...)...)
+		if code != 0 {
+			t.Errorf("got exit %d, want 0:\n%s", code, text)
+		}
+		listed := 0
+		for _, a := range actions {
+			if a.verb == "get" || a.verb == "list" {
+				continue
+			}
+			r := findReplayed(t, results, a)
+			if r.Then.Authorization == "forbid" {
+				continue
+			}
+			if r.Admission == nil || (r.Admission.Verdict == "denied") != (r.Then.Admission == "denied") || len(r.Changes) > 0 {
+				t.Errorf("%s: %s %s %s: then %s, now %+v, changes %v; want the apiserver's verdict", r.Source, a.user, a.verb, a.name, r.Then.Admission, r.Admission, r.Changes)
+			}
+			if strings.Contains(r.NamespaceLabels, "by -namespaces") {
+				listed++
+			}
+		}
+		if listed == 0 || !strings.Contains(text, "by -namespaces") {
+			t.Errorf("no verdict was decided by -namespaces:\n%s", text)
+		}
 	})
 
 	t.Run("stricter flags: exactly the requests the change refuses", func(t *testing.T) {
@@ -280,9 +354,10 @@ func TestAuditReplay(t *testing.T) {
 // actionKey names a request in the replay's output by what the test did.
 func actionKey(verb, user, name string) string { return verb + " " + user + " " + name }
 
-// replayActions are the requests the test makes in ns, and what it
-// expects of each: see TestAuditReplay.
-func replayActions(ns string) []replayAction {
+// replayActions are the requests the test makes in ns, and one in free,
+// whose namespace the webhooks' namespaceSelector does not select, and
+// what it expects of each: see TestAuditReplay.
+func replayActions(ns, free string) []replayAction {
 	cms := func(c kubernetes.Interface) interface {
 		Create(context.Context, *corev1.ConfigMap, metav1.CreateOptions) (*corev1.ConfigMap, error)
 		Get(context.Context, string, metav1.GetOptions) (*corev1.ConfigMap, error)
@@ -370,6 +445,12 @@ func replayActions(ns string) []replayAction {
 		{user: "bob", groups: writer, verb: "delete", name: "charlie", do: remove("charlie")},
 		{user: "dave", groups: admin, verb: "delete", name: "charlie", do: remove("charlie"), admitted: true},
 		{user: "alice", groups: writer, verb: "delete", name: "alpha", do: remove("alpha"), admitted: true},
+		// Not sent to the webhooks, which would deny it: its namespace is
+		// not selected.
+		{user: "bob", groups: writer, verb: "create", name: "unselected", do: func(ctx context.Context, c kubernetes.Interface) error {
+			_, err := c.CoreV1().ConfigMaps(free).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unselected"}}, metav1.CreateOptions{})
+			return err
+		}, admitted: true},
 	}
 }
 
@@ -520,6 +601,14 @@ func replayAuthorizer(name, kubeconfig string) map[string]any {
 // and its audit log's path.
 func startReplayAPIServer(t *testing.T, dir string, authorizers ...map[string]any) (*apiServer, string) {
 	t.Helper()
+	return startAuthorizedAuditedAPIServer(t, dir, "apiserver-replay", replayAuditPolicy, authorizers...)
+}
+
+// startAuthorizedAuditedAPIServer starts a kube-apiserver of the test's own, named
+// name, that writes an audit log with auditPolicy, its authorizers those
+// given then RBAC, and returns it and its audit log's path.
+func startAuthorizedAuditedAPIServer(t *testing.T, dir, name, auditPolicy string, authorizers ...map[string]any) (*apiServer, string) {
+	t.Helper()
 	fitAuthorizers(t, authorizers...)
 	all := []any{}
 	for _, a := range authorizers {
@@ -532,8 +621,8 @@ func startReplayAPIServer(t *testing.T, dir string, authorizers ...map[string]an
 	}
 	authzFile, policyFile, logFile := filepath.Join(dir, "authorization-config.yaml"), filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
 	writeText(t, authzFile, string(authz))
-	writeText(t, policyFile, replayAuditPolicy)
-	a, err := startOwnAPIServer(t, "apiserver-replay", []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
+	writeText(t, policyFile, auditPolicy)
+	a, err := startOwnAPIServer(t, name, []string{"--audit-policy-file", policyFile, "--audit-log-path", logFile, "--authorization-config", authzFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +639,7 @@ func registerReplayWebhooks(t *testing.T, a *apiServer, w *webhookServer, ns, di
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update, admissionregistrationv1.Delete},
 		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
 	}}
-	selector := &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}
+	selector := &metav1.LabelSelector{MatchLabels: map[string]string{replayEnforced: "true"}}
 	none, fail, timeout := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Fail, int32(5)
 	client := func(path string) admissionregistrationv1.WebhookClientConfig {
 		url := w.url(path)
@@ -641,12 +730,13 @@ func sliceLog(t *testing.T, path string, from, to int, out string) int {
 
 // runReplay runs `webhook review -o json` with args, and returns its
 // results, its exit status, and the text the same replay prints without
-// -o json.
+// -o json: its lines, then its summary (stderr's).
 func runReplay(t *testing.T, bin string, args ...string) ([]replayed, int, string) {
 	t.Helper()
+	var stderr bytes.Buffer
 	run := func(args ...string) ([]byte, int) {
+		stderr.Reset()
 		cmd := exec.Command(bin, append([]string{"review"}, args...)...)
-		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
 		code := 0
@@ -669,7 +759,7 @@ func runReplay(t *testing.T, bin string, args ...string) ([]replayed, int, strin
 	if textCode != code {
 		t.Errorf("exit %d with -o json, %d without", code, textCode)
 	}
-	return results, code, string(text)
+	return results, code, string(text) + stderr.String()
 }
 
 // builtinObjects are the objects createBuiltinsAdmitted creates, by

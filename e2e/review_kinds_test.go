@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -22,12 +23,16 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"k8s.io/client-go/restmapper"
 	"sigs.k8s.io/yaml"
 )
@@ -552,4 +557,275 @@ func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
 	if counts["denied"]+counts["admitted"] < 40 || counts["not served"] == 0 {
 		t.Errorf("got %v: want most compared, and one not served", counts)
 	}
+}
+
+// subresourceAuditPolicy records the writes of Deployments and Pods and of
+// the subresources the test writes at RequestResponse: the object sent
+// and as stored, for the replay of a later write (a Scale's old version
+// is made of the Deployment stored; an ephemeral containers' patch applies
+// to the Pod stored). An audit policy's resources name subresources
+// apart (deployments does not match deployments/scale).
+const subresourceAuditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: RequestResponse
+  verbs: ["create", "update", "patch", "delete", "get"]
+  resources:
+  - group: "apps"
+    resources: ["deployments", "deployments/scale"]
+  - group: ""
+    resources: ["pods", "pods/ephemeralcontainers"]
+- level: Metadata
+`
+
+// TestReviewSubresourcesMatchTheAPIServer: a copier's replica cap through
+// deployments/scale and image rule through pods/ephemeralcontainers
+// (testdata/subresource-policy.go), reviewed offline as `webhook review
+// -operation UPDATE -subresource scale|ephemeralcontainers` with -f the
+// object as it will be and -old as the apiserver stores it, then written
+// through a kube-apiserver as kubectl scale (a merge patch of the Scale)
+// and kubectl debug (a strategic merge patch of the Pod's ephemeral
+// containers) write them, to a validating webhook behind a forwarder that
+// keeps what the apiserver sent:
+//   - each verdict offline is the apiserver's, and the request review
+//     says it sends is the one the apiserver sent: kind (autoscaling/v1
+//     Scale; v1 Pod), resource, subresource, requestKind, requestResource,
+//     namespace, name, operation; a Scale whole, as the apiserver makes it
+//     of the Deployment; the ephemeral containers' names and images;
+//   - the apiserver's audit log of those writes, replayed with the same
+//     flags, gives each the apiserver's verdict, every patch applied to
+//     the version the log stored; with a stricter cap, the scale the
+//     apiserver admitted would now be refused.
+func TestReviewSubresourcesMatchTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	bin := buildWithPolicy(t, "testdata/subresource-policy.go")
+	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil)
+	fwd, base := startForwarder(t, w)
+	dir := t.TempDir()
+	api, auditLog := startAuthorizedAuditedAPIServer(t, dir, "apiserver-subresources", subresourceAuditPolicy)
+	ns := createLabelledNamespaceIn(t, api, "review-subresources", nil)
+
+	url := base + "/validate"
+	none, fail := admissionregistrationv1.SideEffectClassNone, admissionregistrationv1.Fail
+	cfg := &admissionregistrationv1.ValidatingWebhookConfiguration{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
+		ObjectMeta: metav1.ObjectMeta{Name: "subresources.review.webhook.example.com"},
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
+			Name:         "subresources.review.webhook.example.com",
+			ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: w.caPEM},
+			Rules: []admissionregistrationv1.RuleWithOperations{
+				{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments/scale"}}},
+				{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Update},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods/ephemeralcontainers"}}},
+			},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}},
+			SideEffects:       &none, FailurePolicy: &fail, AdmissionReviewVersions: []string{"v1"},
+		}},
+	}
+	if _, err := api.client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, cfg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	configs := filepath.Join(dir, "configs.yaml")
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeText(t, configs, string(b))
+
+	replicas := int32(1)
+	deploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx"}}}}},
+	}
+	if _, err := api.client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: ns}, Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "nginx"}}}}
+	if _, err := api.client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// In use once a dry-run scale is sent to the webhook.
+	scaleTo := func(n int, opts metav1.PatchOptions) error {
+		// kubectl scale: a merge patch of the Scale (k8s.io/kubectl
+		// pkg/scale, ScaleSimple).
+		_, err := api.client.AppsV1().Deployments(ns).Patch(ctx, "web", types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n), opts, "scale")
+		return err
+	}
+	waitUntil(t, "the apiserver calls the webhook", func() bool {
+		_ = scaleTo(1, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		return len(fwd.take()) > 0
+	})
+
+	start := auditMarker(t, api, auditLog, ns, "subresources-start")
+	stored := func(get func() (runtime.Object, error)) runtime.Object {
+		t.Helper()
+		o, err := get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	getDeploy := func() (runtime.Object, error) {
+		return api.client.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
+	}
+	getPod := func() (runtime.Object, error) {
+		return api.client.CoreV1().Pods(ns).Get(ctx, "app", metav1.GetOptions{})
+	}
+	withReplicas := func(n int32) func(runtime.Object) runtime.Object {
+		return func(o runtime.Object) runtime.Object {
+			d := o.(*appsv1.Deployment).DeepCopy()
+			d.Spec.Replicas = &n
+			return d
+		}
+	}
+	withDebug := func(image string) func(runtime.Object) runtime.Object {
+		return func(o runtime.Object) runtime.Object {
+			p := o.(*corev1.Pod).DeepCopy()
+			p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, corev1.EphemeralContainer{
+				EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger-" + strings.NewReplacer("/", "-", ".", "-", ":", "-").Replace(image), Image: image, Stdin: true, TTY: true}})
+			return p
+		}
+	}
+	// kubectl debug: a strategic merge patch, from the Pod as stored to
+	// the Pod with the debug container (k8s.io/kubectl pkg/cmd/debug,
+	// debugByEphemeralContainer).
+	debug := func(change func(runtime.Object) runtime.Object) func() error {
+		return func() error {
+			p := stored(getPod)
+			before, _ := json.Marshal(p)
+			after, _ := json.Marshal(change(p))
+			patch, err := strategicpatch.CreateTwoWayMergePatch(before, after, &corev1.Pod{})
+			if err != nil {
+				return err
+			}
+			_, err = api.client.CoreV1().Pods(ns).Patch(ctx, "app", types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "ephemeralcontainers")
+			return err
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		sub    string
+		get    func() (runtime.Object, error)
+		change func(runtime.Object) runtime.Object
+		send   func() error
+		denied bool
+	}{
+		{"kubectl scale within the cap", "scale", getDeploy, withReplicas(3), func() error { return scaleTo(3, metav1.PatchOptions{}) }, false},
+		{"kubectl scale above the cap", "scale", getDeploy, withReplicas(9), func() error { return scaleTo(9, metav1.PatchOptions{}) }, true},
+		{"kubectl debug, an allowed image", "ephemeralcontainers", getPod, withDebug("registry.example.com/debug:1"), debug(withDebug("registry.example.com/debug:1")), false},
+		{"kubectl debug, another image", "ephemeralcontainers", getPod, withDebug("busybox"), debug(withDebug("busybox")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old := stored(tc.get)
+			oldFile := writeObject(t, t.TempDir(), "old.json", toUnstructured(old))
+			newFile := writeObject(t, t.TempDir(), "new.json", toUnstructured(tc.change(old)))
+			out, code := runReviewJSONWith(t, bin, nil, "-o", "json", "-config", configs, "-operation", "UPDATE", "-subresource", tc.sub, "-f", newFile, "-old", oldFile)
+			var results []reviewedKind
+			if err := json.Unmarshal(out, &results); err != nil || len(results) != 1 || code > 1 {
+				t.Fatalf("webhook review: exit %d, %s: %v", code, out, err)
+			}
+			offline := results[0]
+			err := tc.send()
+			sent := fwd.take()
+			t.Logf("review: %s %+v; the apiserver: %v", offline.Verdict, offline.Validate, err)
+			denied := err != nil && strings.Contains(err.Error(), "denied the request")
+			if denied != tc.denied || (offline.Verdict == "denied") != tc.denied || (err != nil && !denied) {
+				t.Errorf("review says %s, the apiserver answered %v; want both denied: %v", offline.Verdict, err, tc.denied)
+			}
+			if denied && offline.Validate != nil && !strings.Contains(err.Error(), fmt.Sprintf("admission webhook %q denied the request: %s", offline.Validate.DeniedBy, offline.Validate.Message)) {
+				t.Errorf("review says denied by %s: %q; the apiserver: %v", offline.Validate.DeniedBy, offline.Validate.Message, err)
+			}
+			if len(offline.Requests) != 1 || len(sent) != 1 {
+				t.Fatalf("review sends %d requests, the apiserver sent %d; want one each", len(offline.Requests), len(sent))
+			}
+			checkSentAsTheAPIServer(t, offline.Requests[0], sent[0])
+			switch tc.sub {
+			case "scale":
+				// The Scale whole: the apiserver's validating webhooks
+				// are sent the one it makes of the Deployment.
+				if !sameJSONObject(offline.Requests[0].Object, sent[0].Object.Raw) {
+					t.Errorf("review sends the Scale\n  %s\nthe apiserver sent\n  %s", offline.Requests[0].Object, sent[0].Object.Raw)
+				}
+			case "ephemeralcontainers":
+				if got, want := ephemeralImages(t, offline.Requests[0].Object), ephemeralImages(t, sent[0].Object.Raw); got != want {
+					t.Errorf("review sends the ephemeral containers %s, the apiserver sent %s", got, want)
+				}
+			}
+		})
+	}
+	end := auditMarker(t, api, auditLog, ns, "subresources-end")
+	replayLog := filepath.Join(dir, "replayed.log")
+	sliceLog(t, auditLog, start, end, replayLog)
+
+	t.Run("replayed with the same flags: the apiserver's verdicts", func(t *testing.T) {
+		results, code, text := runReplay(t, bin, "-audit-log", replayLog, "-config", configs)
+		t.Logf("webhook review -audit-log:\n%s", text)
+		var writes int
+		for _, r := range results {
+			if r.Verb != "patch" || r.Namespace != ns {
+				continue
+			}
+			writes++
+			if r.Admission == nil {
+				t.Errorf("%s: %s of %s not reviewed: %s", r.Source, r.Verb, r.Resource, r.NotReviewed)
+				continue
+			}
+			then := r.Then.Admission
+			if (then == "denied") != (r.Admission.Verdict == "denied") || (then != "denied" && then != "admitted") || len(r.Changes) > 0 || strings.HasPrefix(r.OldObject, "unknown") {
+				t.Errorf("%s: then %s, now %s, changes %v, oldObject %q; want the apiserver's verdict, from the version the log stored", r.Source, then, r.Admission.Verdict, r.Changes, r.OldObject)
+			}
+		}
+		if writes != 4 || code != 0 {
+			t.Errorf("replayed %d patches of subresources, exit %d; want 4, exit 0", writes, code)
+		}
+	})
+	t.Run("replayed with a stricter cap: the scale admitted would now be refused", func(t *testing.T) {
+		results, code, _ := runReplay(t, bin, "-audit-log", replayLog, "-config", configs, "-max-replicas", "2")
+		var refused []string
+		for _, r := range results {
+			if slices.Contains(r.Changes, "would-now-be-refused") {
+				refused = append(refused, r.Source)
+			}
+		}
+		if code != 1 || len(refused) != 1 {
+			t.Errorf("got exit %d, would now be refused: %v; want 1, the scale to 3", code, refused)
+		}
+	})
+}
+
+// ephemeralImages are a Pod's ephemeral containers, name=image.
+func ephemeralImages(t *testing.T, raw []byte) string {
+	t.Helper()
+	var p corev1.Pod
+	if err := json.Unmarshal(raw, &p); err != nil {
+		t.Fatalf("%s: %v", raw, err)
+	}
+	var out []string
+	for _, c := range p.Spec.EphemeralContainers {
+		out = append(out, c.Name+"="+c.Image)
+	}
+	return strings.Join(out, ",")
+}
+
+// runReviewJSONWith is runReviewJSON with another webhook binary, and
+// whatever output flag args give.
+func runReviewJSONWith(t *testing.T, bin string, stdin []byte, args ...string) ([]byte, int) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"review"}, args...)...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("webhook review %q: %v\n%s", args, err, &stderr)
+	}
+	code := cmd.ProcessState.ExitCode()
+	if code == 2 {
+		t.Logf("webhook review %q: exit 2: %s", args, &stderr)
+	}
+	return out, code
 }

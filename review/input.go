@@ -32,12 +32,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"unicode/utf8"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
@@ -88,12 +96,26 @@ type inputs struct {
 	spooled  string // stdin's copy, removed by close
 	// plans are the first pass's, by file name and document number.
 	plans map[string]map[int]listPlan
+	// skippedFiles are the files -skip-file left out.
+	skippedFiles []string
+	// bytes is the size of every file, for progress.
+	bytes int64
+}
+
+// expansion is how -f's paths are expanded: with -R, a directory's files
+// below it too (kubectl's -R, --recursive); without the files and
+// directories whose name or path skip matches (-skip-file).
+type expansion struct {
+	recursive bool
+	skip      []string
 }
 
 // expandInputs lists the files of paths: a file, a directory (its *.yaml,
-// *.yml and *.json, not below it), or "-" for stdin, which it copies to a
-// temporary file to be read twice.
-func expandInputs(paths []string, stdin io.Reader) (*inputs, error) {
+// *.yml and *.json, and with -R those of the directories below it), or "-"
+// for stdin, which it copies to a temporary file to be read twice. A path
+// that does not exist is an error, as kubectl's "the path does not exist":
+// bad usage, not a document that cannot be read.
+func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, error) {
 	in := &inputs{plans: map[string]map[int]listPlan{}}
 	for _, path := range paths {
 		if path == "-" {
@@ -106,7 +128,8 @@ func expandInputs(paths []string, stdin io.Reader) (*inputs, error) {
 					return nil, fmt.Errorf("-f -: copying stdin: %w", err)
 				}
 				in.spooled = f.Name()
-				_, err = io.Copy(f, stdin)
+				n, err := io.Copy(f, stdin)
+				in.bytes += n
 				if cerr := f.Close(); err == nil {
 					err = cerr
 				}
@@ -120,31 +143,100 @@ func expandInputs(paths []string, stdin io.Reader) (*inputs, error) {
 		}
 		info, err := os.Stat(path)
 		if err != nil {
-			in.problems = append(in.problems, unit{source: path, file: path, err: err})
-			continue
+			in.close()
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("-f %s: no such file or directory", path)
+			}
+			return nil, fmt.Errorf("-f %s: %w", path, errors.Unwrap(err))
 		}
 		if !info.IsDir() {
+			if how.skipped(filepath.Base(path), "") {
+				in.skippedFiles = append(in.skippedFiles, path)
+				continue
+			}
 			in.files = append(in.files, inputFile{name: path, path: path})
+			in.bytes += info.Size()
 			continue
 		}
-		entries, err := os.ReadDir(path)
+		found, err := in.walk(path, how)
 		if err != nil {
 			in.problems = append(in.problems, unit{source: path, file: path, err: err})
 			continue
 		}
-		var found bool
-		for _, e := range entries {
-			if ext := filepath.Ext(e.Name()); !e.IsDir() && (ext == ".yaml" || ext == ".yml" || ext == ".json") {
-				name := filepath.Join(path, e.Name())
-				in.files = append(in.files, inputFile{name: name, path: name})
-				found = true
-			}
-		}
 		if !found {
-			in.problems = append(in.problems, unit{source: path, file: path, err: errors.New("the directory holds no *.yaml, *.yml or *.json file")})
+			what := "no *.yaml, *.yml or *.json file"
+			if !how.recursive {
+				what += " (-R reads those below it)"
+			}
+			in.problems = append(in.problems, unit{source: path, file: path, err: errors.New("the directory holds " + what)})
 		}
 	}
 	return in, nil
+}
+
+// walk adds the manifests of dir, and with -R of the directories below
+// it, in lexical order, and reports whether it found any (skipped or not).
+func (in *inputs) walk(dir string, how expansion) (bool, error) {
+	found := false
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if path == dir {
+			return nil
+		}
+		if d.IsDir() {
+			switch {
+			case !how.recursive:
+				return fs.SkipDir
+			case how.skipped(d.Name(), filepath.ToSlash(rel)):
+				in.skippedFiles = append(in.skippedFiles, path+string(filepath.Separator))
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if ext := filepath.Ext(d.Name()); ext != ".yaml" && ext != ".yml" && ext != ".json" {
+			return nil
+		}
+		found = true
+		if how.skipped(d.Name(), filepath.ToSlash(rel)) {
+			in.skippedFiles = append(in.skippedFiles, path)
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			in.bytes += info.Size()
+		}
+		in.files = append(in.files, inputFile{name: path, path: path})
+		return nil
+	})
+	return found, err
+}
+
+// skipped reports whether a file or directory named name, at rel below
+// the directory given (slash-separated; "" for a file given itself), is
+// one -skip-file leaves out: a pattern without a "/" matches the name, as
+// in a .gitignore; one with a "/" matches the end of rel, whole names.
+func (how expansion) skipped(name, rel string) bool {
+	for _, pattern := range how.skip {
+		if !strings.Contains(pattern, "/") {
+			if ok, _ := path.Match(pattern, name); ok {
+				return true
+			}
+			continue
+		}
+		for p := rel; p != ""; {
+			if ok, _ := path.Match(strings.TrimPrefix(pattern, "/"), p); ok {
+				return true
+			}
+			_, next, found := strings.Cut(p, "/")
+			if !found {
+				break
+			}
+			p = next
+		}
+	}
+	return false
 }
 
 // close removes stdin's copy.
@@ -158,40 +250,67 @@ func (in *inputs) close() {
 // and hands found the units whose text names a CustomResourceDefinition or
 // a Namespace (an item only once its document is known to be a List), as
 // it reads them: found must not keep a unit's text, whose buffer the next
-// unit reuses.
-func (in *inputs) scan(found func(unit)) error {
-	for _, f := range in.files {
-		plans := map[int]listPlan{}
-		in.plans[f.name] = plans
-		var items []unit // of the document being read, until it is known to be a List
-		itemsOf := 0
-		err := readFile(f, nil, func(u unit) {
-			if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
-				found(u)
+// unit reuses, and returns what it makes of it. It returns what found
+// made, by file in the order of the files. The files are split on every
+// CPU, each by one goroutine: found must be safe to call from several.
+func (in *inputs) scan(found func(unit) []parsedObject) ([][]parsedObject, error) {
+	made := make([][]parsedObject, len(in.files))
+	plans := make([]map[int]listPlan, len(in.files))
+	errs := make([]error, len(in.files))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(in.files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				plans[i], made[i], errs[i] = scanFile(in.files[i], found)
 			}
-		}, func(doc int, item unit) {
-			if itemsOf != doc {
-				items, itemsOf = items[:0], doc
-			}
-			if mayDefine(item.raw) {
-				item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
-				items = append(items, item)
-			}
-		}, func(doc int, plan listPlan) {
-			plans[doc] = plan
-			if plan.isList() && itemsOf == doc {
-				for _, it := range items {
-					it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
-					found(it)
-				}
-			}
-			items = items[:0]
-		})
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
-		}
+		}()
 	}
-	return nil
+	for i := range in.files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	for i, f := range in.files {
+		if errs[i] != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, errs[i])
+		}
+		in.plans[f.name] = plans[i]
+	}
+	return made, nil
+}
+
+// scanFile is scan of one file.
+func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, []parsedObject, error) {
+	plans := map[int]listPlan{}
+	var made []parsedObject
+	var items []unit // of the document being read, until it is known to be a List
+	itemsOf := 0
+	err := readFile(f, nil, func(u unit) {
+		if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
+			made = append(made, found(u)...)
+		}
+	}, func(doc int, item unit) {
+		if itemsOf != doc {
+			items, itemsOf = items[:0], doc
+		}
+		if mayDefine(item.raw) {
+			item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
+			items = append(items, item)
+		}
+	}, func(doc int, plan listPlan) {
+		plans[doc] = plan
+		if plan.isList() && itemsOf == doc {
+			for _, it := range items {
+				it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
+				made = append(made, found(it)...)
+			}
+		}
+		items = items[:0]
+	})
+	return plans, made, err
 }
 
 // mayDefine reports whether text may be a CustomResourceDefinition or a
@@ -244,12 +363,40 @@ func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(do
 	// white space is "{"; but not "{{", which no JSON begins with, and a
 	// Helm template does: read as YAML, each of its documents says so.
 	start, _ := br.Peek(4096)
+	if why := notText(start); why != "" {
+		emit(unit{source: f.name + "#1", file: f.name, line: 1, err: fmt.Errorf("not text (%s): a binary file, not a manifest; the rest of the file is not read", why)})
+		return nil
+	}
 	if trimmed := bytes.TrimLeft(start, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
 		s := &jsonSplitter{splitTo: to, line: 1}
 		return s.run(br)
 	}
 	s := &yamlSplitter{splitTo: to}
 	return s.run(br)
+}
+
+// notText says why the start of a file is not text, as kubectl's YAML
+// and JSON decoders read it, or "": a NUL byte, which no UTF-8 text
+// holds, or bytes that are not UTF-8 (the start of a PNG, a tarball,
+// UTF-16). A character cut at the end of start is not held against it.
+func notText(start []byte) string {
+	if i := bytes.IndexByte(start, 0); i >= 0 {
+		return fmt.Sprintf("a NUL byte at offset %d", i)
+	}
+	check := start
+	for cut := 0; cut < utf8.UTFMax && len(check) > 0 && !utf8.Valid(check); cut++ {
+		check = check[:len(check)-1]
+	}
+	if !utf8.Valid(check) {
+		for i := 0; i < len(start); {
+			r, size := utf8.DecodeRune(start[i:])
+			if r == utf8.RuneError && size <= 1 {
+				return fmt.Sprintf("bytes that are not UTF-8 at offset %d", i)
+			}
+			i += size
+		}
+	}
+	return ""
 }
 
 // splitTo is what a splitter is given: the file's name, the first pass's
@@ -291,6 +438,9 @@ type yamlSplitter struct {
 
 func (s *yamlSplitter) run(br *bufio.Reader) error {
 	for {
+		if s.content && s.badSep == "" && (!s.inItems || s.itemsDone) && s.bulk(br) {
+			continue
+		}
 		line, err := br.ReadSlice('\n')
 		if errors.Is(err, bufio.ErrBufferFull) {
 			long := append([]byte(nil), line...)
@@ -323,6 +473,29 @@ func (s *yamlSplitter) run(br *bufio.Reader) error {
 			return err
 		}
 	}
+}
+
+// bulk takes at once, inside a document's text, the complete lines
+// buffered before the next that take must see alone: one that begins
+// with "---" (a separator) or "items:" (a List's items). It reports
+// whether it took any. take would append them one by one, as it does
+// every line of a List's items.
+func (s *yamlSplitter) bulk(br *bufio.Reader) bool {
+	buf, _ := br.Peek(br.Buffered())
+	end := bytes.LastIndexByte(buf, '\n') + 1
+	if end == 0 || bytes.HasPrefix(buf, []byte("---")) || bytes.HasPrefix(buf, []byte("items:")) {
+		return false
+	}
+	buf = buf[:end]
+	for _, special := range [][]byte{[]byte("\n---"), []byte("\nitems:")} {
+		if i := bytes.Index(buf, special); i >= 0 {
+			buf = buf[:i+1]
+		}
+	}
+	s.text = append(s.text, buf...)
+	s.line += bytes.Count(buf, []byte("\n"))
+	_, _ = br.Discard(len(buf))
+	return true
 }
 
 // take reads one line, with its newline.
@@ -855,19 +1028,19 @@ type parsedObject struct {
 	line   int
 	json   []byte
 	head   objectHead
+	// metaErr is why its metadata does not decode as the apiserver
+	// decodes it (a boolean annotation): it refuses the object before
+	// any webhook.
+	metaErr error
 }
 
 // objectHead is what review reads of an object itself; the policy reads
-// the rest.
+// the rest. Its metadata is decoded as the apiserver decodes an object's,
+// into ObjectMeta, so that what it refuses to decode is said here.
 type objectHead struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name         string            `json:"name"`
-		GenerateName string            `json:"generateName"`
-		Namespace    string            `json:"namespace"`
-		Labels       map[string]string `json:"labels"`
-	} `json:"metadata"`
+	APIVersion string            `json:"apiVersion"`
+	Kind       string            `json:"kind"`
+	Metadata   metav1.ObjectMeta `json:"metadata"`
 }
 
 func (o *parsedObject) gvk() schema.GroupVersionKind {
@@ -930,7 +1103,8 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 		return nil, []unreadable{{u.source, fmt.Errorf("the document beginning at line %d is not an object: review reads objects with apiVersion and kind", u.line)}}, ""
 	}
 	obj := parsedObject{source: u.source, line: u.line, json: doc}
-	headErr := readHead(doc, &obj.head)
+	var headErr error
+	obj.metaErr, headErr = readHead(doc, &obj.head)
 	if u.listKind != "" && headErr == nil {
 		// An item of a *List may leave out its kind and apiVersion, which
 		// are then the List's (a DeploymentList's items are Deployments).
@@ -953,7 +1127,7 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 				doc = canonical
 			}
 			obj = parsedObject{source: u.source, line: u.line, json: doc}
-			headErr = readHead(doc, &obj.head)
+			obj.metaErr, headErr = readHead(doc, &obj.head)
 		}
 	}
 	if headErr != nil {
@@ -1013,15 +1187,17 @@ func yamlToJSON(raw []byte) ([]byte, error) {
 
 // readHead reads apiVersion, kind and metadata of doc, canonical JSON (its
 // keys sorted, each once, valid), and no further than the end of
-// metadata, which sorts before spec and status.
-func readHead(doc []byte, head *objectHead) error {
+// metadata, which sorts before spec and status. What of metadata does not
+// decode is metaErr, the rest of it read; what of apiVersion or kind does
+// not, err.
+func readHead(doc []byte, head *objectHead) (metaErr, err error) {
 	for _, m := range []struct {
 		key  string
 		into any
 	}{{"apiVersion", &head.APIVersion}, {"kind", &head.Kind}, {"metadata", &head.Metadata}} {
 		value, found, err := jsonfield.Top(doc, m.key)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !found || string(value) == "null" {
 			continue
@@ -1030,11 +1206,38 @@ func readHead(doc []byte, head *objectHead) error {
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) {
 				typeErr.Field = strings.TrimSuffix(m.key+"."+typeErr.Field, ".")
+				if key := firstNotString(value, typeErr.Field); key != "" {
+					typeErr.Field += "." + key
+				}
+			} else if m.key == "metadata" {
+				err = fmt.Errorf("metadata: %w", err)
 			}
-			return err
+			if m.key == "metadata" {
+				return err, nil
+			}
+			return nil, err
 		}
 	}
-	return nil
+	return nil, nil
+}
+
+// firstNotString is, when field is metadata.labels or .annotations, the
+// first key (they are sorted) whose value in metadata is not a string:
+// encoding/json names the map, not the key.
+func firstNotString(metadata []byte, field string) string {
+	name, ok := strings.CutPrefix(field, "metadata.")
+	if !ok || (name != "labels" && name != "annotations") {
+		return ""
+	}
+	var m map[string]map[string]json.RawMessage
+	_ = json.Unmarshal(metadata, &m)
+	keys := slices.Sorted(maps.Keys(m[name]))
+	for _, k := range keys {
+		if v := bytes.TrimSpace(m[name][k]); len(v) > 0 && v[0] != '"' {
+			return k
+		}
+	}
+	return ""
 }
 
 // canonicalJSON is raw with its keys sorted and its white space gone, its
@@ -1063,9 +1266,26 @@ func quote(s string) string {
 func headError(err error) error {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) {
-		return fmt.Errorf("%s is a JSON %s, where the apiserver takes a %s: it refuses the object", cmpOr(typeErr.Field, "the document"), typeErr.Value, typeErr.Type)
+		return fmt.Errorf("%s is a JSON %s, where the apiserver takes %s: it refuses the object (400 Bad Request) before any webhook", cmpOr(typeErr.Field, "the document"), typeErr.Value, goTypeWords(typeErr.Type.String()))
 	}
 	return err
+}
+
+// goTypeWords says a Go type of ObjectMeta as a user reads a manifest.
+func goTypeWords(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "map["):
+		return "a mapping of strings"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"):
+		return "an integer"
+	case t == "bool":
+		return "a boolean"
+	}
+	return "a mapping"
 }
 
 // checkKind refuses an object the apiserver could not take: one without

@@ -356,7 +356,7 @@ func TestInterrupted(t *testing.T) {
 	})
 	err := Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-f", path}, nil, &out, &errOut, func() http.Handler { return interrupting })
 	exit, ok := err.(*ExitError)
-	if !ok || exit.Code != exitInterrupted || !strings.Contains(out.String(), "interrupted (interrupt signal received): 0 reviewed before it; the rest of the input was not read") {
+	if !ok || exit.Code != exitInterrupted || !strings.Contains(errOut.String(), "interrupted (interrupt signal received): 0 reviewed before it; the rest of the input was not read") {
 		t.Errorf("got %v:\n%s%s\nwant exit 130 and the summary", err, &out, &errOut)
 	}
 }

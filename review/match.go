@@ -193,6 +193,16 @@ type request struct {
 	// conversion is how the apiserver converts the object to another
 	// version of its kind, for a webhook of another: see kindInfo.
 	conversion string
+	// meta checks the object's metadata as the apiserver validates it
+	// after the mutating webhooks; nil checks nothing (a replay's, whose
+	// objects the apiserver took, and a subresource's).
+	meta *metaCheck
+	// scale, for a Scale of a built-in kind, re-derives the Scale the
+	// validating webhooks are sent from the object it scales.
+	scale *scaleOf
+	// sentAs, for a captured AdmissionReview reviewed without -config,
+	// is the kind and resource it was sent as.
+	sentAs *invocation
 }
 
 // namespacesResource is the resource of Namespaces, which the rules and
@@ -215,9 +225,13 @@ type invocation struct {
 }
 
 // unknown is something a verdict may depend on that review does not know:
-// what, said as a condition, and how to tell review.
+// what, said as a condition, and how to tell review. For a
+// namespaceSelector, namespace and selector say which, so that a replay
+// can decide it from the cluster's list of namespaces (-namespaces).
 type unknown struct {
 	what, hint string
+	namespace  string
+	selector   labels.Selector
 }
 
 // equivalence is what matchPolicy Equivalent needs of the apiserver's
@@ -237,10 +251,11 @@ func (h webhook) invocation(req request, eq equivalence) *invocation {
 	}
 	if req.namespaceLabelsUnknown && h.readsNamespaceLabels(req) {
 		sel, _ := metav1.LabelSelectorAsSelector(h.namespaceSelector)
-		unsure = append(unsure, unknown{fmt.Sprintf("the labels of the namespace %s match %s", req.namespaceName(), sel), req.labelsHint})
+		unsure = append(unsure, unknown{what: fmt.Sprintf("the labels of the namespace %s match %s", req.namespaceName(), sel), hint: req.labelsHint,
+			namespace: req.namespaceName(), selector: sel})
 	}
 	if h.matchConditions > 0 {
-		unsure = append(unsure, unknown{fmt.Sprintf("the matchConditions of %s hold", h.name), "matchConditions are CEL, which review does not evaluate"})
+		unsure = append(unsure, unknown{what: fmt.Sprintf("the matchConditions of %s hold", h.name), hint: "matchConditions are CEL, which review does not evaluate"})
 	}
 	if !h.objectSelected(req) {
 		return nil

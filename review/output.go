@@ -9,75 +9,101 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
 // writer writes the results of a review of manifests, in order, and the
-// exit status they make.
+// exit status they make: a line each (text), or the elements of one array
+// (json, yaml), or a JUnit report at the end (junit); the summary goes to
+// stderr in every format.
 type writer struct {
 	w, stderr io.Writer
 	o         options
 	op        admissionv1.Operation
-	json      bool
+	elements  *elements    // json and yaml
+	junit     *junitReport // junit
+	progress  *progress    // on a terminal
+	input     *inputs      // for progress: how much there is to read
 
-	written    int
+	written    int // results counted as reviewed
+	shown      int // results written out
 	counts     map[string]int
 	unreadable bool // a document could not be read
 	failed     bool // an object is denied, errors, …
 	unknown    bool // a verdict is not known
 	empties    int
+	skipped    int // documents -skip-kind left out
+	readBytes  int64
 }
 
-func newWriter(stdout, stderr io.Writer, o options, op admissionv1.Operation) *writer {
-	return &writer{w: stdout, stderr: stderr, o: o, op: op, json: o.output == "json", counts: map[string]int{}}
+func newWriter(stdout, stderr io.Writer, o options, op admissionv1.Operation, in *inputs) *writer {
+	w := &writer{w: stdout, stderr: stderr, o: o, op: op, counts: map[string]int{}, input: in, progress: newProgress(stderr)}
+	switch o.output {
+	case "json", "yaml":
+		w.elements = newElements(stdout, o.output)
+	case "junit":
+		w.junit = &junitReport{name: "webhook review"}
+	}
+	return w
 }
 
-// begin writes what comes before the first result.
+// begin writes what comes before the first result: the request's
+// operation and user, on stderr as the summary.
 func (w *writer) begin() {
-	if w.json {
-		fmt.Fprint(w.w, "[")
-		return
+	if w.elements != nil {
+		w.elements.begin()
 	}
 	what := string(w.op)
-	if w.op == admissionv1.Connect {
+	if w.o.subresource != "" {
 		what += " " + w.o.subresource
-		if w.o.connectQuery != "" {
-			what += "?" + w.o.connectQuery
-		}
 	}
-	fmt.Fprintf(w.w, "%s as user %s, groups %s\n", what, w.o.user, strings.Join(w.o.groups, ", "))
+	if w.op == admissionv1.Connect && w.o.connectQuery != "" {
+		what += "?" + w.o.connectQuery
+	}
+	fmt.Fprintf(w.stderr, "%s as user %s, groups %s\n", what, w.o.user, strings.Join(w.o.groups, ", "))
 }
 
 // empty says that a file or a List holds no object.
 func (w *writer) empty(source, what string) {
 	w.empties++
-	if !w.json {
+	if w.o.output == "text" && !w.o.quiet {
 		fmt.Fprintf(w.w, "%s: no object: %s\n", source, what)
 	}
 }
 
+// failing reports whether a result is one -q writes: one that is not
+// admitted, or cannot be read.
+func failing(r result) bool {
+	return r.failed() || r.unreadable || r.Verdict == "unknown"
+}
+
 // write writes one result.
-func (w *writer) write(r result) error {
+func (w *writer) write(r result, readBytes int) error {
+	w.readBytes += int64(readBytes)
 	line, label := describe(r)
-	w.counts[label]++
+	if r.Verdict == "skipped" {
+		w.skipped++
+	} else {
+		w.written++
+		w.counts[label]++
+	}
+	w.progress.show(w.progressLine)
 	w.unreadable = w.unreadable || r.unreadable
 	w.failed = w.failed || (r.failed() && !r.unreadable)
 	w.unknown = w.unknown || r.Verdict == "unknown"
-	if w.json {
-		out, err := json.MarshalIndent(r, "  ", "  ")
-		if err != nil {
-			return err
-		}
-		sep := ",\n  "
-		if w.written == 0 {
-			sep = "\n  "
-		}
-		w.written++
-		_, err = fmt.Fprintf(w.w, "%s%s", sep, out)
-		return err
+	if w.o.quiet && !failing(r) {
+		return nil
 	}
-	w.written++
+	w.shown++
+	switch {
+	case w.elements != nil:
+		return w.elements.add(r)
+	case w.junit != nil:
+		w.junit.add(r.Source, line, label, r)
+		return nil
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s\n", r.Source, line)
 	for _, n := range r.Notes {
@@ -96,39 +122,55 @@ func (w *writer) write(r result) error {
 	return err
 }
 
-// end writes the summary, and returns the exit status the results make:
-// 2 when a document could not be read, 1 when one is refused, 3 when
-// nothing was reviewed or a verdict is not known; 130 when ctx was
-// cancelled, by a signal, before the end.
+// progressLine is how far the review has come, for a terminal.
+func (w *writer) progressLine() string {
+	line := fmt.Sprintf("reviewing: %d objects, %.1f MiB", w.written+w.skipped, float64(w.readBytes)/(1<<20))
+	if w.input != nil && w.input.bytes > 0 {
+		line += fmt.Sprintf(" of %.1f MiB (%.0f %%)", float64(w.input.bytes)/(1<<20), 100*float64(w.readBytes)/float64(w.input.bytes))
+	}
+	return line + fmt.Sprintf(", %.0f objects/s", float64(w.written+w.skipped)/time.Since(w.progress.start).Seconds())
+}
+
+// end writes what closes the output and the summary, on stderr, and
+// returns the exit status the results make: 2 when a document could not
+// be read, 1 when one is refused, 3 when nothing was reviewed or a
+// verdict is not known; 130 when ctx was cancelled, by a signal, before
+// the end.
 func (w *writer) end(ctx context.Context) error {
+	w.progress.done()
 	interrupted := ctx.Err() != nil
-	if w.json {
-		if w.written > 0 {
-			fmt.Fprint(w.w, "\n]\n")
-		} else {
-			fmt.Fprint(w.w, "]\n")
+	switch {
+	case w.elements != nil:
+		if err := w.elements.end(); err != nil {
+			return err
+		}
+	case w.junit != nil:
+		if err := w.junit.write(w.w); err != nil {
+			return err
 		}
 	}
-	summary := w.w
-	if w.json {
-		summary = w.stderr
+	summary := w.stderr
+	skipped := ""
+	if n := w.skipped + len(w.input.skippedFiles); n > 0 {
+		skipped = fmt.Sprintf("; skipped: %s by -skip-file, %s by -skip-kind", count(len(w.input.skippedFiles), "file"), count(w.skipped, "document"))
 	}
 	switch {
 	case interrupted:
 		fmt.Fprintf(summary, "interrupted (%v): %d reviewed before it; the rest of the input was not read\n", context.Cause(ctx), w.written)
 	case w.written == 0:
-		fmt.Fprintln(summary, "0 reviewed: the input holds no object to review")
+		fmt.Fprintf(summary, "0 reviewed: the input holds no object to review%s\n", skipped)
 	}
-	if !w.json {
-		var parts []string
-		for _, label := range []string{"admitted", "patched", "warned", "allowed", "no-opinion", "denied", "not idempotent", "differs on dry run", "unknown", "error"} {
-			if w.counts[label] > 0 {
-				parts = append(parts, fmt.Sprintf("%d %s", w.counts[label], label))
-			}
+	var parts []string
+	for _, label := range []string{"admitted", "patched", "warned", "allowed", "no-opinion", "denied", "not idempotent", "differs on dry run", "unknown", "error"} {
+		if w.counts[label] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", w.counts[label], label))
 		}
-		if len(parts) > 0 {
-			fmt.Fprintf(w.w, "%d reviewed: %s\n", w.written, strings.Join(parts, ", "))
-		}
+	}
+	if len(parts) > 0 {
+		fmt.Fprintf(summary, "%d reviewed: %s%s\n", w.written, strings.Join(parts, ", "), skipped)
+	}
+	if w.o.quiet && w.shown < w.written+w.skipped {
+		fmt.Fprintf(summary, "-q: %d written, %d that pass left out\n", w.shown, w.written+w.skipped-w.shown)
 	}
 	switch {
 	case interrupted:
@@ -146,8 +188,11 @@ func (w *writer) end(ctx context.Context) error {
 // describe is a result's line, and the word it is counted under.
 func describe(r result) (line, label string) {
 	what := r.Kind
-	if name := qualified(r.Namespace, r.Name); name != "" {
-		what += " " + name
+	if r.Name != "" {
+		what += " " + qualified(r.Namespace, r.Name)
+	}
+	if r.Subresource != "" {
+		what += ", " + r.Subresource
 	}
 	if what != "" {
 		what += ": "
@@ -155,6 +200,8 @@ func describe(r result) (line, label string) {
 	switch {
 	case r.Verdict == "error":
 		return what + "error: " + r.Error, "error"
+	case r.Verdict == "skipped":
+		return what + "skipped: " + r.Reason, "skipped"
 	case r.Verdict == "unknown":
 		return what + "unknown: " + r.Unknown, "unknown"
 	case r.Kind == "SubjectAccessReview":

@@ -71,7 +71,7 @@ type reviewedUnit struct {
 // run reviews every object of in and writes what the apiserver would do
 // with each. It stops when ctx is done, writing what was done before.
 func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer) error {
-	w := newWriter(stdout, stderr, r.o, r.op)
+	w := newWriter(stdout, stderr, r.o, r.op, in)
 	workers := runtime.GOMAXPROCS(0)
 	type job struct {
 		u    unit
@@ -108,10 +108,12 @@ func (r *reviewer) run(ctx context.Context, in *inputs, stdout, stderr io.Writer
 		if out.empty != "" {
 			w.empty(out.source, out.empty)
 		}
+		read := len(j.u.raw)
 		for _, res := range out.results {
-			if err := w.write(res); err != nil {
+			if err := w.write(res, read); err != nil {
 				return err
 			}
+			read = 0
 		}
 	}
 	if readErr != nil {

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -116,12 +117,16 @@ type replayResult struct {
 	Path           string   `json:"path,omitempty"` // a request for another path than a resource's, such as /version
 	DryRun         bool     `json:"dryRun,omitempty"`
 
-	Then          *thenResult          `json:"then,omitempty"`
-	Admission     *result              `json:"admission,omitempty"`   // the review, as of a manifest, the patch's values left out
-	Object        string               `json:"object,omitempty"`      // where the object reviewed comes from, when not requestObject
-	OldObject     string               `json:"oldObject,omitempty"`   // where oldObject comes from: the line that stored it, or why it is unknown
-	NotReviewed   string               `json:"notReviewed,omitempty"` // why a write was not reviewed
-	Authorization *authorizationResult `json:"authorization,omitempty"`
+	Then      *thenResult `json:"then,omitempty"`
+	Admission *result     `json:"admission,omitempty"` // the review, as of a manifest, the patch's values left out
+	Object    string      `json:"object,omitempty"`    // where the object reviewed comes from, when not requestObject
+	OldObject string      `json:"oldObject,omitempty"` // where oldObject comes from: the line that stored it, or why it is unknown
+	// NamespaceLabels says what decided whether a namespaceSelector that
+	// reads the namespace's labels matches: the log's evidence of the
+	// call, -namespaces, or the labels as the log stored them.
+	NamespaceLabels string               `json:"namespaceLabels,omitempty"`
+	NotReviewed     string               `json:"notReviewed,omitempty"` // why a write was not reviewed
+	Authorization   *authorizationResult `json:"authorization,omitempty"`
 	// CreateAuthorization is the second SubjectAccessReview of an update
 	// or a patch that created the object: a create of it.
 	CreateAuthorization *authorizationResult `json:"createAuthorization,omitempty"`
@@ -169,11 +174,18 @@ type replayer struct {
 	versions *versionCache
 	names    map[string]bool // the webhooks of -config, by name
 	sum      replaySummary
+	// fileLabelUses counts, by namespace, the requests whose verdict a
+	// namespace's labels from -namespaces decided since the log last
+	// showed a write of it: a write after them may have changed them.
+	fileLabelUses map[string]int
+	// namespaceStoredAt is where the log showed each namespace's labels
+	// kept in namespaces.
+	namespaceStoredAt map[string]string
 }
 
 func newReplayer(r *reviewer, cacheBytes int64) *replayer {
 	r.replaying, r.unknownNamespaces = true, map[string]string{}
-	p := &replayer{reviewer: r, versions: newVersionCache(cacheBytes), names: map[string]bool{}}
+	p := &replayer{reviewer: r, versions: newVersionCache(cacheBytes), names: map[string]bool{}, fileLabelUses: map[string]int{}, namespaceStoredAt: map[string]string{}}
 	for _, h := range r.hooks {
 		p.names[h.name] = true
 	}
@@ -500,13 +512,34 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		req.oldLabels = oldObject.GetLabels()
 	}
 	p.setNamespaceLabels(&req)
+	if !req.namespaceLabelsUnknown && p.hooks != nil && slices.ContainsFunc(p.hooks, func(h webhook) bool { return h.readsNamespaceLabels(req) }) {
+		if at, ok := p.namespaceStoredAt[req.namespaceName()]; ok {
+			res.NamespaceLabels = "as the log showed them at " + at
+		}
+	}
 	calls, unsure := p.match(req)
+	// What the log shows of the calls, and -namespaces, decide what they
+	// can of what replay does not know.
+	var d decided
+	if len(unsure) > 0 {
+		d = p.decide(unsure, calls, p.evidenceOf(e, res.Then))
+	}
+	if said := d.source(unsure); said != "" {
+		res.NamespaceLabels = said
+		for _, u := range unsure {
+			if _, ok := d.known[u.what]; ok && u.selector != nil {
+				p.sum.labelsBy[strings.SplitN(d.by[u.what], ":", 2)[0]]++
+				break
+			}
+		}
+	}
 	combos := assumptions(unsure)
 	if combos == nil {
 		res.NotReviewed = fmt.Sprintf("it depends on %d things replay does not know", len(unsure))
 		p.sum.notReviewed++
 		return
 	}
+	combos = d.consistent(combos)
 	var runs []variantRun
 	for _, combo := range combos {
 		run := variantRun{assumed: combo, unsure: unsure}
@@ -523,6 +556,11 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	out.Source, out.APIVersion, out.Kind, out.Namespace, out.Name = "", source.GetAPIVersion(), source.GetKind(), req.namespace, req.name
 	if out.Mutate != nil {
 		out.Mutate.Patch = withoutValues(out.Mutate.Patch)
+	}
+	for i := range out.Requests {
+		if out.Requests[i].Operation != string(admissionv1.Connect) {
+			out.Requests[i].Object = nil // a subresource's object, which may hold a Secret's values
+		}
 	}
 	res.Admission = &out
 }
@@ -610,14 +648,32 @@ func objectsLeftOut(e *auditEvent) string {
 // and res.OldObject says where; or why it is unknown.
 func (p *replayer) oldObjectOf(res *replayResult, req request) (*unstructured.Unstructured, string) {
 	key := versionKey(req.resource.Group, req.resource.Resource, req.namespace, req.name)
-	if req.subresource != "" && req.subresource != "status" {
+	scale := false
+	switch p.subresourceIs(req.resource, req.subresource) {
+	case subresourceOther:
 		return nil, fmt.Sprintf("the log stores %s, not their %s", req.resource.Resource, req.subresource)
+	case subresourceScale:
+		scale = true
 	}
 	v, dropped, writtenAt := p.versions.get(key)
 	switch {
 	case writtenAt != nil:
 		p.sum.oldUnknown++
 		return nil, fmt.Sprintf("%s wrote it, and the log does not hold what it stored (a write at level Request or Metadata)", writtenAt)
+	case v != nil && scale:
+		// The Scale the apiserver makes of the object stored
+		// (scaleUpdatedObjectInfo).
+		derived, err := (&scaleOf{resource: req.resource, object: v.raw}).derive(nil)
+		if err != nil {
+			return nil, fmt.Sprintf("its Scale cannot be made of the version stored at %s: %v", v.at, err)
+		}
+		obj, err := objectFrom(derived)
+		if err != nil {
+			return nil, err.Error()
+		}
+		res.OldObject = v.at.String()
+		p.sum.oldFound++
+		return obj, ""
 	case v != nil:
 		obj, err := objectFrom(v.raw)
 		if err != nil {
@@ -632,6 +688,37 @@ func (p *replayer) oldObjectOf(res *replayResult, req request) (*unstructured.Un
 	}
 	p.sum.oldUnknown++
 	return nil, "no earlier version of it is stored in the log before this line (a write or get at level RequestResponse)"
+}
+
+// The subresources replay knows the object of, as subresourceIs says.
+const (
+	subresourceNone  = iota // the object itself
+	subresourceSame         // of the object's own kind: status, ephemeralcontainers, resize, …
+	subresourceScale        // a Scale the apiserver makes of a built-in object
+	subresourceOther        // another kind, whose old version the log does not store
+)
+
+// subresourceIs says what a write of resource's sub writes: the object
+// itself (no subresource), the object whole (a subresource of its own
+// kind, as discovery says; status for any resource), a Scale replay can
+// make of the object (scaleResources), or something else.
+func (p *replayer) subresourceIs(resource schema.GroupVersionResource, sub string) int {
+	switch {
+	case sub == "":
+		return subresourceNone
+	case sub == "status":
+		return subresourceSame
+	}
+	k := p.catalog.byResource[resource]
+	switch {
+	case k == nil:
+		return subresourceOther
+	case k.subresources[sub] == k.kind:
+		return subresourceSame
+	case sub == "scale" && scaleResources[resource.GroupResource()]:
+		return subresourceScale
+	}
+	return subresourceOther
 }
 
 // versionKey names an object in the cache. A Namespace's objectRef has its
@@ -686,14 +773,33 @@ func applyPatch(old *unstructured.Unstructured, patch json.RawMessage) (*unstruc
 			return nil, ""
 		}
 	}
-	if !plainMergePatch(m) {
+	fresh := func() map[string]any {
+		var doc map[string]any
+		_ = json.Unmarshal(before, &doc)
+		return doc
+	}
+	if plainMergePatch(m) {
+		doc := fresh()
+		if doc == nil {
+			return nil, ""
+		}
+		return &unstructured.Unstructured{Object: mergePatch(doc, m)}, "a merge patch"
+	}
+	// Lists, or directives: a strategic merge patch, where replay knows
+	// the kind's fields. The log does not say a patch's type: one without
+	// directives might be a merge patch, which replaces what strategic
+	// merge merges, and is applied only when the two agree.
+	merged, err := strategicMerge(fresh(), m, old.GroupVersionKind())
+	if err != nil {
 		return nil, ""
 	}
-	var doc map[string]any
-	if json.Unmarshal(before, &doc) != nil {
+	if hasStrategicDirective(m) {
+		return &unstructured.Unstructured{Object: merged}, "a strategic merge patch"
+	}
+	if !reflect.DeepEqual(merged, mergePatch(fresh(), m)) {
 		return nil, ""
 	}
-	return &unstructured.Unstructured{Object: mergePatch(doc, m)}, "a merge patch"
+	return &unstructured.Unstructured{Object: merged}, "a patch that a merge patch and a strategic merge patch apply alike"
 }
 
 // plainMergePatch reports whether a patch holds no list and no key
@@ -887,7 +993,14 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	if ref == nil || e.ResponseStatus == nil || e.ResponseStatus.Code < 200 || e.ResponseStatus.Code >= 300 || dryRun {
 		return
 	}
-	if ref.Subresource != "" && ref.Subresource != "status" {
+	resource := schema.GroupVersionResource{Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource}
+	switch p.subresourceIs(resource, ref.Subresource) {
+	case subresourceOther:
+		return
+	case subresourceScale:
+		if e.Verb == "update" || e.Verb == "patch" {
+			p.rememberScale(at, e, ref)
+		}
 		return
 	}
 	switch e.Verb {
@@ -921,6 +1034,42 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	}
 }
 
+// rememberScale keeps what a write of a scale subresource stored: the
+// object's spec.replicas and resourceVersion, as the Scale in the response
+// says (scaleUpdatedObjectInfo sets both from it); the rest of the object
+// is unchanged but for its generation, which the log does not say.
+func (p *replayer) rememberScale(at logLine, e *auditEvent, ref *objectReference) {
+	key := versionKey(ref.APIGroup, ref.Resource, ref.Namespace, ref.Name)
+	v, _, _ := p.versions.get(key)
+	scale, _ := objectFrom(e.ResponseObject)
+	if scale == nil || scale.GetKind() != "Scale" {
+		if v != nil {
+			p.versions.writtenBlind(key, at)
+		}
+		return
+	}
+	if v == nil {
+		return
+	}
+	obj, err := objectFrom(v.raw)
+	if err != nil {
+		return
+	}
+	replicas, found, _ := unstructured.NestedFieldNoCopy(scale.Object, "spec", "replicas")
+	if !found {
+		replicas = int64(0) // autoscaling/v1 omits a replicas of 0
+	}
+	if unstructured.SetNestedField(obj.Object, replicas, "spec", "replicas") != nil {
+		return
+	}
+	obj.SetResourceVersion(scale.GetResourceVersion())
+	raw, err := json.Marshal(obj.Object)
+	if err != nil {
+		return
+	}
+	p.versions.put(key, raw, at)
+}
+
 // rememberNamespace keeps the labels of a Namespace a write or a get of it
 // shows, which a later request's namespaceSelector reads; or, when the log
 // does not hold what the write made of them, that they are not known from
@@ -938,16 +1087,24 @@ func (p *replayer) rememberNamespace(at logLine, e *auditEvent, stored *unstruct
 	if name == "" {
 		return
 	}
+	if n := p.fileLabelUses[name]; n > 0 && e.Verb != "get" {
+		delete(p.fileLabelUses, name)
+		if len(p.sum.labelsBeforeWrite) < maxListedRefusals {
+			p.sum.labelsBeforeWrite = append(p.sum.labelsBeforeWrite, fmt.Sprintf("%s: a %s of the Namespace %s, after %s whose verdict its labels from -namespaces decided: if it changed them, those verdicts may not be the apiserver's", at, e.Verb, name, count(n, "request")))
+		}
+	}
 	known := func(labels map[string]string) {
 		delete(p.unknownNamespaces, name)
 		if _, ok := p.namespaces[name]; ok || len(p.namespaces) < maxNamespaceLabels {
 			p.namespaces[name] = labels
+			p.namespaceStoredAt[name] = at.String()
 		}
 	}
 	unknown := func(why string) {
 		delete(p.namespaces, name)
+		delete(p.namespaceStoredAt, name)
 		if len(p.unknownNamespaces) < maxNamespaceLabels {
-			p.unknownNamespaces[name] = fmt.Sprintf("%s: %s, so the Namespace %s's labels since are not known: audit the writes of namespaces at RequestResponse", at, why, name)
+			p.unknownNamespaces[name] = fmt.Sprintf("%s: %s, so the Namespace %s's labels since are not known, nor shown by evidence of the call: give the cluster's namespaces with -namespaces, or audit the writes of namespaces at RequestResponse", at, why, name)
 		}
 	}
 	mutated := len(p.then(e).PatchedBy) > 0
@@ -957,6 +1114,7 @@ func (p *replayer) rememberNamespace(at logLine, e *auditEvent, stored *unstruct
 	case e.Verb == "get":
 	case e.Verb == "delete":
 		delete(p.namespaces, name)
+		delete(p.namespaceStoredAt, name)
 		delete(p.unknownNamespaces, name)
 	case len(e.RequestObject) == 0:
 		unknown(fmt.Sprintf("a %s of it at level %s, without its objects", e.Verb, e.Level))

@@ -62,6 +62,13 @@ type replaySummary struct {
 	oldDropped                    int
 	earlierStage                  int
 	failed                        bool
+	// labelsBy counts the requests a namespace's labels decided, by what
+	// decided them (decided.by's first words), other than the labels
+	// the log stored.
+	labelsBy map[string]int
+	// labelsBeforeWrite names the writes of a Namespace after requests
+	// whose verdicts its labels from -namespaces decided.
+	labelsBeforeWrite []string
 }
 
 // replayAuditLogs is `webhook review -audit-log`.
@@ -74,8 +81,15 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 	}
 	p := newReplayer(r, o.auditCacheBytes)
 	p.sum.admission, p.sum.authorization, p.sum.authorizationNotSent, p.sum.changes = map[string]int{}, map[string]int{}, map[string]int{}, map[string]int{}
-	out := &replayOutput{w: stdout, json: o.output == "json", verbose: o.verbose}
-	progress := newProgress(stderr)
+	p.sum.labelsBy = map[string]int{}
+	out := &replayOutput{w: stdout, verbose: o.verbose, quiet: o.quiet}
+	switch o.output {
+	case "json", "yaml":
+		out.elements = newElements(stdout, o.output)
+	case "junit":
+		out.junit = &junitReport{name: "webhook review -audit-log"}
+	}
+	progress := newReplayProgress(stderr)
 	var werr error
 	write := func(res replayResult) {
 		if werr == nil {
@@ -111,14 +125,10 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 	if werr != nil {
 		return werr
 	}
-	summaryTo := stdout
-	if out.json {
-		summaryTo = stderr
-	}
 	if err := out.end(); err != nil {
 		return err
 	}
-	p.writeSummary(summaryTo, o)
+	p.writeSummary(stderr, o)
 	switch {
 	case p.sum.interrupted != nil:
 		return &ExitError{Code: exitInterrupted}
@@ -224,49 +234,70 @@ func requestWords(res replayResult) string {
 }
 
 // replayOutput writes results as they come: text lines, or the elements
-// of one JSON array.
+// of one array (json, yaml); or a JUnit report at the end.
 type replayOutput struct {
-	w             io.Writer
-	json, verbose bool
-	written       int
+	w              io.Writer
+	verbose, quiet bool
+	elements       *elements
+	junit          *junitReport
+	written        int
 }
 
 func (o *replayOutput) begin() {
-	if o.json {
-		fmt.Fprint(o.w, "[")
+	if o.elements != nil {
+		o.elements.begin()
 	}
 }
 
 func (o *replayOutput) end() error {
-	if !o.json {
-		return nil
+	switch {
+	case o.elements != nil:
+		return o.elements.end()
+	case o.junit != nil:
+		return o.junit.write(o.w)
 	}
-	if o.written > 0 {
-		_, err := fmt.Fprint(o.w, "\n]\n")
-		return err
-	}
-	_, err := fmt.Fprint(o.w, "]\n")
-	return err
+	return nil
+}
+
+// failingRequest reports whether a result is one -q writes: a line that
+// could not be read, a change, or an error.
+func failingRequest(res replayResult) bool {
+	return res.Error != "" || len(res.Changes) > 0 || (res.Admission != nil && res.Admission.Verdict == "error") ||
+		(res.Authorization != nil && res.Authorization.Verdict == "error")
 }
 
 func (o *replayOutput) write(res replayResult) error {
-	if o.json {
-		b, err := json.Marshal(res)
-		if err != nil {
-			return err
-		}
-		sep := ",\n"
-		if o.written == 0 {
-			sep = "\n"
-		}
-		o.written++
-		_, err = fmt.Fprintf(o.w, "%s%s", sep, b)
-		return err
+	if o.quiet && !failingRequest(res) {
+		return nil
+	}
+	if o.elements != nil {
+		return o.elements.addIndented(res, false)
 	}
 	if !o.verbose && !worthALine(res) {
 		return nil
 	}
 	o.written++
+	if o.junit != nil {
+		line := res.Error
+		if line == "" {
+			line = requestWords(res) + ": " + strings.Join(verdictWords(res), "; ")
+		}
+		outcome := ""
+		switch {
+		case res.Error != "" || (res.Admission != nil && res.Admission.Verdict == "error"):
+			outcome = "error"
+		case slices.ContainsFunc(res.Changes, refusing):
+			outcome = "failure"
+		case slices.Contains(res.Changes, changeNotKnown):
+			outcome = "skipped"
+		}
+		var changes []string
+		for _, c := range res.Changes {
+			changes = append(changes, changeWords(c, res))
+		}
+		o.junit.addCase(res.Source, line, strings.Join(res.Changes, ","), outcome, strings.Join(changes, "\n"))
+		return nil
+	}
 	var b strings.Builder
 	if res.Error != "" {
 		fmt.Fprintf(&b, "%s: error: %s\n", res.Source, res.Error)
@@ -286,6 +317,9 @@ func (o *replayOutput) write(res replayResult) error {
 			old = "as stored at " + old
 		}
 		fmt.Fprintf(&b, "  note: oldObject: %s\n", old)
+	}
+	if res.NamespaceLabels != "" && res.Admission != nil {
+		fmt.Fprintf(&b, "  note: namespace labels: %s\n", res.NamespaceLabels)
 	}
 	if a := res.Admission; a != nil {
 		for _, n := range a.Notes {
@@ -431,6 +465,12 @@ func (p *replayer) writeSummary(w io.Writer, o options) {
 	fmt.Fprintf(w, "  agrees with the log on %d, differs on %d; %d cannot be compared (%d whose verdict now depends on what the log does not hold, %d whose oldObject it does not hold); %d not compared (refused then before or beside the webhook, or no response)\n",
 		s.agree, s.disagree, s.cannotCompare, s.verdictUnknown, s.cannotCompare-s.verdictUnknown, s.notCompared)
 	fmt.Fprintf(w, "  oldObject: %d found in the log, %d not in it, %d dropped from the cache\n", s.oldFound, s.oldUnknown, s.oldDropped)
+	if len(s.labelsBy) > 0 {
+		fmt.Fprintf(w, "  namespaceSelectors that read labels the log did not store: %d decided by the log's evidence of the call, %d by -namespaces\n", s.labelsBy["the log's evidence"], s.labelsBy["-namespaces"])
+	}
+	for _, l := range s.labelsBeforeWrite {
+		fmt.Fprintf(w, "  note: %s\n", l)
+	}
 	sent := 0
 	for _, n := range s.authorization {
 		sent += n
@@ -489,43 +529,26 @@ func counted(counts map[string]int, labels ...string) string {
 	return ": " + strings.Join(parts, ", ")
 }
 
-// progress writes how far replay has read to stderr, when stderr is a
-// terminal, at most every progressEvery.
-type progress struct {
-	w            io.Writer // nil when not a terminal
-	start, last  time.Time
-	events       int
-	bytes        int64
-	wroteAnyLine bool
+// replayProgress is how far a replay has read, for a terminal.
+type replayProgress struct {
+	*progress
+	events int
+	bytes  int64
 }
 
-func newProgress(stderr io.Writer) *progress {
-	p := &progress{start: time.Now()}
-	if f, ok := stderr.(*os.File); ok {
-		if info, err := f.Stat(); err == nil && info.Mode()&os.ModeCharDevice != 0 {
-			p.w = stderr
-		}
-	}
-	return p
+func newReplayProgress(stderr io.Writer) *replayProgress {
+	return &replayProgress{progress: newProgress(stderr)}
 }
 
-func (p *progress) read(n int) { p.bytes += int64(n) + 1 }
+func (p *replayProgress) read(n int) { p.bytes += int64(n) + 1 }
 
-func (p *progress) event() {
+func (p *replayProgress) event() {
 	p.events++
-	if p.w == nil || p.events%1024 != 0 {
+	if p.events%1024 != 0 {
 		return
 	}
-	if now := time.Now(); now.Sub(p.last) >= progressEvery {
-		p.last = now
-		p.wroteAnyLine = true
-		rate := float64(p.events) / now.Sub(p.start).Seconds()
-		fmt.Fprintf(p.w, "\rreplaying: %d lines, %.1f MiB read, %.0f lines/s ", p.events, float64(p.bytes)/(1<<20), rate)
-	}
-}
-
-func (p *progress) done() {
-	if p.w != nil && p.wroteAnyLine {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
+	p.show(func() string {
+		rate := float64(p.events) / time.Since(p.start).Seconds()
+		return fmt.Sprintf("replaying: %d lines, %.1f MiB read, %.0f lines/s", p.events, float64(p.bytes)/(1<<20), rate)
+	})
 }

@@ -123,6 +123,11 @@ func TestReplayOperations(t *testing.T) {
 		"spec": map[string]any{"replicas": 1}}
 	storedDeployment := auditEventLine("create", "/apis/apps/v1/namespaces/ns/deployments", 201, ref("apps", "v1", "deployments", "ns", "web", ""), map[string]any{
 		"requestObject": deployment, "responseObject": deployment})
+	// A webhook of Deployments' updates alone, not of their scale.
+	deploymentsOnly := filepath.Join(t.TempDir(), "deployments.yaml")
+	if err := os.WriteFile(deploymentsOnly, []byte(validateConfig(`{apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments]}`, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		log     []string
@@ -243,14 +248,38 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
-			name: "strategic merge patch with a list: the object as stored, said so",
-			log: []string{stored, auditEventLine("patch", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
-				"requestObject":  map[string]any{"metadata": map[string]any{"finalizers": []any{"x"}}},
-				"responseObject": configMap("ns", "cm", "11", map[string]string{"seen": "yes", "mutated": "after"})})},
+			// A list a merge patch replaces and strategic merge merges: the
+			// log does not say which the patch was.
+			name: "a patch whose list a merge patch and a strategic merge patch apply otherwise: the object as stored, said so",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 201, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"requestObject": configMap("", "cm", "", nil), "responseObject": map[string]any{"kind": "ConfigMap", "apiVersion": "v1",
+					"metadata": map[string]any{"name": "cm", "namespace": "ns", "resourceVersion": "10", "finalizers": []any{"a"}}}}),
+				auditEventLine("patch", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject":  map[string]any{"metadata": map[string]any{"finalizers": []any{"x"}}},
+					"responseObject": configMap("ns", "cm", "11", map[string]string{"seen": "yes", "mutated": "after"})})},
 			want: admissionv1.Update,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
 				if !bytes.Contains(req.Object.Raw, []byte(`"mutated":"after"`)) || !strings.HasPrefix(res.Object, "the object as stored") {
 					t.Errorf("got object %s (%s); want the responseObject, said to be the stored one", req.Object.Raw, res.Object)
+				}
+			},
+		},
+		{
+			// kubectl debug's: the Pod's ephemeral containers merged by
+			// name, in the order $setElementOrder gives.
+			name: "a strategic merge patch: applied to the version stored, as strategic merge applies it",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"},
+					"spec": map[string]any{"containers": []any{map[string]any{"name": "app", "image": "nginx"}}, "ephemeralContainers": []any{map[string]any{"name": "one", "image": "a"}}}}}),
+				auditEventLine("patch", "/api/v1/namespaces/ns/pods/p/ephemeralcontainers", 403, ref("", "v1", "pods", "ns", "p", "ephemeralcontainers"), map[string]any{
+					"requestObject": map[string]any{"spec": map[string]any{"$setElementOrder/ephemeralContainers": []any{map[string]any{"name": "one"}, map[string]any{"name": "two"}},
+						"ephemeralContainers": []any{map[string]any{"name": "two", "image": "b"}}}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.Object.Raw, []byte(`"ephemeralContainers":[{"image":"a","name":"one"},{"image":"b","name":"two"}]`)) || !bytes.Contains(req.Object.Raw, []byte(`"containers":[{"image":"nginx","name":"app"}]`)) ||
+					!strings.Contains(res.Object, "a strategic merge patch") {
+					t.Errorf("got object %s (%s); want both ephemeral containers, in order, the container kept", req.Object.Raw, res.Object)
 				}
 			},
 		},
@@ -306,13 +335,57 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
-			name: "scale: another kind, whose old version the log does not hold",
+			name: "scale: an update of the Scale, its old one made of the Deployment stored",
 			log: []string{storedDeployment, auditEventLine("update", "/apis/apps/v1/namespaces/ns/deployments/web/scale", 200, ref("apps", "v1", "deployments", "ns", "web", "scale"), map[string]any{
 				"requestObject": map[string]any{"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": map[string]any{"name": "web", "namespace": "ns"}, "spec": map[string]any{"replicas": 3}}})},
 			want: admissionv1.Update,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
-				if req.SubResource != "scale" || req.Kind != (metav1.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}) || req.Resource.Group != "apps" || !strings.Contains(res.OldObject, "not their scale") {
-					t.Errorf("got %+v %s/%s, oldObject %q; want an autoscaling/v1 Scale of apps deployments, scale, old one unknown", req.Kind, req.Resource.Resource, req.SubResource, res.OldObject)
+				if req.SubResource != "scale" || req.Kind != (metav1.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}) || req.Resource.Group != "apps" ||
+					!strings.HasSuffix(res.OldObject, "audit.log:1") || !bytes.Contains(req.OldObject.Raw, []byte(`"kind":"Scale"`)) || !bytes.Contains(req.OldObject.Raw, []byte(`"spec":{"replicas":1}`)) ||
+					!bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"20"`)) {
+					t.Errorf("got %+v %s/%s, oldObject %q %s; want an autoscaling/v1 Scale of apps deployments, scale, the old one made of line 1's", req.Kind, req.Resource.Resource, req.SubResource, res.OldObject, req.OldObject.Raw)
+				}
+			},
+		},
+		{
+			name: "kubectl scale: a merge patch of the Scale, applied to the one made of the Deployment stored",
+			log: []string{storedDeployment, auditEventLine("patch", "/apis/apps/v1/namespaces/ns/deployments/web/scale", 403, ref("apps", "v1", "deployments", "ns", "web", "scale"), map[string]any{
+				"requestObject": map[string]any{"spec": map[string]any{"replicas": 7}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if req.Kind.Kind != "Scale" || !bytes.Contains(req.Object.Raw, []byte(`"spec":{"replicas":7}`)) || !bytes.Contains(req.OldObject.Raw, []byte(`"spec":{"replicas":1}`)) ||
+					!strings.Contains(res.Object, "a merge patch") {
+					t.Errorf("got %s of %s, oldObject %s (%s); want the Scale patched to 7 replicas, the old one of 1", req.Kind.Kind, req.Object.Raw, req.OldObject.Raw, res.Object)
+				}
+			},
+		},
+		{
+			name: "a later update's oldObject has the replicas a scale stored",
+			log: []string{storedDeployment, auditEventLine("patch", "/apis/apps/v1/namespaces/ns/deployments/web/scale", 200, ref("apps", "v1", "deployments", "ns", "web", "scale"), map[string]any{
+				"requestObject":  map[string]any{"spec": map[string]any{"replicas": 7}},
+				"responseObject": map[string]any{"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": map[string]any{"name": "web", "namespace": "ns", "resourceVersion": "21"}, "spec": map[string]any{"replicas": 7}}}),
+				auditEventLine("update", "/apis/apps/v1/namespaces/ns/deployments/web", 200, ref("apps", "v1", "deployments", "ns", "web", ""), map[string]any{
+					"requestObject": map[string]any{"kind": "Deployment", "apiVersion": "apps/v1", "metadata": map[string]any{"name": "web", "namespace": "ns", "resourceVersion": "21"}, "spec": map[string]any{"replicas": 7}}})},
+			args: []string{"-config", deploymentsOnly},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if req.Kind.Kind != "Deployment" || !bytes.Contains(req.OldObject.Raw, []byte(`"replicas":7`)) || !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"21"`)) || !strings.HasSuffix(res.OldObject, "audit.log:2") {
+					t.Errorf("got oldObject %s (%s); want the Deployment with the scale's replicas and resourceVersion, as stored at line 2", req.OldObject.Raw, res.OldObject)
+				}
+			},
+		},
+		{
+			name: "ephemeral containers: the Pod, its old version from the log",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+				auditEventLine("update", "/api/v1/namespaces/ns/pods/p/ephemeralcontainers", 200, ref("", "v1", "pods", "ns", "p", "ephemeralcontainers"), map[string]any{
+					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"},
+						"spec": map[string]any{"ephemeralContainers": []any{map[string]any{"name": "debug", "image": "busybox"}}}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if req.SubResource != "ephemeralcontainers" || req.Kind.Kind != "Pod" || !strings.HasSuffix(res.OldObject, "audit.log:1") || !bytes.Contains(req.Object.Raw, []byte("busybox")) || bytes.Contains(req.OldObject.Raw, []byte("busybox")) {
+					t.Errorf("got %s/%s of %s, oldObject %q %s; want the Pod with its debug container, the old one as stored at line 1", req.Resource.Resource, req.SubResource, req.Kind.Kind, res.OldObject, req.OldObject.Raw)
 				}
 			},
 		},
@@ -775,12 +848,17 @@ func TestReplayNeverPrintsValues(t *testing.T) {
 		auditEventLine("update", "/api/v1/namespaces/ns/secrets/bad-token", 200, ref("", "v1", "secrets", "ns", "bad-token", ""), map[string]any{"requestObject": secret}),
 		auditEventLine("patch", "/api/v1/namespaces/ns/secrets/bad-token", 200, ref("", "v1", "secrets", "ns", "bad-token", ""), map[string]any{
 			"requestObject": []any{map[string]any{"op": "replace", "path": "/stringData/password", "value": "SECRETVALUE"}}}),
+		// A subresource's object, sent whole: a Pod whose environment
+		// holds a value.
+		auditEventLine("update", "/api/v1/namespaces/ns/pods/bad-pod/ephemeralcontainers", 200, ref("", "v1", "pods", "ns", "bad-pod", "ephemeralcontainers"), map[string]any{
+			"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "bad-pod", "namespace": "ns"},
+				"spec": map[string]any{"ephemeralContainers": []any{map[string]any{"name": "d", "image": "busybox", "env": []any{map[string]any{"name": "TOKEN", "value": "SECRETVALUE"}}}}}}}),
 	}
 	path := filepath.Join(t.TempDir(), "audit.log")
 	if err := os.WriteFile(path, []byte(strings.Join(log, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"-v"}, {"-o", "json"}} {
+	for _, args := range [][]string{{"-v"}, {"-o", "json"}, {"-o", "yaml"}, {"-o", "junit"}} {
 		out, errOut, _ := runReplayArgs(t, &fakeWebhook{}, "", append([]string{"-audit-log", path}, args...)...)
 		for _, value := range []string{"SECRETVALUE", "U0VDUkVUVkFMVUU=", "LABELVALUE", `"yes"`} {
 			if strings.Contains(out+errOut, value) {
@@ -871,7 +949,7 @@ webhooks:
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	summary, _, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-config", config)
+	_, summary, _ := runReplayArgs(t, &fakeWebhook{}, "", "-audit-log", log, "-config", config)
 	if m := regexp.MustCompile(`admission: \d+ reviewed[^;]*; \d+ not reviewed; (\d+) not sent to the webhook`).FindStringSubmatch(summary); m == nil || m[1] == "0" {
 		t.Errorf("with a -config of Pods only, the summary does not count the ConfigMaps' writes as not sent to the webhook:\n%s", summary)
 	}
@@ -931,6 +1009,12 @@ func TestReplayNamespaceLabelledLater(t *testing.T) {
 	}
 	created := auditEventLine("create", "/api/v1/namespaces", 201, ref("", "v1", "namespaces", "", "team", ""), map[string]any{
 		"requestObject": namespace(nil), "responseObject": namespace(nil)})
+	// Admitted then, and no annotation says whether the webhook was
+	// called: the log holds no evidence of the call.
+	admittedCreate := func(name string) string {
+		return auditEventLine("create", "/api/v1/namespaces/team/configmaps", 201, ref("", "v1", "configmaps", "team", name, ""), map[string]any{
+			"requestObject": configMap("", name, "", nil), "responseObject": configMap("team", name, "5", nil)})
+	}
 
 	for _, tc := range []struct {
 		name  string
@@ -945,10 +1029,14 @@ func TestReplayNamespaceLabelledLater(t *testing.T) {
 		{"a strategic merge patch with a directive", patchNamespace("Request", map[string]any{"metadata": map[string]any{"labels": map[string]any{"$patch": "replace", "enforced": "true"}}}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			results, summary, code := replayRun(t, &fakeWebhook{}, []string{created, tc.label, deniedCreate("bad-cm")}, "-config", configFile)
+			last := deniedCreate("bad-cm")
+			if !tc.known {
+				last = admittedCreate("bad-cm")
+			}
+			results, summary, code := replayRun(t, &fakeWebhook{}, []string{created, tc.label, last}, "-config", configFile)
 			got := results[len(results)-1]
 			if tc.known {
-				if got.Admission == nil || got.Admission.Verdict != "denied" || len(got.Changes) != 0 || code != 0 ||
+				if got.Admission == nil || got.Admission.Verdict != "denied" || len(got.Changes) != 0 || code != 0 || !strings.HasPrefix(got.NamespaceLabels, "as the log showed them at ") ||
 					!strings.Contains(summary, "agrees with the log on 1, differs on 0; 0 cannot be compared") {
 					t.Errorf("got %+v, changes %v, exit %d:\n%s\nwant it denied now as then, the labels patched", got.Admission, got.Changes, code, summary)
 				}
@@ -962,9 +1050,90 @@ func TestReplayNamespaceLabelledLater(t *testing.T) {
 		})
 	}
 
-	// A namespace the log never stored: its labels are not known either.
-	results, _, code := replayRun(t, &fakeWebhook{}, []string{deniedCreate("bad-cm")}, "-config", configFile)
-	if a := results[0].Admission; a == nil || a.Verdict != "unknown" || !strings.Contains(a.Unknown, "the log holds no version of the Namespace team") || code != exitUnknown {
+	// A namespace the log never stored: its labels are not known either,
+	// and the line says how to tell replay.
+	results, _, code := replayRun(t, &fakeWebhook{}, []string{admittedCreate("bad-cm")}, "-config", configFile)
+	if a := results[0].Admission; a == nil || a.Verdict != "unknown" || !strings.Contains(a.Unknown, "the log holds no version of the Namespace team") ||
+		!strings.Contains(a.Unknown, "-namespaces FILE (kubectl get namespaces -o json > FILE)") || code != exitUnknown {
 		t.Errorf("a namespace the log never stored: got %+v, exit %d", a, code)
+	}
+}
+
+// TestReplayNamespaceEvidence: for a namespace the log did not store (one
+// created before it began), whether a namespaceSelector that reads a
+// label matched is taken from the log's evidence of the call, then from
+// the cluster's namespaces (-namespaces), and the line says which decided:
+// a webhook's denial in the response, a mutating webhook's annotation
+// (which decides for a validating webhook of the same selector), a
+// mutating webhook whose rules match but that the apiserver did not call
+// (no annotation on an admitted write). What nothing shows stays unknown.
+func TestReplayNamespaceEvidence(t *testing.T) {
+	dir := t.TempDir()
+	selector := "  namespaceSelector: {matchLabels: {enforced: \"true\"}}\n"
+	rule := `{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}`
+	mutating := strings.Replace(strings.Replace(validateConfig(rule, selector), "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", 1), "valid.example.com", "mutate.example.com", 1)
+	mutating = strings.Replace(strings.Replace(mutating, "path: /validate", "path: /mutate", 1), "metadata: {name: v}", "metadata: {name: m}", 1)
+	configFile := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(configFile, []byte(validateConfig(rule, selector)+"---\n"+mutating), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	namespaces := filepath.Join(dir, "namespaces.json")
+	if err := os.WriteFile(namespaces, []byte(`{"apiVersion":"v1","kind":"List","items":[
+		{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team","labels":{"enforced":"true"}}},
+		{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"free","labels":{}}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	event := func(ns, name string, code int, annotations map[string]string, message string) string {
+		line := auditEventLine("create", "/api/v1/namespaces/"+ns+"/configmaps", code, ref("", "v1", "configmaps", ns, name, ""), map[string]any{
+			"requestObject": configMap("", name, "", nil), "annotations": annotations})
+		var e map[string]any
+		_ = json.Unmarshal([]byte(line), &e)
+		if message != "" {
+			e["responseStatus"] = map[string]any{"code": code, "status": "Failure", "reason": "Forbidden", "message": message}
+		}
+		b, _ := json.Marshal(e)
+		return string(b)
+	}
+	called := map[string]string{"mutation.webhook.admission.k8s.io/round_0_index_0": `{"configuration":"m","webhook":"mutate.example.com","mutated":true}`}
+	for _, tc := range []struct {
+		name, event string
+		args        []string
+		// verdict now, the source said, whether sent
+		verdict, by string
+		sent        bool
+	}{
+		{"denied then by the webhook", event("team", "bad-a", 403, nil, `admission webhook "valid.example.com" denied the request: bad-a is bad`), nil,
+			"denied", "the log's evidence: the apiserver called valid.example.com (its denial, in the response)", true},
+		{"the mutating webhook's annotation", event("team", "bad-b", 201, called, ""), nil,
+			"denied", "the log's evidence: the apiserver called mutate.example.com (its mutation annotation mutation.webhook.admission.k8s.io/round_0_index_0)", true},
+		{"admitted, the mutating webhook not called", event("free", "bad-c", 201, nil, ""), nil,
+			"admitted", "the log's evidence: the apiserver did not call mutate.example.com, whose rules match (no mutation annotation)", false},
+		// Refused before the webhooks: no evidence; the cluster's list
+		// decides.
+		{"-namespaces", event("team", "bad-d", 409, nil, "conflict"), []string{"-namespaces", namespaces},
+			"denied", "-namespaces: the Namespace team's labels as listed", true},
+		{"-namespaces, not selected", event("free", "bad-e", 409, nil, "conflict"), []string{"-namespaces", namespaces},
+			"admitted", "-namespaces: the Namespace free's labels as listed", false},
+		{"nothing shows it", event("team", "bad-f", 409, nil, "conflict"), nil, "unknown", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			results, summary, code := replayRun(t, &fakeWebhook{}, []string{tc.event}, append([]string{"-config", configFile}, tc.args...)...)
+			got := results[0]
+			if got.Admission == nil || got.Admission.Verdict != tc.verdict || !strings.Contains(got.NamespaceLabels, tc.by) || (len(got.Admission.Webhooks) > 0) != tc.sent {
+				t.Errorf("got %+v, namespace labels %q, exit %d:\n%s\nwant %s, sent %v, decided by %q", got.Admission, got.NamespaceLabels, code, summary, tc.verdict, tc.sent, tc.by)
+			}
+			if tc.by != "" && !strings.Contains(summary, "namespaceSelectors that read labels the log did not store: ") {
+				t.Errorf("the summary does not count what decided the labels:\n%s", summary)
+			}
+		})
+	}
+
+	// A write of a namespace after requests whose verdicts its labels from
+	// -namespaces decided is said: it may have changed them.
+	nsRef := ref("", "v1", "namespaces", "", "team", "")
+	relabel := auditEventLine("patch", "/api/v1/namespaces/team", 200, nsRef, map[string]any{"level": "Metadata"})
+	_, summary, _ := replayRun(t, &fakeWebhook{}, []string{event("team", "bad-g", 409, nil, "conflict"), relabel}, "-config", configFile, "-namespaces", namespaces)
+	if !strings.Contains(summary, "a patch of the Namespace team, after 1 request whose verdict its labels from -namespaces decided") {
+		t.Errorf("the summary does not say the namespace was written after its listed labels were used:\n%s", summary)
 	}
 }

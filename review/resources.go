@@ -62,7 +62,9 @@ type kindInfo struct {
 	// class names the resources stored together: equivalent ones share it.
 	class        string
 	subresources map[string]schema.GroupVersionKind
-	verbs        []string // nil when not known
+	// subresourceVerbs are the verbs each subresource serves, when known.
+	subresourceVerbs map[string][]string
+	verbs            []string // nil when not known
 	// source says where review learned it, for a note.
 	source string
 	// conversion is how the apiserver converts an object of this kind to
@@ -92,7 +94,20 @@ type catalog struct {
 	// plurals are -resource's Kind=plural, for a kind no other source
 	// names.
 	plurals map[string]resourceFlag
+	// subresourceKinds are the kinds a subresource is sent as that are
+	// no kind of a resource of their own (autoscaling/v1 Scale,
+	// policy/v1 Eviction, …), and whose subresources they are.
+	subresourceKinds map[schema.GroupVersionKind][]subresourceOf
 }
+
+// subresourceOf names one subresource: the resource, and the
+// subresource's name.
+type subresourceOf struct {
+	resource schema.GroupVersionResource
+	sub      string
+}
+
+func (s subresourceOf) String() string { return s.resource.Resource + "/" + s.sub }
 
 // resourceFlag is one -resource: a kind's plural, and its scope when
 // given.
@@ -113,6 +128,7 @@ func newCatalog() (*catalog, error) {
 	c := *base
 	c.byKind, c.byResource, c.classes = maps.Clone(base.byKind), maps.Clone(base.byResource), maps.Clone(base.classes)
 	c.builtinGroups, c.servedVersions, c.plurals = maps.Clone(base.builtinGroups), maps.Clone(base.servedVersions), map[string]resourceFlag{}
+	c.subresourceKinds = maps.Clone(base.subresourceKinds)
 	return &c, nil
 }
 
@@ -128,7 +144,8 @@ func readBuiltinCatalog() (*catalog, error) {
 	}
 	c := &catalog{kubeVersion: table.KubeVersion, byKind: map[schema.GroupVersionKind]*kindInfo{},
 		byResource: map[schema.GroupVersionResource]*kindInfo{}, classes: map[string][]schema.GroupVersionResource{},
-		builtinGroups: map[string]bool{}, servedVersions: map[string][]string{}, plurals: map[string]resourceFlag{}}
+		builtinGroups: map[string]bool{}, servedVersions: map[string][]string{}, plurals: map[string]resourceFlag{},
+		subresourceKinds: map[schema.GroupVersionKind][]subresourceOf{}}
 	source := "kube-apiserver " + table.KubeVersion
 	for _, r := range table.Resources {
 		c.builtinGroups[r.Group] = true
@@ -144,6 +161,7 @@ func readBuiltinCatalog() (*catalog, error) {
 				kindGV, _ = schema.ParseGroupVersion(r.KindAPIVersion)
 			}
 			parent.subresources[sub] = kindGV.WithKind(r.Kind)
+			parent.subresourceVerbs[sub] = r.Verbs
 			continue
 		}
 		scope := "Cluster"
@@ -151,7 +169,7 @@ func readBuiltinCatalog() (*catalog, error) {
 			scope = "Namespaced"
 		}
 		k := &kindInfo{kind: gvr.GroupVersion().WithKind(r.Kind), resource: gvr, scope: scope, class: r.Storage,
-			subresources: map[string]schema.GroupVersionKind{}, verbs: r.Verbs, source: source}
+			subresources: map[string]schema.GroupVersionKind{}, subresourceVerbs: map[string][]string{}, verbs: r.Verbs, source: source}
 		if k.class == "" {
 			// Not stored (a TokenReview): equivalent to itself alone, as
 			// the registry keys it by its group and resource.
@@ -161,6 +179,18 @@ func readBuiltinCatalog() (*catalog, error) {
 		if !slices.Contains(c.servedVersions[r.Group], r.Version) {
 			c.servedVersions[r.Group] = append(c.servedVersions[r.Group], r.Version)
 		}
+	}
+	for _, k := range c.byResource {
+		for sub, kind := range k.subresources {
+			if _, own := c.byKind[kind]; !own {
+				c.subresourceKinds[kind] = append(c.subresourceKinds[kind], subresourceOf{k.resource, sub})
+			}
+		}
+	}
+	for _, list := range c.subresourceKinds {
+		slices.SortFunc(list, func(a, b subresourceOf) int {
+			return strings.Compare(a.String()+a.resource.Group, b.String()+b.resource.Group)
+		})
 	}
 	for _, gv := range table.Unserved {
 		parsed, err := schema.ParseGroupVersion(gv)
@@ -197,6 +227,18 @@ func (c *catalog) lookup(gvk schema.GroupVersionKind) (*kindInfo, error) {
 		served := c.servedVersions[gvk.Group]
 		if len(served) == 0 {
 			return nil, fmt.Errorf("kube-apiserver %s serves no version of the group %s: it refuses %s %s (no matches for kind)", c.kubeVersion, groupName(gvk.Group), gvk.GroupVersion(), gvk.Kind)
+		}
+		if subs := c.subresourceKinds[gvk]; len(subs) > 0 {
+			var names []string
+			for _, s := range subs {
+				names = append(names, s.String())
+			}
+			return nil, fmt.Errorf("%s %s is the object of a subresource (%s), not a kind the apiserver stores: review it with -subresource %s (-operation UPDATE for a Scale, its object in -old; CREATE for an Eviction)",
+				gvk.GroupVersion(), gvk.Kind, strings.Join(names, ", "), subs[0].sub)
+		}
+		if slices.Contains(served, gvk.Version) {
+			return nil, fmt.Errorf("kube-apiserver %s serves %s, but no kind %s in it: it refuses the object (no matches for kind %q in version %q); a component's configuration file (an audit Policy, a kubeconfig) is not a manifest (-skip-kind %s leaves it out)",
+				c.kubeVersion, gvk.GroupVersion(), gvk.Kind, gvk.Kind, gvk.GroupVersion(), gvk.Kind)
 		}
 		return nil, fmt.Errorf("kube-apiserver %s does not serve %s (of %s it serves %s): it refuses %s (no matches for kind %q in version %q)",
 			c.kubeVersion, gvk.GroupVersion(), groupName(gvk.Group), strings.Join(served, ", "), gvk.Kind, gvk.Kind, gvk.GroupVersion())
@@ -307,12 +349,14 @@ func (c *catalog) addCRD(crd crdDocument, source string) error {
 		}
 		gvr := schema.GroupVersionResource{Group: s.Group, Version: v.Name, Resource: s.Names.Plural}
 		k := &kindInfo{kind: gvr.GroupVersion().WithKind(s.Names.Kind), resource: gvr, scope: s.Scope, class: class,
-			subresources: map[string]schema.GroupVersionKind{}, source: fmt.Sprintf("the CustomResourceDefinition %s (%s)", crd.Metadata.Name, source), conversion: conversion}
+			subresources: map[string]schema.GroupVersionKind{}, subresourceVerbs: map[string][]string{}, source: fmt.Sprintf("the CustomResourceDefinition %s (%s)", crd.Metadata.Name, source), conversion: conversion}
 		if v.Subresources != nil && v.Subresources.Status != nil {
 			k.subresources["status"] = k.kind
 		}
 		if v.Subresources != nil && v.Subresources.Scale != nil {
-			k.subresources["scale"] = schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
+			scale := schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}
+			k.subresources["scale"] = scale
+			c.subresourceKinds[scale] = append(slices.Clip(c.subresourceKinds[scale]), subresourceOf{gvr, "scale"})
 		}
 		c.byKind[k.kind] = k
 		c.byResource[gvr] = k

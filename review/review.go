@@ -23,6 +23,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"path"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -36,6 +37,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/example/webhook/jsonfield"
 	"github.com/example/webhook/jsonpatch"
 )
 
@@ -91,9 +93,11 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 type options struct {
 	files, old, configs, groups listFlag
 	operation                   string
-	subresource, connectQuery   string // -operation CONNECT's
+	subresource, connectQuery   string // -operation CONNECT's, and -subresource of UPDATE and CREATE
 	user, namespace, output     string
-	verbose                     bool
+	verbose, quiet, recursive   bool
+	skipFiles, skipKinds        listFlag                // -skip-file, -skip-kind
+	namespaceFiles              listFlag                // -namespaces: the cluster's Namespaces
 	resources                   map[string]resourceFlag // kind → plural and scope, from -resource
 	apiResources                string                  // -api-resources: kubectl api-resources -o wide
 	auditLogs                   listFlag                // -audit-log: replay these instead of reviewing manifests
@@ -125,16 +129,21 @@ var connectSubresources = map[string]struct {
 func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	flags.SetOutput(stderr)
 	var o options
-	flags.Var(&o.files, "f", "manifest `file`, directory (its *.yaml, *.yml, *.json) or - for stdin; YAML or JSON, several documents, Lists as kubectl prints them (repeatable)")
+	flags.Var(&o.files, "f", "manifest `file`, directory (its *.yaml, *.yml, *.json; with -R those below it too) or - for stdin; YAML or JSON, several documents, Lists as kubectl prints them (repeatable)")
+	flags.BoolVar(&o.recursive, "R", false, "read the directories of -f recursively, as kubectl's -R")
+	flags.Var(&o.skipFiles, "skip-file", "leave out the files and directories whose name matches this `pattern` (a glob, such as kustomization.yaml, values*.yaml or .github), or whose path below the -f directory does, for a pattern with a / (such as templates/*.yaml); counted in the summary (repeatable)")
+	flags.Var(&o.skipKinds, "skip-kind", "leave out the documents of this `kind` (Kustomization), or apiVersion/kind (kustomize.config.k8s.io/v1beta1/Kustomization), comma-separated; counted in the summary (repeatable)")
+	flags.Var(&o.namespaceFiles, "namespaces", "the cluster's Namespaces, from a `file` as kubectl get namespaces -o json (or -o yaml) writes it: the labels a namespaceSelector reads, for a namespace -f does not hold; with -audit-log, for one the log does not show (repeatable)")
+	flags.BoolVar(&o.quiet, "q", false, "write only what fails: denied, error, unknown, not idempotent, differs on dry run (with -audit-log: a request that changes or cannot be read); the summary counts everything")
 	flags.Var(&o.old, "old", "with -operation UPDATE: the objects as they were, paired by kind, namespace and name (`file`, repeatable)")
 	flags.Var(&o.configs, "config", "webhook configurations `file` (deploy/webhooks.yaml): send each object only to the webhooks whose rules and selectors match it; without it every object goes to /mutate and /validate (repeatable)")
 	flags.StringVar(&o.operation, "operation", "CREATE", "the request's `operation`: CREATE, UPDATE (with -old), DELETE, or CONNECT (with -subresource)")
-	flags.StringVar(&o.subresource, "subresource", "", "with -operation CONNECT: `exec`, attach, portforward or proxy; each object of -f is the Pod (a Service or Node for proxy) connected to")
+	flags.StringVar(&o.subresource, "subresource", "", "the `subresource` written: with -operation UPDATE one such as scale, status or ephemeralcontainers (each object of -f the object as it will be, or its Scale; -old as it is), with CREATE one such as eviction (each object of -f the Eviction), with CONNECT exec, attach, portforward or proxy (each object of -f the Pod, Service or Node connected to)")
 	flags.StringVar(&o.connectQuery, "connect-query", "", "with -operation CONNECT: the request's `query`, as kubectl sends it, such as command=sh&stdin=true&tty=true for exec")
 	flags.StringVar(&o.user, "user", "webhook-review", "userInfo.username of every request")
 	flags.Var(&o.groups, "group", "userInfo.groups of every request (repeatable; default system:authenticated)")
 	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
-	flags.StringVar(&o.output, "o", "text", "output `format`: text or json")
+	flags.StringVar(&o.output, "o", "text", "output `format`: text, json, yaml or junit; the summary goes to stderr in every one")
 	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
 	flags.StringVar(&o.apiResources, "api-resources", "", "`file` of kubectl api-resources -o wide: the resource and scope of each kind of the cluster, for custom resources whose CustomResourceDefinition is not in -f")
 	flags.Var(&o.auditLogs, "audit-log", "replay the apiserver's audit log `file` (JSON lines; - for stdin; rotated files, gzip or not, oldest first) instead of manifests: each request as the review and the SubjectAccessReview the apiserver would have sent, beside what it did then (repeatable; docs/review.md)")
@@ -159,8 +168,20 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		}
 		o.resources[kind] = resourceFlag{plural: plural, scope: scope}
 	}
-	if o.output != "text" && o.output != "json" {
-		return usageError("-o %q: want text or json", o.output)
+	if !slices.Contains([]string{"text", "json", "yaml", "junit"}, o.output) {
+		return usageError("-o %q: want text, json, yaml or junit", o.output)
+	}
+	for _, k := range o.skipKinds {
+		for _, kind := range strings.Split(k, ",") {
+			if strings.TrimSpace(kind) == "" || strings.HasSuffix(kind, "/") {
+				return usageError("-skip-kind %q: want a kind, such as Kustomization, or apiVersion/kind, such as kustomize.config.k8s.io/v1beta1/Kustomization", k)
+			}
+		}
+	}
+	for _, pattern := range o.skipFiles {
+		if _, err := path.Match(pattern, ""); err != nil {
+			return usageError("-skip-file %q: %v", pattern, err)
+		}
 	}
 	if len(o.auditLogs) > 0 {
 		return runReplay(ctx, flags, o, stdin, stdout, stderr, routes)
@@ -180,8 +201,12 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		return usageError("-old is for -operation UPDATE")
 	case op == admissionv1.Connect && !slices.Contains([]string{"exec", "attach", "portforward", "proxy"}, o.subresource):
 		return usageError("-operation CONNECT needs -subresource exec, attach, portforward or proxy: what is connected to (kubectl exec, attach, port-forward, or a proxy)")
-	case op != admissionv1.Connect && (o.subresource != "" || o.connectQuery != ""):
-		return usageError("-subresource and -connect-query are for -operation CONNECT: review reviews whole objects otherwise")
+	case op != admissionv1.Connect && o.connectQuery != "":
+		return usageError("-connect-query is for -operation CONNECT")
+	case op == admissionv1.Delete && o.subresource != "":
+		return usageError("-subresource is for -operation UPDATE, CREATE or CONNECT: the apiserver deletes whole objects")
+	case op != admissionv1.Connect && slices.Contains([]string{"exec", "attach", "portforward", "proxy"}, o.subresource):
+		return usageError("-subresource %s is connected to: give -operation CONNECT", o.subresource)
 	}
 	query, err := url.ParseQuery(o.connectQuery)
 	if err != nil {
@@ -192,11 +217,14 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		return err
 	}
 	r.op, r.connectQuery = op, query
-	in, err := expandInputs(o.files, stdin)
+	in, err := expandInputs(o.files, stdin, expansion{recursive: o.recursive, skip: o.skipFiles})
 	if err != nil {
 		return usageError("%v", err)
 	}
 	defer in.close()
+	if err := r.readNamespaces(); err != nil {
+		return err
+	}
 	if err := r.learn(in); err != nil {
 		return usageError("%v", err)
 	}
@@ -250,7 +278,7 @@ func newReviewer(o options, routes func() http.Handler) (*reviewer, error) {
 func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	var conflicting []string
 	flags.Visit(func(f *flag.Flag) {
-		if slices.Contains([]string{"f", "old", "operation", "subresource", "connect-query", "user", "group", "namespace", "resource"}, f.Name) {
+		if slices.Contains([]string{"f", "old", "operation", "subresource", "connect-query", "user", "group", "namespace", "resource", "R", "skip-file", "skip-kind"}, f.Name) {
 			conflicting = append(conflicting, "-"+f.Name)
 		}
 	})
@@ -262,6 +290,10 @@ func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Rea
 	}
 	r, err := newReviewer(o, routes)
 	if err != nil {
+		return err
+	}
+	r.replaying = true
+	if err := r.readNamespaces(); err != nil {
 		return err
 	}
 	if o.apiResources != "" {
@@ -283,6 +315,9 @@ type reviewer struct {
 	handler      http.Handler
 	catalog      *catalog
 	namespaces   map[string]map[string]string // the labels of the Namespaces in the input
+	// clusterNamespaces are -namespaces', the cluster's: in a replay,
+	// the labels of a namespace the log has not shown.
+	clusterNamespaces map[string]map[string]string
 	// unknownNamespaces are the namespaces whose labels a replay knows it
 	// does not know, and why.
 	unknownNamespaces map[string]string
@@ -291,10 +326,10 @@ type reviewer struct {
 }
 
 // learn is the first pass over the input: the CustomResourceDefinitions,
-// then -api-resources, and the Namespaces' labels.
+// then -api-resources, and the Namespaces' labels. The files are read on
+// every CPU; what they define is taken in their order.
 func (r *reviewer) learn(in *inputs) error {
-	var crdErr error
-	err := in.scan(func(u unit) {
+	perFile, err := in.scan(func(u unit) []parsedObject {
 		if !u.isJSON && bytes.Contains(u.raw, []byte("CustomResourceDefinition")) {
 			// A CustomResourceDefinition is mostly its schemas, which
 			// this pass does not read: read without them, it is a few
@@ -302,22 +337,29 @@ func (r *reviewer) learn(in *inputs) error {
 			u.raw = withoutSchemas(u.raw)
 		}
 		objs, _ := parseUnit(u)
+		return slices.DeleteFunc(objs, func(obj parsedObject) bool {
+			return !(obj.head.Kind == "CustomResourceDefinition" && obj.head.APIVersion == "apiextensions.k8s.io/v1") &&
+				!(obj.head.Kind == "Namespace" && obj.head.APIVersion == "v1")
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var crdErr error
+	for _, objs := range perFile {
 		for _, obj := range objs {
-			switch {
-			case obj.head.Kind == "CustomResourceDefinition" && obj.head.APIVersion == "apiextensions.k8s.io/v1":
+			switch obj.head.Kind {
+			case "CustomResourceDefinition":
 				var crd crdDocument
 				if json.Unmarshal(obj.json, &crd) == nil {
 					if err := r.catalog.addCRD(crd, obj.source); err != nil && crdErr == nil {
 						crdErr = fmt.Errorf("%s: %w", obj.source, err)
 					}
 				}
-			case obj.head.Kind == "Namespace" && obj.head.APIVersion == "v1":
+			case "Namespace":
 				r.namespaces[obj.head.Metadata.Name] = obj.head.Metadata.Labels
 			}
 		}
-	})
-	if err != nil {
-		return err
 	}
 	if r.o.apiResources != "" {
 		if err := r.catalog.readAPIResources(r.o.apiResources); err != nil {
@@ -329,12 +371,12 @@ func (r *reviewer) learn(in *inputs) error {
 
 // readOld reads -old, whole: the objects an UPDATE replaces.
 func (r *reviewer) readOld() error {
-	in, err := expandInputs(r.o.old, nil)
+	in, err := expandInputs(r.o.old, nil, expansion{recursive: r.o.recursive})
 	if err != nil {
 		return usageError("-old: %v", err)
 	}
 	defer in.close()
-	if err := in.scan(func(unit) {}); err != nil {
+	if _, err := in.scan(func(unit) []parsedObject { return nil }); err != nil {
 		return usageError("-old: %v", err)
 	}
 	r.olds = map[string]*parsedObject{}
@@ -374,16 +416,19 @@ func (r *reviewer) objectKey(obj *parsedObject) string {
 
 // result is what the apiserver would do with one document.
 type result struct {
-	Source     string          `json:"source"`
-	APIVersion string          `json:"apiVersion,omitempty"`
-	Kind       string          `json:"kind,omitempty"`
-	Namespace  string          `json:"namespace,omitempty"`
-	Name       string          `json:"name,omitempty"`
-	Verdict    string          `json:"verdict"` // admitted, denied, error, unknown; for a SubjectAccessReview allowed, denied, no-opinion
-	Mutate     *mutateResult   `json:"mutate,omitempty"`
-	Validate   *validateResult `json:"validate,omitempty"`
-	DryRunSame *bool           `json:"dryRunSame,omitempty"`
-	Webhooks   []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
+	Source     string `json:"source"`
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	// Subresource is the subresource written (-subresource), of the
+	// object named.
+	Subresource string          `json:"subresource,omitempty"`
+	Verdict     string          `json:"verdict"` // admitted, denied, error, unknown; for a SubjectAccessReview allowed, denied, no-opinion
+	Mutate      *mutateResult   `json:"mutate,omitempty"`
+	Validate    *validateResult `json:"validate,omitempty"`
+	DryRunSame  *bool           `json:"dryRunSame,omitempty"`
+	Webhooks    []string        `json:"webhooks,omitempty"` // with -config: those the object is sent to
 	// Requests are the AdmissionRequests the webhooks are sent, as what
 	// (the kind and resource, under matchPolicy Equivalent another
 	// version's), the first of each webhook.
@@ -441,11 +486,25 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 	if res.Name == "" && obj.head.Metadata.GenerateName != "" {
 		res.Name = obj.head.Metadata.GenerateName + "*"
 	}
+	if why := r.skippedKind(obj.head); why != "" {
+		res.Verdict, res.Reason = "skipped", why
+		return res
+	}
 	if obj.head.Kind == "SubjectAccessReview" && strings.HasPrefix(obj.head.APIVersion, "authorization.k8s.io/") {
 		res.Verdict, res.Reason, res.Error = r.askAuthorize(ctx, obj.json)
 		return res
 	}
+	if obj.head.Kind == "AdmissionReview" && (obj.head.APIVersion == "admission.k8s.io/v1" || obj.head.APIVersion == "admission.k8s.io/v1beta1") {
+		return r.reviewCaptured(ctx, obj, res)
+	}
+	if obj.metaErr != nil {
+		res.Verdict, res.Error = "error", headError(obj.metaErr).Error()
+		return res
+	}
 	info, err := r.catalog.lookup(obj.gvk())
+	if r.o.subresource != "" && r.op != admissionv1.Connect {
+		return r.reviewSubresource(ctx, obj, res, info, err)
+	}
 	if err != nil {
 		res.Verdict, res.Error = "error", err.Error()
 		return res
@@ -466,6 +525,13 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 	}
 	if why := exempt(info.kind, resource); why != "" && r.op != admissionv1.Connect {
 		res.Verdict, res.Notes = "admitted", []string{why}
+		if r.op != admissionv1.Delete {
+			meta := obj.head.Metadata
+			check := metaCheck{kind: info.kind.GroupKind(), namespaced: info.namespaced(), operation: string(r.op), original: obj.json, meta: &meta}
+			if why := check.problem(obj.json); why != "" {
+				res.Verdict, res.Error, res.Notes = "error", why, nil
+			}
+		}
 		return res
 	}
 	if verb := verbOf(r.op); info.verbs != nil && sub == "" && !slices.Contains(info.verbs, verb) {
@@ -495,45 +561,60 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 			res.Verdict, res.Error = "error", err.Error()
 			return res
 		}
-		calls, unsure := r.match(req)
-		combos := assumptions(unsure)
-		if combos == nil {
-			var whats []string
-			for _, u := range unsure {
-				whats = append(whats, u.what)
-			}
-			res.Verdict, res.Unknown = "unknown", fmt.Sprintf("it depends on %d things review does not know: whether %s", len(unsure), strings.Join(whats, "; whether "))
-			return res
+		these, unknownRes := r.variants(ctx, res, req, scope)
+		if unknownRes != nil {
+			return *unknownRes
 		}
-		for _, combo := range combos {
-			run := variantRun{res: res, scope: scope, assumed: combo, unsure: unsure}
-			run.res.Namespace = req.namespace
-			chosen := calls[:0:0]
-			for _, c := range calls {
-				if combo.holds(c.unsure) {
-					chosen = append(chosen, c)
-				}
-			}
-			applied := appliedPatches{}
-			first := r.admit(ctx, &run.res, req, chosen, applied)
-			if r.op != admissionv1.Connect {
-				// As kubectl diff and apply --dry-run=server send it: a
-				// webhook with sideEffects None must answer the same.
-				dryReq := req
-				dryReq.dryRun, dryReq.options = true, operationOptions(r.op, url.Values{"dryRun": {"All"}})
-				dry := r.admit(ctx, &result{Namespace: req.namespace}, dryReq, chosen, applied)
-				if run.res.Verdict != "error" {
-					same := first == dry
-					run.res.DryRunSame = &same
-				}
-			}
-			runs = append(runs, run)
-		}
+		runs = append(runs, these...)
 	}
 	if info.scope != "" {
 		info = nil
 	}
 	return combine(runs, info, obj.head.Metadata.Namespace)
+}
+
+// variants reviews req each way what review does not know of it could be
+// (a namespace's labels, matchConditions), scope being the one assumed:
+// each run as the request is sent, then, but for a CONNECT or a request
+// that is a dry run already, again with dryRun: true. It returns the
+// result to give instead when they are too many to try.
+func (r *reviewer) variants(ctx context.Context, res result, req request, scope string) ([]variantRun, *result) {
+	calls, unsure := r.match(req)
+	combos := assumptions(unsure)
+	if combos == nil {
+		var whats []string
+		for _, u := range unsure {
+			whats = append(whats, u.what)
+		}
+		res.Verdict, res.Unknown = "unknown", fmt.Sprintf("it depends on %d things review does not know: whether %s", len(unsure), strings.Join(whats, "; whether "))
+		return nil, &res
+	}
+	var runs []variantRun
+	for _, combo := range combos {
+		run := variantRun{res: res, scope: scope, assumed: combo, unsure: unsure}
+		run.res.Namespace = req.namespace
+		chosen := calls[:0:0]
+		for _, c := range calls {
+			if combo.holds(c.unsure) {
+				chosen = append(chosen, c)
+			}
+		}
+		applied := appliedPatches{}
+		first := r.admit(ctx, &run.res, req, chosen, applied)
+		if req.operation != admissionregistrationv1.Connect && !req.dryRun {
+			// As kubectl diff and apply --dry-run=server send it: a
+			// webhook with sideEffects None must answer the same.
+			dryReq := req
+			dryReq.dryRun, dryReq.options = true, operationOptions(admissionv1.Operation(req.operation), url.Values{"dryRun": {"All"}})
+			dry := r.admit(ctx, &result{Namespace: req.namespace}, dryReq, chosen, applied)
+			if run.res.Verdict != "error" {
+				same := first == dry
+				run.res.DryRunSame = &same
+			}
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
 }
 
 // verbOf is the verb the apiserver serves an operation on a whole object
@@ -562,7 +643,7 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 	req := request{
 		operation: admissionregistrationv1.OperationType(r.op), kind: info.kind, resource: info.resource,
 		name: obj.head.Metadata.Name, namespace: namespace, hasMeta: true,
-		userInfo:   authenticationv1.UserInfo{Username: r.o.user, Groups: r.o.groups},
+		userInfo:   authenticationUser(r.o),
 		options:    operationOptions(r.op, nil),
 		conversion: info.conversion,
 	}
@@ -585,6 +666,9 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 		req.options = nil
 	default:
 		req.object, req.labels = object, obj.head.Metadata.Labels
+		meta := obj.head.Metadata
+		meta.Namespace = namespace
+		req.meta = &metaCheck{kind: info.kind.GroupKind(), namespaced: scope == "Namespaced", operation: string(r.op), original: object, meta: &meta}
 	}
 	if old != nil {
 		if req.oldObject, err = withNamespace(old.json, old.head.Metadata.Namespace, namespace); err != nil {
@@ -594,6 +678,11 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 	}
 	r.setNamespaceLabels(&req)
 	return req, nil
+}
+
+// authenticationUser is the userInfo of -user and -group.
+func authenticationUser(o options) authenticationv1.UserInfo {
+	return authenticationv1.UserInfo{Username: o.user, Groups: o.groups}
 }
 
 // withNamespace is object with metadata.namespace set to namespace: added
@@ -606,18 +695,25 @@ func withNamespace(object []byte, has, namespace string) ([]byte, error) {
 	switch {
 	case namespace == "":
 		op = `[{"op":"remove","path":"/metadata/namespace"}]`
-	case has == "" && !bytes.Contains(object, []byte(`"metadata":`)):
+	case has == "" && !hasMetadata(object):
 		b, _ := json.Marshal(map[string]string{"namespace": namespace})
 		op = `[{"op":"add","path":"/metadata","value":` + string(b) + `}]`
 	default:
 		b, _ := json.Marshal(namespace)
 		op = `[{"op":"add","path":"/metadata/namespace","value":` + string(b) + `}]`
 	}
-	out, err := jsonpatch.Apply(object, []byte(op))
+	out, err := applyJSONPatch(object, []byte(op))
 	if err != nil {
 		return nil, fmt.Errorf("the object's metadata is not an object: %w", err)
 	}
 	return out, nil
+}
+
+// hasMetadata reports whether object, canonical JSON, has a metadata that
+// is not null.
+func hasMetadata(object []byte) bool {
+	raw, found, _ := jsonfield.Top(object, "metadata")
+	return found && string(raw) != "null"
 }
 
 // setNamespaceLabels gives req the labels of the namespace a
@@ -641,9 +737,9 @@ func (r *reviewer) setNamespaceLabels(req *request) {
 	case ok:
 		req.labelsHint = why
 	case r.replaying:
-		req.labelsHint = fmt.Sprintf("the log holds no version of the Namespace %s before this line: audit the writes of namespaces at RequestResponse, from the namespace's creation", name)
+		req.labelsHint = fmt.Sprintf("the log holds no version of the Namespace %s before this line, nor evidence of the call: give the cluster's namespaces with -namespaces FILE (kubectl get namespaces -o json > FILE)", name)
 	default:
-		req.labelsHint = fmt.Sprintf("give the Namespace %s in -f", name)
+		req.labelsHint = fmt.Sprintf("give the Namespace %s in -f, or the cluster's with -namespaces", name)
 	}
 }
 
@@ -652,10 +748,13 @@ func (r *reviewer) setNamespaceLabels(req *request) {
 // is /mutate then /validate.
 func (r *reviewer) match(req request) (calls []invocation, unsure []unknown) {
 	if r.hooks == nil {
-		return []invocation{
-			{hook: webhook{mutating: true, route: "/mutate"}, resource: req.resource, kind: req.kind, subresource: req.subresource},
-			{hook: webhook{route: "/validate"}, resource: req.resource, kind: req.kind, subresource: req.subresource},
-		}, nil
+		as := invocation{resource: req.resource, kind: req.kind, subresource: req.subresource}
+		if req.sentAs != nil {
+			as = *req.sentAs
+		}
+		mutate, validate := as, as
+		mutate.hook, validate.hook = webhook{mutating: true, route: "/mutate"}, webhook{route: "/validate"}
+		return []invocation{mutate, validate}, nil
 	}
 	for _, h := range r.hooks {
 		inv := h.invocation(req, r.catalog)
@@ -664,7 +763,7 @@ func (r *reviewer) match(req request) (calls []invocation, unsure []unknown) {
 		}
 		calls = append(calls, *inv)
 		for _, u := range inv.unsure {
-			if !slices.Contains(unsure, u) {
+			if !slices.ContainsFunc(unsure, func(v unknown) bool { return v.what == u.what }) {
 				unsure = append(unsure, u)
 			}
 		}
@@ -695,6 +794,10 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 		}
 	}
 	if len(mutating)+len(validating) == 0 {
+		if why := req.meta.problem(req.object); why != "" {
+			res.Verdict, res.Error = "error", why
+			return res.Error
+		}
 		res.Verdict = "admitted"
 		res.Notes = append(res.Notes, "no webhook of -config matches it: the apiserver does not call the webhook")
 		return "not sent"
@@ -748,6 +851,11 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 		patch = []byte("[]")
 	}
 	res.after = current
+	if why := req.meta.problem(current); why != "" {
+		res.Verdict, res.Error = "error", why
+		res.Mutate = &mutateResult{Patch: patch, Idempotent: true, Warnings: warnings, PatchedBy: patchedBy}
+		return res.Error
+	}
 	// Each mutating webhook again, on what they made: when none changed
 	// the object it is sent what it was sent, and a policy answers the
 	// same again. A dry run is compared by its verdict and patch, and
@@ -765,6 +873,9 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 		res.Mutate = &mutateResult{Patch: patch, Idempotent: idempotent, Warnings: warnings, PatchedBy: patchedBy}
 	}
 	res.Verdict = "admitted"
+	if req.scale != nil && len(mutating) > 0 {
+		current = req.scale.forValidation(current)
+	}
 	v := &validateResult{Allowed: true}
 	for _, c := range validating {
 		resp, err := r.call(ctx, res, c, req, current, old)
@@ -801,11 +912,55 @@ func (a appliedPatches) apply(doc, patch []byte) ([]byte, error) {
 	if patched, ok := a[key]; ok {
 		return patched, nil
 	}
-	patched, err := jsonpatch.Apply(doc, patch)
+	patched, err := applyJSONPatch(doc, patch)
 	if err == nil && a != nil {
 		a[key] = patched
 	}
 	return patched, err
+}
+
+// applyJSONPatch applies patch to doc, canonical JSON, as jsonpatch.Apply
+// does. A patch whose every path (and from) is below /metadata, as most
+// mutating webhooks' are, is applied to the metadata alone, which is all
+// it touches, and the result spliced into doc: the same bytes
+// (TestApplyJSONPatchToMetadata), at the cost of the metadata rather than
+// of the whole object, a CustomResourceDefinition's megabyte of schemas.
+func applyJSONPatch(doc, patch []byte) ([]byte, error) {
+	var ops []struct {
+		Path *string `json:"path"`
+		From *string `json:"from"`
+	}
+	below := func(p *string) bool { return p != nil && strings.HasPrefix(*p, "/metadata/") }
+	if json.Unmarshal(patch, &ops) != nil || len(ops) == 0 ||
+		slices.ContainsFunc(ops, func(op struct {
+			Path *string `json:"path"`
+			From *string `json:"from"`
+		}) bool {
+			return !below(op.Path) || (op.From != nil && !below(op.From))
+		}) {
+		return jsonpatch.Apply(doc, patch)
+	}
+	meta, found, err := jsonfield.Top(doc, "metadata")
+	if err != nil || !found || len(meta) == 0 || meta[0] != '{' {
+		return jsonpatch.Apply(doc, patch)
+	}
+	at := cap(doc) - cap(meta) // meta is doc[at:at+len(meta)]
+	if at < 0 || at+len(meta) > len(doc) || &doc[at] != &meta[0] {
+		return jsonpatch.Apply(doc, patch)
+	}
+	sub := make([]byte, 0, len(meta)+len(`{"metadata":}`))
+	sub = append(append(append(sub, `{"metadata":`...), meta...), '}')
+	out, err := jsonpatch.Apply(sub, patch)
+	if err != nil {
+		return nil, err
+	}
+	newMeta, found, err := jsonfield.Top(out, "metadata")
+	if err != nil || !found {
+		return jsonpatch.Apply(doc, patch)
+	}
+	spliced := make([]byte, 0, len(doc)-len(meta)+len(newMeta))
+	spliced = append(append(append(spliced, doc[:at]...), newMeta...), doc[at+len(meta):]...)
+	return spliced, nil
 }
 
 // conversionNote says that a webhook is sent the request as another
@@ -883,8 +1038,8 @@ func (r *reviewer) call(ctx context.Context, res *result, c invocation, req requ
 	if res != nil && !slices.ContainsFunc(res.Requests, func(s sentRequest) bool { return s.Webhook == c.hook.name && s.Route == c.hook.route }) {
 		sent := sentRequest{Webhook: c.hook.name, Route: c.hook.route, Operation: string(areq.Operation), Kind: areq.Kind, Resource: areq.Resource,
 			SubResource: areq.SubResource, RequestKind: *areq.RequestKind, RequestResource: *areq.RequestResource, Namespace: areq.Namespace, Name: areq.Name}
-		if req.operation == admissionregistrationv1.Connect {
-			sent.Object = object
+		if req.operation == admissionregistrationv1.Connect || req.subresource != "" {
+			sent.Object = object // what review made, or the options: the object of a subresource
 		}
 		res.Requests = append(res.Requests, sent)
 	}

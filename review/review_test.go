@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/webhook/jsonpatch"
 )
 
 // fakeWebhook is a webhook of the tests' own, speaking the apiserver's
@@ -27,6 +30,7 @@ type fakeWebhook struct {
 
 	mu       sync.Mutex
 	requests []*admissionv1.AdmissionRequest
+	routes   []string // the path each request was sent on
 	sars     []authorizationv1.SubjectAccessReviewSpec
 	calls    int
 }
@@ -57,6 +61,7 @@ func (f *fakeWebhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req := review.Request
 	f.mu.Lock()
 	f.requests = append(f.requests, req)
+	f.routes = append(f.routes, r.URL.Path)
 	f.calls++
 	calls := f.calls
 	f.mu.Unlock()
@@ -112,6 +117,11 @@ func reviewRun(t *testing.T, f *fakeWebhook, stdin string, files map[string]stri
 		args[i] = strings.ReplaceAll(a, "DIR", dir)
 	}
 	stdout, stderr, code = runReplayArgs(t, f, stdin, args...)
+	if !slices.Contains(args, "-o") {
+		// Text is read as a terminal shows it: the results on stdout, the
+		// header and the summary on stderr (TestSummaryOnStderr).
+		stdout += stderr
+	}
 	return stdout, stderr, code, dir
 }
 
@@ -191,11 +201,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"-f", "DIR/x.yaml", "-old", "DIR/x.yaml"}, "-old is for -operation UPDATE"},
 		{[]string{"-f", "DIR/x.yaml", "-operation", "PATCH"}, "want CREATE, UPDATE, DELETE or CONNECT"},
 		{[]string{"-f", "DIR/x.yaml", "-operation", "CONNECT"}, "needs -subresource exec, attach, portforward or proxy"},
-		{[]string{"-f", "DIR/x.yaml", "-subresource", "exec"}, "are for -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-subresource", "exec"}, "give -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-connect-query", "command=sh"}, "-connect-query is for -operation CONNECT"},
+		{[]string{"-f", "DIR/x.yaml", "-operation", "DELETE", "-subresource", "status"}, "the apiserver deletes whole objects"},
+		{[]string{"-f", "DIR/x.yaml", "-skip-kind", "apps/v1/"}, "-skip-kind"},
+		{[]string{"-f", "DIR/x.yaml", "-skip-file", "[a"}, "-skip-file"},
 		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget=widgets,Sideways"}, "want Kind=plural"},
 		{[]string{"-f", "DIR/x.yaml", "-api-resources", "DIR/missing"}, "-api-resources"},
 		{[]string{"-f", "DIR/x.yaml", "stray"}, "unexpected argument"},
-		{[]string{"-f", "DIR/x.yaml", "-o", "yaml"}, "want text or json"},
+		{[]string{"-f", "DIR/x.yaml", "-o", "xml"}, "want text, json, yaml or junit"},
 		{[]string{"-f", "DIR/x.yaml", "-resource", "Widget"}, "want Kind=plural"},
 		{[]string{"-f", "DIR/missing.yaml"}, "no such file"},
 	} {
@@ -370,7 +384,7 @@ webhooks:
 		"Deployment a-ns/selected: patched",
 		"Deployment a-ns/not-labelled: admitted\n  note: no webhook of -config matches it",
 		"Deployment b-ns/other-ns: admitted\n  note: no webhook of -config matches it",
-		"Deployment c-ns/unknown-ns: unknown: patched (1 operation) if the labels of the namespace c-ns match team=a; admitted otherwise (give the Namespace c-ns in -f)",
+		"Deployment c-ns/unknown-ns: unknown: patched (1 operation) if the labels of the namespace c-ns match team=a; admitted otherwise (give the Namespace c-ns in -f, or the cluster's with -namespaces)",
 		"ConfigMap a-ns/cm: admitted\n  note: no webhook of -config matches it",
 	} {
 		if !strings.Contains(out, want) {
@@ -379,6 +393,21 @@ webhooks:
 	}
 	if code != exitUnknown {
 		t.Errorf("got exit %d, want %d: a verdict is not known", code, exitUnknown)
+	}
+
+	// The cluster's namespaces (-namespaces) tell the labels of one the
+	// input does not hold; a Namespace of the input is what will be, and
+	// is read first.
+	listed := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"c-ns","labels":{"team":"a"}}},` +
+		`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"a-ns","labels":{"team":"b"}}}]}`
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"config.yaml": config, "objects.yaml": objects, "ns.json": listed},
+		"-f", "DIR/objects.yaml", "-config", "DIR/config.yaml", "-namespaces", "DIR/ns.json")
+	if !strings.Contains(out, "Deployment c-ns/unknown-ns: patched") || !strings.Contains(out, "Deployment a-ns/selected: patched") || code != 0 {
+		t.Errorf("-namespaces: got exit %d:\n%s\nwant c-ns's labels from the list, a-ns's from -f", code, out)
+	}
+	if _, errOut, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"objects.yaml": objects, "cm.yaml": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n"},
+		"-f", "DIR/objects.yaml", "-namespaces", "DIR/cm.yaml"); code != exitUsage || !strings.Contains(errOut, "not a Namespace") {
+		t.Errorf("-namespaces of a ConfigMap: got exit %d, %q; want bad usage", code, errOut)
 	}
 
 	// A namespace whose labels are not known, but whatever they are the
@@ -446,6 +475,46 @@ func TestVerboseDiff(t *testing.T) {
 		}
 		if strings.Contains(out, "hunter2") {
 			t.Errorf("a Secret's data in -v's diff:\n%s", out)
+		}
+	}
+}
+
+// TestApplyJSONPatchToMetadata: a patch below /metadata applied to the
+// metadata alone gives the bytes, and the errors, jsonpatch.Apply gives
+// applied to the whole object.
+func TestApplyJSONPatchToMetadata(t *testing.T) {
+	docs := []string{
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"c","namespace":"ns"},"data":{"a":"b"}}`,
+		`{"apiVersion":"v1","data":{"metadata":"x"},"kind":"ConfigMap","metadata":{"annotations":{"a/b":"c"},"labels":{"x":"y"},"name":"c"},"spec":{"metadata":{"name":"inner"}}}`,
+		`{"metadata":{"finalizers":["f"],"name":"c"}}`,
+		`{"kind":"X","metadata":{}}`,
+		`{"kind":"X","metadata":null}`,
+		`{"kind":"X"}`,
+	}
+	patches := []string{
+		`[{"op":"add","path":"/metadata/annotations","value":{"seen":"yes"}}]`,
+		`[{"op":"add","path":"/metadata/annotations/a~1b","value":"d"}]`,
+		`[{"op":"add","path":"/metadata/labels/z","value":"1"},{"op":"remove","path":"/metadata/labels/x"}]`,
+		`[{"op":"replace","path":"/metadata/name","value":"d"},{"op":"test","path":"/metadata/name","value":"d"}]`,
+		`[{"op":"copy","from":"/metadata/name","path":"/metadata/generateName"}]`,
+		`[{"op":"move","from":"/metadata/name","path":"/metadata/labels/name"}]`,
+		`[{"op":"add","path":"/metadata/finalizers/-","value":"g"}]`,
+		`[{"op":"test","path":"/metadata/name","value":"nope"}]`,
+		`[{"op":"add","path":"/spec/x","value":1}]`,
+		`[{"op":"copy","from":"/data/a","path":"/metadata/annotations"}]`,
+		`[]`,
+	}
+	for _, doc := range docs {
+		for _, patch := range patches {
+			canonical, err := canonicalJSON([]byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wantErr := jsonpatch.Apply(canonical, []byte(patch))
+			got, gotErr := applyJSONPatch(canonical, []byte(patch))
+			if string(got) != string(want) || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+				t.Errorf("patch %s of %s: got %s, %v; want %s, %v", patch, doc, got, gotErr, want, wantErr)
+			}
 		}
 	}
 }

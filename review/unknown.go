@@ -68,6 +68,9 @@ type variantRun struct {
 // what review says of the object, and its patch.
 func (v variantRun) outcome() string {
 	_, label := describe(v.res)
+	if label == "error" {
+		return label + " " + v.res.Error // whatever the mutating webhooks patched before it
+	}
 	patch := "[]"
 	if v.res.Mutate != nil {
 		patch = string(v.res.Mutate.Patch)
@@ -102,7 +105,13 @@ func combine(runs []variantRun, unscoped *kindInfo, namespace string) result {
 	scopeKnown := unscoped == nil
 	first := runs[0].res
 	if !scopeKnown && namespace == "" {
-		first.Namespace = "" // not default: it may be cluster-scoped
+		// Not default: it may be cluster-scoped. When the scopes agree,
+		// the run that says so is the one whose messages name no
+		// namespace the object does not name.
+		if i := slices.IndexFunc(runs, func(v variantRun) bool { return v.scope == "Cluster" }); i >= 0 {
+			first = runs[i].res
+		}
+		first.Namespace = ""
 	}
 	var hints []string
 	addHint := func(h string) {
@@ -149,10 +158,31 @@ func combine(runs []variantRun, unscoped *kindInfo, namespace string) result {
 		}
 		verdicts[i].conditions = append(verdicts[i].conditions, run.condition(scopeKnown))
 	}
-	// Two verdicts that read alike differ by their patches: say them.
+	// Two verdicts that read alike differ by their patches: say each
+	// one's operations and paths, and where those are alike too, the
+	// operations whole (a Secret's values not: -o json has them).
+	alike := func(v *verdict) bool {
+		return slices.ContainsFunc(verdicts, func(o *verdict) bool { return o != v && o.line == v.line })
+	}
+	var sayPaths, sayValues []*verdict
 	for _, v := range verdicts {
-		if v.patch != nil && slices.ContainsFunc(verdicts, func(o *verdict) bool { return o != v && o.line == v.line }) {
-			v.line += " [" + strings.Join(patchPaths(v.patch.Patch), ", ") + "]"
+		if alike(v) {
+			sayPaths = append(sayPaths, v)
+		}
+	}
+	for _, v := range sayPaths {
+		v.line += " [" + strings.Join(patchPaths(patchOf(v.patch)), ", ") + "]"
+	}
+	for _, v := range sayPaths {
+		if alike(v) {
+			sayValues = append(sayValues, v)
+		}
+	}
+	for _, v := range sayValues {
+		if first.Kind == "Secret" {
+			v.line += " (the values differ: -o json has them)"
+		} else {
+			v.line += " " + truncate(string(patchOf(v.patch)), 300)
 		}
 	}
 	most := 0
@@ -183,6 +213,14 @@ func combine(runs []variantRun, unscoped *kindInfo, namespace string) result {
 		}
 	}
 	return out
+}
+
+// patchOf is a mutate result's patch, [] for none.
+func patchOf(m *mutateResult) []byte {
+	if m == nil {
+		return []byte("[]")
+	}
+	return m.Patch
 }
 
 // patchPaths are a JSON Patch's operations and paths, without values.

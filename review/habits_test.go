@@ -1,0 +1,206 @@
+package review
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// TestSummaryOnStderr: in every format the results are on stdout, whole
+// and parseable, and the summary (with the request's operation and user)
+// on stderr, so that a pipe reads the results alone.
+func TestSummaryOnStderr(t *testing.T) {
+	files := map[string]string{"d.yaml": deployment("web", "ns", "") + "---\n" + deployment("bad-web", "ns", "")}
+	for _, format := range []string{"text", "json", "yaml", "junit"} {
+		t.Run(format, func(t *testing.T) {
+			dir := t.TempDir()
+			for name, content := range files {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out, errOut, code := runReplayArgs(t, &fakeWebhook{}, "", "-f", filepath.Join(dir, "d.yaml"), "-o", format)
+			if code != exitRefused {
+				t.Errorf("got exit %d, want 1", code)
+			}
+			for _, want := range []string{"2 reviewed: 1 patched, 1 denied", "CREATE as user webhook-review"} {
+				if !strings.Contains(errOut, want) || strings.Contains(out, want) {
+					t.Errorf("-o %s: %q is not on stderr alone:\nstdout:\n%s\nstderr:\n%s", format, want, out, errOut)
+				}
+			}
+			if !strings.Contains(out, "bad-web") {
+				t.Errorf("-o %s: stdout lacks the results:\n%s", format, out)
+			}
+		})
+	}
+}
+
+// TestOutputFormats: -o yaml is the same array as -o json, written as a
+// YAML block sequence that go.yaml.in/yaml (kubectl's) reads back; -o
+// junit is a JUnit report, a testsuite per file and a testcase per
+// document, each failure, error and skip counted.
+func TestOutputFormats(t *testing.T) {
+	cm := func(name, annotation string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: ns\n  annotations: {note: " + annotation + "}\n"
+	}
+	files := map[string]string{
+		"a.yaml": strings.Join([]string{deployment("web", "ns", ""), deployment("bad-web", "ns", ""),
+			// Strings YAML would read otherwise, unquoted: a bool, a
+			// number, a null, a colon, a leading dash, a newline.
+			cm(`"yes"`, `"no"`), cm("quoted", `"1e3"`), cm("odd", `"a: b # c\n- d"`)}, "---\n"),
+		"b.yaml": "kind: [unclosed\n---\n" + deployment("other", "ns", ""),
+	}
+	args := []string{"-f", "DIR/a.yaml", "-f", "DIR/b.yaml"}
+	jsonOut, _, _, dir := reviewRun(t, &fakeWebhook{}, "", files, append(args, "-o", "json")...)
+	yamlOut, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", filepath.Join(dir, "a.yaml"), "-f", filepath.Join(dir, "b.yaml"), "-o", "yaml")
+	if code != exitUsage {
+		t.Errorf("-o yaml: got exit %d, want 2 (a document cannot be read)", code)
+	}
+	asJSON, err := yaml.ToJSON([]byte(yamlOut))
+	if err != nil {
+		t.Fatalf("-o yaml does not read back: %v\n%s", err, yamlOut)
+	}
+	var fromYAML, fromJSON []map[string]any
+	if err := json.Unmarshal(asJSON, &fromYAML); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(jsonOut), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	// The uids differ between runs; every other field is the same.
+	norm := func(v []map[string]any) string {
+		b, _ := json.Marshal(v)
+		return regexp.MustCompile(`"uid":"[^"]*"`).ReplaceAllString(string(b), "")
+	}
+	if len(fromYAML) != 7 || norm(fromYAML) != norm(fromJSON) {
+		t.Errorf("-o yaml reads back as\n%s\nwant -o json's\n%s", norm(fromYAML), norm(fromJSON))
+	}
+
+	junitOut, _, _, _ := reviewRun(t, &fakeWebhook{}, "", files, append(args, "-o", "junit")...)
+	var report struct {
+		Tests    int `xml:"tests,attr"`
+		Failures int `xml:"failures,attr"`
+		Errors   int `xml:"errors,attr"`
+		Suites   []struct {
+			Name  string `xml:"name,attr"`
+			Cases []struct {
+				Name    string    `xml:"name,attr"`
+				Failure *struct{} `xml:"failure"`
+				Error   *struct{} `xml:"error"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal([]byte(junitOut), &report); err != nil {
+		t.Fatalf("-o junit is not XML: %v\n%s", err, junitOut)
+	}
+	if report.Tests != 7 || report.Failures != 1 || report.Errors != 1 || len(report.Suites) != 2 ||
+		!strings.HasSuffix(report.Suites[0].Name, "a.yaml") || report.Suites[0].Cases[1].Failure == nil || report.Suites[1].Cases[0].Error == nil {
+		t.Errorf("-o junit: got %+v, want 7 tests in 2 suites, the denial a failure and the unreadable document an error:\n%s", report, junitOut)
+	}
+	if !strings.HasPrefix(junitOut, xml.Header) {
+		t.Errorf("-o junit does not begin with the XML header:\n%.200s", junitOut)
+	}
+
+	// Nothing reviewed: still an array.
+	empty, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"e.yaml": ""}, "-f", "DIR/e.yaml", "-o", "yaml")
+	if strings.TrimSpace(empty) != "[]" {
+		t.Errorf("-o yaml of nothing: got %q, want []", empty)
+	}
+}
+
+// TestQuiet: -q writes only what fails, in every format; the summary
+// still counts everything, and says how much it left out.
+func TestQuiet(t *testing.T) {
+	files := map[string]string{"d.yaml": strings.Join([]string{deployment("web", "ns", ""), deployment("bad-web", "ns", ""), deployment("also", "ns", "")}, "---\n"),
+		"e.yaml": ""}
+	out, errOut, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/d.yaml", "-f", "DIR/e.yaml", "-q", "-o", "text")
+	if code != exitRefused || strings.Contains(out, "ns/web") || strings.Contains(out, "ns/also") || strings.Contains(out, "no object") ||
+		!strings.Contains(out, "Deployment ns/bad-web: denied") || !strings.Contains(errOut, "3 reviewed: 2 patched, 1 denied") || !strings.Contains(errOut, "-q: 1 written, 2 that pass left out") {
+		t.Errorf("-q: got exit %d:\nstdout:\n%s\nstderr:\n%s\nwant the denial alone, and the summary of all", code, out, errOut)
+	}
+	out, _, _, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/d.yaml", "-q", "-o", "json")
+	var results []result
+	if err := json.Unmarshal([]byte(out), &results); err != nil || len(results) != 1 || results[0].Name != "bad-web" {
+		t.Errorf("-q -o json: got %v, %s; want the denial alone", err, out)
+	}
+}
+
+// TestRecursiveAndSkipped: -R reads the directories below -f's, as
+// kubectl's -R; -skip-file leaves out files and directories by name or
+// path pattern, -skip-kind documents by kind, and the summary counts each;
+// a file that does not exist is bad usage, reviewed nothing.
+func TestRecursiveAndSkipped(t *testing.T) {
+	files := map[string]string{
+		"top.yaml":                         deployment("top", "ns", ""),
+		"app/deep.yaml":                    deployment("deep", "ns", ""),
+		"app/kustomization.yaml":           "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [deep.yaml]\n",
+		"app/chart/values.yaml":            "replicaCount: 1\n",
+		"app/chart/templates/svc.yaml":     "apiVersion: v1\nkind: Service\nmetadata: {name: {{ .Release.Name }}}\n",
+		"app/chart/Chart.yaml":             "apiVersion: v2\nname: chart\n",
+		".github/workflows/ci.yml":         "on: push\njobs: {}\n",
+		"app/policy.yaml":                  "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules: []\n",
+		"app/notes.txt":                    "not read\n",
+		"app/chart/templates/NOTES.txt":    "not read\n",
+		"app/chart/templates/_helpers.tpl": "not read\n",
+	}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR")
+	if code != 0 || !strings.Contains(out, "top.yaml#1: Deployment ns/top: patched") || strings.Contains(out, "deep") {
+		t.Errorf("without -R: got exit %d:\n%s\nwant the top directory's file alone", code, out)
+	}
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR", "-R")
+	if code != exitUsage || !strings.Contains(out, "deep.yaml#1: Deployment ns/deep: patched") || !strings.Contains(out, "ci.yml#1: error") {
+		t.Errorf("-R: got exit %d:\n%s\nwant every manifest below, the workflow an error", code, out)
+	}
+	out, errOut, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR", "-R", "-o", "text",
+		"-skip-file", "values*.yaml", "-skip-file", "Chart.yaml", "-skip-file", ".github", "-skip-file", "chart/templates/*.yaml",
+		"-skip-kind", "Kustomization", "-skip-kind", "audit.k8s.io/v1/Policy")
+	if code != 0 || strings.Contains(out, "values") || strings.Contains(out, "ci.yml") || strings.Contains(out, "svc.yaml") ||
+		!strings.Contains(out, "kustomization.yaml#1: Kustomization: skipped: -skip-kind Kustomization") ||
+		!strings.Contains(errOut, "2 reviewed: 2 patched; skipped: 4 files by -skip-file, 2 documents by -skip-kind") {
+		t.Errorf("-R with -skip-file and -skip-kind: got exit %d:\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/top.yaml", "-f", "DIR/nosuch.yaml")
+	if code != exitUsage || strings.Contains(out, "reviewed") || !strings.Contains(out+errOut, "-f DIR/nosuch.yaml: no such file or directory") && !strings.Contains(out+errOut, "nosuch.yaml: no such file or directory") {
+		t.Errorf("a file that does not exist: got exit %d:\n%s%s\nwant 2, bad usage, nothing reviewed", code, out, errOut)
+	}
+}
+
+// TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
+// said once, not a Helm template; the files beside it are reviewed.
+func TestNotText(t *testing.T) {
+	png := "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR{{ x }}\n"
+	for name, content := range map[string]string{"logo.yaml": png, "utf16.yaml": "\xff\xfea\x00p\x00i\x00"} {
+		out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{name: content, "ok.yaml": deployment("ok", "ns", "")}, "-f", "DIR/"+name, "-f", "DIR/ok.yaml")
+		if code != exitUsage || !strings.Contains(out, name+"#1: error: line 1: not text (") || strings.Contains(out, "Helm") || strings.Count(out, name+"#") != 1 ||
+			!strings.Contains(out, "ok.yaml#1: Deployment ns/ok: patched") {
+			t.Errorf("%s: got exit %d:\n%s\nwant it not text, once, and the other file reviewed", name, code, out)
+		}
+	}
+	if notText([]byte("kind: ConfigMap # é ü 日本")) != "" || notText([]byte("a: é")[:5]) != "" {
+		t.Error("UTF-8 text, or text whose last character the peek cut, is said to be not text")
+	}
+}
+
+// TestManifestProgress: on a terminal, a review writes how far it has
+// come, on one line it rewrites, and clears it.
+func TestManifestProgress(t *testing.T) {
+	var term bytes.Buffer
+	w := newWriter(&bytes.Buffer{}, &bytes.Buffer{}, options{output: "text"}, "CREATE", &inputs{bytes: 4 << 20})
+	w.progress.w = &term // as on a terminal: TestProgressOnlyOnATerminal says when it is one
+	for range 3 {
+		if err := w.write(result{Source: "f#1", Verdict: "admitted"}, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.progress.done()
+	if got := term.String(); !strings.HasPrefix(got, "\rreviewing: 1 objects, 1.0 MiB of 4.0 MiB (25 %)") || !strings.HasSuffix(got, "\r\033[K") {
+		t.Errorf("progress wrote %q", got)
+	}
+}
