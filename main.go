@@ -167,8 +167,10 @@ func buildVersion() string {
 // passes its tests without it: CI proves it, one at a time (.ci/parts).
 func parts(p *policy) []part.Part {
 	return []part.Part{
-		authorize.Part(), // POST /authorize, the authorization webhook, with -authorization, and its -deny rules
-		rollout.Part(),   // -validation-action: /validate's denials warned or audited while a policy rolls out
+		authorize.Part(),           // POST /authorize, the authorization webhook, with -authorization, and its -deny rules
+		rollout.Part(),             // -validation-action: /validate's denials warned or audited while a policy rolls out
+		review.Part(offlineServer), // webhook review: the policy's verdicts on manifests and audit logs, without a cluster
+		doctor.Part(),              // webhook doctor: a webhook configuration checked against its live endpoint
 	}
 }
 
@@ -375,24 +377,40 @@ func checkListenAddress(addr string) error {
 }
 
 // commandsUsage is what `webhook help` says, and `webhook -h` before the
-// server's flags.
-const commandsUsage = `webhook is a Kubernetes admission and authorization webhook.
+// server's flags: the centre's commands, then each part's.
+func commandsUsage(parts []part.Part) string {
+	var b strings.Builder
+	b.WriteString(`webhook is a Kubernetes admission webhook.
 
 Usage:
-  webhook [flags]            serve /mutate, /validate, /authorize and /ping (webhook -h: the flags)
+  webhook [flags]            serve /mutate, /validate, /ping and the parts' routes (webhook -h: the flags)
   webhook certs [flags]      make a CA and a serving certificate (webhook certs -h)
-  webhook doctor -f FILE     check webhook configurations as the apiserver calls them (webhook doctor -h)
-  webhook review -f FILE     the policy's verdict on manifests, or on an audit log, without a cluster (webhook review -h)
   webhook reads              what the policy reads of the cluster, and the RBAC that needs (webhook reads -h)
-  webhook help [COMMAND]     this, or a command's flags
+`)
+	for _, pt := range parts {
+		if pt.Command != nil {
+			b.WriteString("  webhook " + pt.Usage + "\n")
+		}
+	}
+	b.WriteString(`  webhook help [COMMAND]     this, or a command's flags
 
 Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
 (docs/troubleshooting.md, docs/review.md).
 
-`
+`)
+	return b.String()
+}
 
 // commands are the commands `webhook help` gives the flags of.
-var commands = []string{"certs", "doctor", "review", "reads"}
+func commands(parts []part.Part) []string {
+	names := []string{"certs", "reads"}
+	for _, pt := range parts {
+		if pt.Command != nil {
+			names = append(names, pt.Name)
+		}
+	}
+	return names
+}
 
 // isHelpFlag reports whether arg asks package flag for the usage.
 func isHelpFlag(arg string) bool {
@@ -421,14 +439,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if slices.ContainsFunc(args, isHelpFlag) {
 		usageOut = stdout
 	}
+	var cmdPolicy policy
+	all := parts(&cmdPolicy)
 	if len(args) > 0 {
 		switch args[0] {
 		case "certs":
 			return certs.Run(args[1:], time.Now(), stdout, usageOut)
-		case "doctor":
-			return doctor.Run(ctx, args[1:], stdin, stdout, usageOut)
-		case "review":
-			return runReview(ctx, args[1:], stdin, stdout, usageOut)
 		case "reads":
 			var p policy
 			if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
@@ -440,18 +456,23 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 			return runReads(args[1:], p.reads(), stdout, usageOut)
 		case "help":
 			switch {
-			case len(args) > 1 && slices.Contains(commands, args[1]):
+			case len(args) > 1 && slices.Contains(commands(all), args[1]):
 				return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
 			case len(args) > 1:
-				_, _ = io.WriteString(stderr, commandsUsage)
-				return usageError{fmt.Errorf("help %s: no such command; the commands are %s", args[1], strings.Join(commands, ", "))}
+				_, _ = io.WriteString(stderr, commandsUsage(all))
+				return usageError{fmt.Errorf("help %s: no such command; the commands are %s", args[1], strings.Join(commands(all), ", "))}
 			}
-			_, err := io.WriteString(stdout, commandsUsage)
+			_, err := io.WriteString(stdout, commandsUsage(all))
 			return err
+		}
+		for _, pt := range all {
+			if pt.Command != nil && pt.Name == args[0] {
+				return pt.Command(ctx, args[1:], stdin, stdout, usageOut)
+			}
 		}
 	}
 	if usageOut == stdout {
-		_, _ = io.WriteString(stdout, commandsUsage)
+		_, _ = io.WriteString(stdout, commandsUsage(all))
 	}
 	var p policy
 	cfg, err := parseFlags(args, getenv, usageOut, &p, parts(&p))
@@ -494,35 +515,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return srv.serve(ctx)
 }
 
-// runReview is `webhook review`: the policy, configured by the flags the
-// server takes, on manifests, through the server's own routes in process,
-// its views of the cluster filled from -cluster's files.
-func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("webhook review", flag.ContinueOnError)
+// offlineServer is the server as `webhook review` runs it, in process,
+// for a client of its own (review.Part): it registers on flags the
+// policy's flags, those each part takes offline, and -cluster, and
+// returns what makes, once they are parsed, every review route, each part
+// started offline and the views of the cluster filled from -cluster's
+// files. (Nothing it starts needs stopping: a part runs nothing offline.)
+func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handler, err error) {
 	var cluster clusterFiles
 	flags.Var(&cluster, "cluster", "the objects the policy reads of the cluster (webhook reads), from a `file` as kubectl get KIND -A -o json writes them; a kind none holds is empty (repeatable)")
-	build, err := offlineRoutes(flags)
-	if err != nil {
-		return err
-	}
-	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		h, p, err := build()
-		if err != nil {
-			fmt.Fprintln(stderr, "webhook review:", err)
-		}
-		if err := offlineViews(p.reads(), cluster); err != nil {
-			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
-		}
-		return h
-	})
-}
-
-// offlineRoutes is the server as webhook review runs it, in process, for
-// a client of its own: it registers on flags the policy's flags and those
-// each part takes offline, and returns what makes, once they are parsed,
-// every review route, each part started offline. (Nothing it starts needs
-// stopping: a part runs nothing offline.)
-func offlineRoutes(flags *flag.FlagSet) (build func() (http.Handler, *policy, error), err error) {
 	p := &policy{}
 	all := parts(p)
 	if err := p.addFlags(flags); err != nil {
@@ -533,7 +534,7 @@ func offlineRoutes(flags *flag.FlagSet) (build func() (http.Handler, *policy, er
 			pt.Flags(flags, true)
 		}
 	}
-	return func() (http.Handler, *policy, error) {
+	return func(stderr io.Writer) http.Handler {
 		env := part.Env{Logger: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }, Offline: true}
 		reviews := &reviewRoutes{logger: env.Logger, bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
@@ -541,7 +542,13 @@ func offlineRoutes(flags *flag.FlagSet) (build func() (http.Handler, *policy, er
 		if err == nil {
 			_, err = startParts(all, env)
 		}
-		return routes(reviews, *p, denied, extra, anyClient), p, err
+		if err != nil {
+			fmt.Fprintln(stderr, "webhook review:", err)
+		}
+		if err := offlineViews(p.reads(), cluster); err != nil {
+			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
+		}
+		return routes(reviews, *p, denied, extra, anyClient)
 	}, nil
 }
 
