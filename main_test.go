@@ -22,7 +22,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
 )
 
 func TestParseFlags(t *testing.T) {
