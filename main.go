@@ -30,6 +30,7 @@ import (
 	"github.com/example/webhook/authorize"
 	"github.com/example/webhook/body"
 	"github.com/example/webhook/certs"
+	"github.com/example/webhook/cluster"
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
 	"github.com/example/webhook/part"
@@ -171,6 +172,7 @@ func parts(p *policy) []part.Part {
 		rollout.Part(),             // -validation-action: /validate's denials warned or audited while a policy rolls out
 		review.Part(offlineServer), // webhook review: the policy's verdicts on manifests and audit logs, without a cluster
 		doctor.Part(),              // webhook doctor: a webhook configuration checked against its live endpoint
+		cluster.Part(p),            // the policy's views of the cluster (its Reads method), and webhook reads
 	}
 }
 
@@ -245,13 +247,6 @@ type config struct {
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
 
-	// clusterFlags are -kubeconfig and the rest of what reading the
-	// cluster takes (reads.go).
-	clusterFlags clusterFlags
-	// cluster is the policy's views of the cluster, which run makes
-	// (watchCluster): nil when it reads nothing.
-	cluster *clusterViews
-
 	// parts are the optional parts (main.go's parts), and what they add
 	// to the server once its flags are parsed: routes, and what becomes
 	// of /validate's denials (nil: they are sent).
@@ -285,7 +280,6 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
-	cfg.clusterFlags.register(flags)
 	if err := p.addFlags(flags); err != nil {
 		return config{}, err
 	}
@@ -385,7 +379,6 @@ func commandsUsage(parts []part.Part) string {
 Usage:
   webhook [flags]            serve /mutate, /validate, /ping and the parts' routes (webhook -h: the flags)
   webhook certs [flags]      make a CA and a serving certificate (webhook certs -h)
-  webhook reads              what the policy reads of the cluster, and the RBAC that needs (webhook reads -h)
 `)
 	for _, pt := range parts {
 		if pt.Command != nil {
@@ -403,7 +396,7 @@ Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
 
 // commands are the commands `webhook help` gives the flags of.
 func commands(parts []part.Part) []string {
-	names := []string{"certs", "reads"}
+	names := []string{"certs"}
 	for _, pt := range parts {
 		if pt.Command != nil {
 			names = append(names, pt.Name)
@@ -439,21 +432,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if slices.ContainsFunc(args, isHelpFlag) {
 		usageOut = stdout
 	}
+	// A part's command sees the policy with its defaults.
 	var cmdPolicy policy
+	if err := cmdPolicy.addFlags(flag.NewFlagSet("webhook", flag.ContinueOnError)); err != nil {
+		return err
+	}
 	all := parts(&cmdPolicy)
 	if len(args) > 0 {
 		switch args[0] {
 		case "certs":
 			return certs.Run(args[1:], time.Now(), stdout, usageOut)
-		case "reads":
-			var p policy
-			if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
-				return err
-			}
-			if len(p.reads()) == 0 && usageOut == stderr {
-				fmt.Fprintln(stderr, "webhook reads: the policy reads nothing of the cluster: the webhook needs no RBAC and no -kubeconfig")
-			}
-			return runReads(args[1:], p.reads(), stdout, usageOut)
 		case "help":
 			switch {
 			case len(args) > 1 && slices.Contains(commands(all), args[1]):
@@ -502,12 +490,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return err
 	}
 	defer stopParts()
-	// The views of the cluster serve until the server has shut down, its
-	// last reviews included, and stop before run returns.
-	if cfg.cluster, err = watchCluster(p.reads(), cfg.clusterFlags, getenv, logger); err != nil {
-		return err
-	}
-	defer cfg.cluster.stop()
 	srv, err := newServer(cfg, logger)
 	if err != nil {
 		return err
@@ -522,8 +504,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 // started offline and the views of the cluster filled from -cluster's
 // files. (Nothing it starts needs stopping: a part runs nothing offline.)
 func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handler, err error) {
-	var cluster clusterFiles
-	flags.Var(&cluster, "cluster", "the objects the policy reads of the cluster (webhook reads), from a `file` as kubectl get KIND -A -o json writes them; a kind none holds is empty (repeatable)")
 	p := &policy{}
 	all := parts(p)
 	if err := p.addFlags(flags); err != nil {
@@ -544,9 +524,6 @@ func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handl
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "webhook review:", err)
-		}
-		if err := offlineViews(p.reads(), cluster); err != nil {
-			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
 		}
 		return routes(reviews, *p, denied, extra, anyClient)
 	}, nil
@@ -617,7 +594,6 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
-	m.cluster = cfg.cluster
 	for _, pt := range cfg.parts {
 		if pt.Metrics != nil {
 			m.parts = append(m.parts, pt.Metrics)
@@ -706,12 +682,6 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	if !s.serving.Load() {
 		writeStatus(w, http.StatusServiceUnavailable, "shutting down")
-		return
-	}
-	// Not ready until the policy can decide: a replica whose views of the
-	// cluster have not synced would answer only undecided.
-	if err := s.cfg.cluster.notSynced(); err != nil {
-		writeStatus(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
 	for _, pt := range s.cfg.parts {

@@ -1,29 +1,25 @@
 package main
 
-// This file is the webhook's policy: what it admits, what it changes, and
-// what it denies when asked to authorize, then the flags that configure it.
-// It is the file to change to make the webhook yours, with policy_test.go;
-// README.md's "Make it yours" lists the rest. main.go expects of it the
-// type policy with its addFlags and reads methods, and handler.go's routes
-// the admit functions mutate and validate and the authorize function
-// authorize.
+// This file is the webhook's policy: what it admits and what it changes,
+// then the flags that configure it. It is the file to change to make the
+// webhook yours, with policy_test.go; README.md's "Make it yours" lists the
+// rest. main.go expects of it the type policy with its addFlags method,
+// and handler.go's routes the admit functions mutate and validate.
 //
-// They are built from the toolbox (toolbox.go, patch.go, view.go): the
-// answers allowed, allowedWithWarning, denied, patched, refused and
-// undecided, and noOpinion, deniedBecause, allowedBecause and
-// undecidedBecause; the views of the cluster that reads declares with
-// readInto, looked up with get, getOrFetch, list and indexed (bounded with
-// staleAtMost), or as of now with getLatest, listLatest and indexedLatest
-// (docs/cluster.md works an example); the readers objectMeta (the metadata
-// most policies read; the namespace is req.Namespace), decodeObject (any
-// other fields, into a struct of yours) and objectName (the object's name
-// for a message); the patch builders setLabels and setAnnotations (entries
-// of metadata.labels or .annotations from a []keyValue) and patchObject
-// (set, setDefault and appendTo anywhere in the object, creating missing
-// parents; docs/patching.md works an example); and addListFlag, a
-// repeatable flag whose defaults are checked at start-up. A denial is what
-// the operator's -validation-action makes it (refused, or let through with
-// a warning or an audit annotation while the policy rolls out); the policy
+// They are built from the toolbox (toolbox.go, patch.go): the answers
+// allowed, allowedWithWarning, denied, patched, refused and undecided; the
+// readers objectMeta (the metadata most policies read; the namespace is
+// req.Namespace), decodeObject (any other fields, into a struct of yours)
+// and objectName (the object's name for a message); the patch builders
+// setLabels and setAnnotations (entries of metadata.labels or .annotations
+// from a []keyValue) and patchObject (set, setDefault and appendTo
+// anywhere in the object, creating missing parents; docs/patching.md works
+// an example); and addListFlag, a repeatable flag whose defaults are
+// checked at start-up. A policy that looks something up in the cluster
+// adds a method Reads, which the cluster part (cluster/) finds
+// (docs/cluster.md works an example). A denial is what the operator's
+// -validation-action makes it (rollout/: refused, or let through with a
+// warning or an audit annotation while the policy rolls out); the policy
 // never needs to know which.
 
 import (
@@ -91,17 +87,6 @@ func validate(p policy) admitFunc {
 		return denied(fmt.Sprintf("%s %s must have the %s %s in metadata.annotations; add it, or create the object through the mutating webhook that sets it",
 			req.Kind.Kind, objectName(req, meta), noun, strings.Join(missing, ", ")))
 	}
-}
-
-// reads declares what the policy reads of the cluster, beside the request:
-// a view of each kind, made with readInto (reads.go) into a field of the
-// policy. main.go keeps each in step with the apiserver, a test fills it
-// from objects, and `webhook review -cluster` from a file; deploy/render.sh
-// grants the webhook get, list and watch of exactly these kinds, and
-// mounts its token only when there are some. The demonstration reads
-// nothing, and runs with no credentials at all.
-func (p *policy) reads() []read {
-	return nil
 }
 
 // writesWholeObject reports whether the policy applies to req. Only writes of a whole

@@ -96,8 +96,12 @@ render() {
 }
 
 # reads: what the policy reads of the cluster, as RBAC for its
-# ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing.
-reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
+# ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing,
+# or when the webhook has no cluster part (cluster/ deleted).
+reads=
+if "${webhook[@]}" help reads >/dev/null 2>&1; then
+  reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
+fi
 
 # render_reads: when the policy reads the cluster, OUT/NN-rbac.yaml, and the
 # Namespace and ServiceAccount it is bound to when they are not rendered
