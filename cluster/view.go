@@ -24,8 +24,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/json"
 
-	"github.com/example/webhook/jsonfield"
 	"github.com/example/webhook/cluster/kubeclient"
+	"github.com/example/webhook/jsonfield"
 )
 
 // view is the policy's view of one kind of the cluster's objects: of

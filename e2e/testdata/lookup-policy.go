@@ -136,4 +136,3 @@ func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest
 
 func mutate(p policy) admitFunc   { return lookUp(p) }
 func validate(p policy) admitFunc { return lookUp(p) }
-

@@ -52,7 +52,6 @@ func parseRequired(_ []keyValue, s string) (keyValue, error) {
 	return keyValue{Key: key, Value: value}, nil
 }
 
-
 // writes reports whether the policy decides on req: a CREATE, UPDATE or
 // DELETE of the object itself, not a subresource.
 func writes(req *admissionv1.AdmissionRequest) bool {
@@ -116,4 +115,3 @@ func validate(p policy) admitFunc {
 		return allowed()
 	}
 }
-

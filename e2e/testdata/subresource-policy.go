@@ -75,4 +75,3 @@ func validate(p policy) admitFunc {
 		return allowed()
 	}
 }
-

@@ -30,4 +30,3 @@ func validate(policy) admitFunc {
 		return allowedWithWarning(req.Kind.Kind + " " + objectName(req, nil) + " is checked by the e2e's warning policy")
 	}
 }
-
