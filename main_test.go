@@ -495,7 +495,6 @@ func TestUsageExitStatus(t *testing.T) {
 	for _, args := range [][]string{
 		{"-no-such-flag"}, {"-tls-min-version", "1.1"}, {"stray"},
 		{"certs"}, {"certs", "-no-such-flag"}, {"certs", "-hosts", "a", "-service", "b"},
-		{"reads", "-no-such-flag"}, {"reads", "stray"}, {"reads", "-o", "yaml"},
 	} {
 		t.Chdir(t.TempDir())
 		err := run(context.Background(), args, testEnv, nil, io.Discard, io.Discard)
@@ -521,7 +520,6 @@ func TestHelpIsOutput(t *testing.T) {
 		{[]string{"-h"}, []string{"webhook certs [flags]", "-listen"}},
 		{[]string{"--help"}, []string{"webhook certs [flags]", "-listen"}},
 		{[]string{"certs", "-h"}, []string{"-ca-validity"}},
-		{[]string{"reads", "-h"}, []string{"-service-account"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tc.args, testEnv, nil, &stdout, &stderr)
@@ -563,14 +561,6 @@ func TestCommandEdges(t *testing.T) {
 				t.Errorf("webhook %q: exit %d, stderr:\n%s\nwant exit %d and %q said once", tc.args, code, stderr.String(), tc.code, tc.once)
 			}
 		})
-	}
-
-	// webhook reads says what the policy reads, and something when it is
-	// nothing.
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"reads"}, testEnv, nil, &stdout, &stderr)
-	if err != nil || stdout.Len()+stderr.Len() == 0 {
-		t.Errorf("webhook reads: got %v, printed nothing; want the kinds the policy reads, or that it reads none", err)
 	}
 }
 
