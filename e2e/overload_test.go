@@ -64,15 +64,25 @@ func TestOverloadAnswer(t *testing.T) {
 	if !strings.Contains(err.Error(), "the webhook is busy") || !strings.Contains(err.Error(), "-max-inflight-bytes") {
 		t.Errorf("got error %q, want the webhook's message, naming -max-inflight-bytes", err)
 	}
-	if took > hookTimeout*time.Second+time.Second {
-		t.Errorf("the refusal took %s, want it within the webhook's timeout of %ds: the apiserver retried", took, hookTimeout)
-	}
-
-	// The apiserver called once and did not retry: one 429, one refusal.
+	// The apiserver called once and did not retry: one request to the
+	// route, whatever its answer, and that one a 429, one refusal. (How
+	// long the write took is logged, not judged: on a busy machine the
+	// apiserver's own work on a 1.2 MiB object outlasts the call.)
 	after := scrape(t, metricsURL)
 	key := `webhook_requests_total{code="429",webhook="` + route + `"}`
 	if got := after[key] - before[key]; got != 1 {
 		t.Errorf("got %v answers %s for one create, want 1: without Retry-After the apiserver must not send the review again", got, key)
+	}
+	calls := func(samples map[string]float64) (n float64) {
+		for k, v := range samples {
+			if strings.HasPrefix(k, "webhook_requests_total{") && strings.Contains(k, `webhook="`+route+`"`) {
+				n += v
+			}
+		}
+		return n
+	}
+	if got := calls(after) - calls(before); got != 1 {
+		t.Errorf("got %v requests to %s for one create, want 1: the apiserver sent the review again", got, route)
 	}
 	if got := sumOf(after, "webhook_overload_refusals_total") - sumOf(before, "webhook_overload_refusals_total"); got != 1 {
 		t.Errorf("got %v refusals for overload, want 1", got)
