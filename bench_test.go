@@ -121,7 +121,7 @@ func BenchmarkHandler(b *testing.B) {
 			name  string
 			admit admitFunc
 		}{{"mutate", mutate(p)}, {"validate", validate(p)}} {
-			h := reviews.admissionHandler("/"+route.name, route.admit, validationAction{})
+			h := reviews.admissionRoute("/"+route.name, route.admit, nil)
 			b.Run(body.name+"/"+route.name, func(b *testing.B) {
 				b.SetBytes(int64(len(body.body)))
 				benchServe(b, h, "/"+route.name, body.body)

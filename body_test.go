@@ -45,7 +45,7 @@ func TestBodyRefusalIsAStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			reviews := newTestReviews(discardLogger)
-			srv := httptest.NewServer(reviews.admissionHandler("/validate", denyingAdmit, validationAction{}))
+			srv := httptest.NewServer(reviews.admissionRoute("/validate", denyingAdmit, nil))
 			defer srv.Close()
 			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 			if err != nil {
@@ -140,12 +140,12 @@ func TestKeptBuffers(t *testing.T) {
 		objects[fmt.Sprintf("uid-%d", i)] = decodeReviewIn(t, review).Request.Object
 	}
 	s := newTestReviews(discardLogger)
-	h := s.admissionHandler("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	h := s.admissionRoute("/validate", func(_ context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 		if want, ok := objects[string(req.UID)]; !ok || !bytes.Equal(req.Object.Raw, want) {
 			t.Errorf("review %s: the policy saw an object of %d bytes, want %d bytes of its own", req.UID, len(req.Object.Raw), len(want))
 		}
 		return allowed()
-	}, validationAction{})
+	}, nil)
 	var wg sync.WaitGroup
 	for range 3 {
 		wg.Go(func() {

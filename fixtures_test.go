@@ -25,9 +25,9 @@ import (
 
 	"github.com/example/webhook/body"
 	"github.com/example/webhook/jsonpatch"
+	"github.com/example/webhook/part"
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -44,14 +44,6 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/ with the answe
 func fixtures(t testing.TB) map[string][]byte {
 	t.Helper()
 	return readBodies(t, "testdata")
-}
-
-// subjectAccessReviewFixtures returns every SubjectAccessReview in
-// testdata/authorization/, by name: bodies recorded from a real
-// kube-apiserver by e2e's TestAuthorization (make capture).
-func subjectAccessReviewFixtures(t testing.TB) map[string][]byte {
-	t.Helper()
-	return readBodies(t, filepath.Join("testdata", "authorization"))
 }
 
 // readBodies returns every dir/*.json by its name without ".json", failing
@@ -358,15 +350,21 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 
 // newTestReviews is what the server's review routes share, as newServer
 // builds it: the default byte budget, and metrics of its own.
-func newTestReviews(logger *slog.Logger) *handlers {
+func newTestReviews(logger *slog.Logger) *reviewRoutes {
 	bodies := body.NewBudget(defaultMaxInflightBytes)
-	return &handlers{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
+	return &reviewRoutes{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
 }
 
 // admissionHandler is the generic path for one admit function, as the
 // server runs it: what most tests drive.
 func admissionHandler(logger *slog.Logger, admit admitFunc) http.Handler {
-	return newTestReviews(logger).admissionHandler("/test", admit, validationAction{})
+	return newTestReviews(logger).admissionRoute("/test", admit, nil)
+}
+
+// admissionRoute is an admission route as routes makes it: admit's
+// answers, a denial rewritten by denied when it is set.
+func (rs *reviewRoutes) admissionRoute(path string, admit admitFunc, denied denialRewriter) http.Handler {
+	return rs.handle(path, acceptedAdmissionReviews, admission(admit, denied))
 }
 
 // post sends body to h as the apiserver does and returns the recorded answer.
@@ -586,10 +584,11 @@ func checkAnyAnswer(t *testing.T, route string, body []byte, w *httptest.Respons
 }
 
 // policyWithDefaults is the policy the binary runs with when given no
-// flags, made as main.go makes it, its views of the cluster (policy.reads)
-// holding the objects in testdata/cluster/: what the fixtures' reviews
-// need to find there, as `kubectl get KIND -A -o json` lists them (a kind
-// none holds is empty).
+// flags, made as main.go makes it, every part started as `webhook review`
+// starts them: the views of the cluster (cluster/, for a policy with a
+// Reads method) hold the objects in testdata/cluster/, what the fixtures'
+// reviews need to find there, as `kubectl get KIND -A -o json` lists them
+// (a kind none holds is empty).
 func policyWithDefaults(tb testing.TB) policy {
 	tb.Helper()
 	return policyReading(tb, testdataCluster(tb)...)
@@ -600,25 +599,41 @@ func policyWithDefaults(tb testing.TB) policy {
 // a lookup gives what the cluster holds:
 //
 //	p := policyReading(t, `{apiVersion: v1, kind: ServiceAccount, metadata: {name: builder, namespace: shop}}`)
+//
+// The objects reach the views as -cluster's files (cluster/); without the
+// cluster part, objects are an error.
 func policyReading(tb testing.TB, objects ...string) policy {
 	tb.Helper()
 	var p policy
+	all := parts(&p)
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	if err := p.addFlags(flags); err != nil {
 		tb.Fatal(err)
 	}
-	if err := flags.Parse(nil); err != nil {
+	for _, pt := range all {
+		if pt.Flags != nil {
+			pt.Flags(flags, true)
+		}
+	}
+	var args []string
+	if flags.Lookup("cluster") != nil {
+		// At least one file, empty or not: a kind none holds is empty.
+		dir := tb.TempDir()
+		for i, text := range append([]string{`{"apiVersion": "v1", "kind": "List", "items": []}`}, objects...) {
+			file := filepath.Join(dir, fmt.Sprintf("objects-%d.yaml", i))
+			if err := os.WriteFile(file, []byte(text), 0o600); err != nil {
+				tb.Fatal(err)
+			}
+			args = append(args, "-cluster", file)
+		}
+	} else if len(objects) > 0 {
+		tb.Fatal("policyReading: objects for the views, and no cluster part to hold them")
+	}
+	if err := flags.Parse(args); err != nil {
 		tb.Fatal(err)
 	}
-	var all []clusterObject
-	for i, text := range objects {
-		got, err := readClusterObjects(fmt.Sprintf("object %d", i+1), strings.NewReader(text))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		all = append(all, got...)
-	}
-	if err := fillViews(p.reads(), all); err != nil {
+	env := part.Env{Logger: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }, Offline: true}
+	if _, err := startParts(all, env); err != nil {
 		tb.Fatal(err)
 	}
 	return p
@@ -643,24 +658,28 @@ func testdataCluster(tb testing.TB) []string {
 	return texts
 }
 
-// testCredentials are the flags that give the server credentials for what
-// the policy reads of the cluster, a kubeconfig of a fakeCluster that
-// holds nothing and serves every list empty, and how many views will log
-// that they synced. None for a policy that reads nothing, which must run
-// without any. The plumbing's tests send reviews as fast as they can, and
-// each may miss in the empty views (a policy that denies what it does not
-// find asks the apiserver): a rate of lookups far above theirs, which is
-// not what they test (TestLookupsOverTheRate is).
+// testCredentials are the flags that give the server what the policy
+// reads of the cluster, without an apiserver: with the cluster part,
+// -cluster with a file that holds nothing, so that every view is synced
+// and empty; none without it. views is how many views will log that they
+// synced: none, filled from files.
 func testCredentials(tb testing.TB) (flags []string, views int) {
 	tb.Helper()
 	var p policy
-	if err := p.addFlags(flag.NewFlagSet("webhook", flag.ContinueOnError)); err != nil {
-		tb.Fatal(err)
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	for _, pt := range parts(&p) {
+		if pt.Flags != nil {
+			pt.Flags(fs, false)
+		}
 	}
-	if len(p.reads()) == 0 {
+	if fs.Lookup("cluster") == nil {
 		return nil, 0
 	}
-	return []string{"-kubeconfig", startFakeCluster(tb).kubeconfig(tb), "-apiserver-lookups-per-second", "100000"}, len(p.reads())
+	empty := filepath.Join(tb.TempDir(), "cluster.json")
+	if err := os.WriteFile(empty, []byte(`{"apiVersion": "v1", "kind": "List", "items": []}`), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return []string{"-cluster", empty}, 0
 }
 
 // ---------------------------------------------------------------------------
@@ -790,19 +809,6 @@ func checkFlagError(t *testing.T, args, want []string) {
 			t.Errorf("flags %q: got %.300q…, want it to mention %q", args, got, w)
 		}
 	}
-}
-
-// resourceReview is the spec of a SubjectAccessReview for a resource, as
-// the apiserver sends it for user in groups.
-func resourceReview(user string, groups []string, verb, apiGroup, resource, subresource, namespace, name string) *authorizationv1.SubjectAccessReviewSpec {
-	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, ResourceAttributes: &authorizationv1.ResourceAttributes{
-		Verb: verb, Group: apiGroup, Version: "v1", Resource: resource, Subresource: subresource, Namespace: namespace, Name: name,
-	}}
-}
-
-// pathReview is the spec of a SubjectAccessReview for a non-resource path.
-func pathReview(user string, groups []string, verb, path string) *authorizationv1.SubjectAccessReviewSpec {
-	return &authorizationv1.SubjectAccessReviewSpec{User: user, Groups: groups, NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path}}
 }
 
 // TestReviewAs checks reviewAs gives the review another user and leaves

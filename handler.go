@@ -20,8 +20,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	goruntime "runtime"
-	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -30,107 +28,129 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
-	authorizationv1 "k8s.io/api/authorization/v1"
-	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json" // encoding/json's API, as the apiserver decodes
 
 	"github.com/example/webhook/body"
 	"github.com/example/webhook/convert"
+	"github.com/example/webhook/part"
 )
 
 // maxWebhookTimeout is the largest timeoutSeconds a webhook configuration
 // may set; the apiserver never waits longer.
 const maxWebhookTimeout = 30 * time.Second
 
-// routes serves the review routes, each with the policy's function, each
-// behind checkClient (requireClient with -client-ca-file; else nothing);
-// /authorize only with authorization (-authorization).
-func routes(reviews *handlers, p policy, action validationAction, checkClient func(http.Handler) http.Handler, authorization bool) *http.ServeMux {
+// routes serves /mutate and /validate, each with the policy's function,
+// and the parts' routes (/authorize), each behind checkClient
+// (requireClient with -client-ca-file; else nothing). denied, when set,
+// is what becomes of /validate's denials (-validation-action).
+func routes(rs *reviewRoutes, p policy, denied denialRewriter, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", checkClient(reviews.admissionHandler("/mutate", mutate(p), validationAction{})))
-	mux.Handle("/validate", checkClient(reviews.admissionHandler("/validate", validate(p), action)))
-	// The authorization webhook's, for an AuthorizationConfiguration's
-	// Webhook: only when asked for, as its answers name the policy's rules.
-	if authorization {
-		mux.Handle("/authorize", checkClient(reviews.authorizationHandler("/authorize", authorize(p))))
+	mux.Handle("/mutate", checkClient(rs.handle("/mutate", acceptedAdmissionReviews, admission(mutate(p), nil))))
+	mux.Handle("/validate", checkClient(rs.handle("/validate", acceptedAdmissionReviews, admission(validate(p), denied))))
+	for _, r := range extra {
+		mux.Handle(r.Path, checkClient(rs.handle(r.Path, r.Expects, r.Decide)))
 	}
 	return mux
 }
 
-// handlers is what the review routes share: the log, the metrics, and
-// the body reader with its byte budget.
-type handlers struct {
+// denialRewriter makes a denial of /validate's into the answer sent
+// instead, with its verdict (part.Part's Denied).
+type denialRewriter func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
+
+// reviewRoutes is what every review route shares: the log, the metrics,
+// and the body reader with its byte budget.
+type reviewRoutes struct {
 	logger  *slog.Logger
 	metrics *metrics // nil: nothing is counted
 	bodies  *body.Budget
 }
 
-// admissionHandler serves an admission route: an AdmissionReview decided
-// by admit and answered in the version it came in, with the request's
-// uid. action is what becomes of admit's denials: /validate's
-// -validation-action.
-func (s *handlers) admissionHandler(path string, admit admitFunc, action validationAction) http.Handler {
+// handle serves a review route, path: the one path every review takes.
+// It checks the request, reads its body within the budget and in time,
+// has decide decide it, and answers: the review with 200, or a
+// metav1.Status with its code; it logs the review's line and counts it.
+// expects names the review in the messages of what it refuses.
+func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		s.metrics.inFlightAdd(path, 1)
-		defer s.metrics.inFlightAdd(path, -1)
+		rs.metrics.inFlightAdd(path, 1)
+		defer rs.metrics.inFlightAdd(path, -1)
 
-		timeout, err := checkRequest(w, r, wantAdmissionReview)
+		timeout, err := checkRequest(w, r, expects)
 		if err != nil {
-			s.sendStatus(w, path, start, err)
+			rs.sendStatus(w, path, start, err)
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		requestBody, err := s.bodies.Read(ctx, w, r)
+		requestBody, err := rs.bodies.Read(ctx, w, r)
 		if err != nil {
-			s.sendStatus(w, path, start, err)
+			rs.sendStatus(w, path, start, err)
 			return
 		}
 		defer requestBody.Release()
 
-		gvk, req, err := decodeAdmissionReview(requestBody.Bytes())
-		if err != nil {
-			s.sendStatus(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
-			return
+		d, err := decide(ctx, requestBody.Bytes())
+		var answer *part.Error
+		switch {
+		case err == nil:
+			rs.sendReview(w, r, path, start, d.Review, d.Verdict, d.Attrs)
+		case errors.As(err, &answer) && answer.Code >= 500 && d.Attrs != nil:
+			// Undecided: the apiserver's failurePolicy decides.
+			rs.sendUndecided(w, r, path, start, answer.Code, answer.Message, d.Attrs)
+		case answer != nil:
+			rs.sendStatus(w, path, start, err) // not the review expected
+		default:
+			// The webhook's own failure: a panic, no answer, or an
+			// answer that would not encode.
+			rs.logFailure(ctx, path, d.Attrs, err)
+			rs.sendStatus(w, path, start, &part.Error{Code: http.StatusInternalServerError, Message: "the webhook failed while deciding the review" + uidOf(d.Attrs) + "; its log has the details"})
 		}
-		attrs := admissionAttrs(req)
+	})
+}
 
-		resp, err := callRecovering(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
-		if err != nil || resp == nil {
-			s.logPolicyFailure(ctx, path, attrs, err)
-			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, fmt.Sprintf("the webhook failed while admitting request %s; its log has the details", req.UID)})
-			return
-		}
-
-		if resp.Result != nil && resp.Result.Code >= 500 && resp.Result.Code <= 599 {
-			s.sendUndecided(w, r, path, start, int(resp.Result.Code), resp.Result.Message, attrs)
-			return
-		}
-		answer, verdict := completedAnswer(resp, req.UID), admissionVerdict(resp)
-		if verdict == "denied" && action.allowsDenials() {
-			answer, verdict = action.warnOrAudit(resp, req.UID)
-		}
-		out, err := encodeAdmissionReview(gvk, answer)
+// admission decides an AdmissionReview with admit: decoded in either
+// version as v1, the one type admit functions see, and answered in the
+// version it came in, with the request's uid. A denial is what denied
+// makes it, when set.
+func admission(admit admitFunc, denied denialRewriter) part.Decide {
+	return func(ctx context.Context, body []byte) (part.Decision, error) {
+		gvk, req, err := decodeAdmissionReview(body)
 		if err != nil {
-			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
-			return
+			return part.Decision{}, &part.Error{Code: http.StatusBadRequest, Message: err.Error()}
 		}
+		d := part.Decision{Attrs: admissionAttrs(req)}
+		resp, err := part.Recover(func() *admissionv1.AdmissionResponse { return admit(ctx, req) })
+		switch {
+		case err != nil:
+			return d, err
+		case resp == nil:
+			return d, part.ErrNoAnswer
+		case resp.Result != nil && resp.Result.Code >= 500 && resp.Result.Code <= 599:
+			return d, &part.Error{Code: int(resp.Result.Code), Message: resp.Result.Message}
+		}
+		answer, verdict := copyForRequest(resp, req.UID), admissionVerdict(resp)
+		if verdict == "denied" && denied != nil {
+			// What a part sends instead, for this request too.
+			answer, verdict = denied(answer)
+			answer = copyForRequest(answer, req.UID)
+		}
+		if d.Review, err = encodeAdmissionReview(gvk, answer); err != nil {
+			return d, fmt.Errorf("encoding the review: %w", err)
+		}
+		d.Verdict = verdict
 		if answer.Result != nil && answer.Result.Code != 0 {
-			attrs = append(attrs, slog.Int("code", int(answer.Result.Code)))
+			d.Attrs = append(d.Attrs, slog.Int("code", int(answer.Result.Code)))
 		}
 		if len(answer.Warnings) > 0 {
 			// How many, not what: a warning may quote the object.
-			attrs = append(attrs, slog.Int("warnings", len(answer.Warnings)))
+			d.Attrs = append(d.Attrs, slog.Int("warnings", len(answer.Warnings)))
 		}
-		s.sendReview(w, r, path, start, out, verdict, attrs)
-	})
+		return d, nil
+	}
 }
 
 // checkRequest checks what comes before a review's body, so that none of
@@ -142,10 +162,10 @@ func (s *handlers) admissionHandler(path string, admit admitFunc, action validat
 func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		return 0, &statusError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, expected)}
+		return 0, &part.Error{Code: http.StatusMethodNotAllowed, Message: fmt.Sprintf("method %s is not allowed: %s is sent with POST", r.Method, expected)}
 	}
 	if mediaType, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
-		return 0, &statusError{http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), expected)}
+		return 0, &part.Error{Code: http.StatusUnsupportedMediaType, Message: fmt.Sprintf("Content-Type %q is not supported: %s is sent as application/json", r.Header.Get("Content-Type"), expected)}
 	}
 	q, ok := timeoutParameter(r.URL.RawQuery)
 	if !ok {
@@ -153,7 +173,7 @@ func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time
 	}
 	d, err := time.ParseDuration(q)
 	if err != nil || d <= 0 {
-		return 0, &statusError{http.StatusBadRequest, fmt.Sprintf("query parameter timeout=%q is not a positive duration such as 10s", q)}
+		return 0, &part.Error{Code: http.StatusBadRequest, Message: fmt.Sprintf("query parameter timeout=%q is not a positive duration such as 10s", q)}
 	}
 	return min(d, maxWebhookTimeout), nil
 }
@@ -164,7 +184,7 @@ func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time
 func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.AdmissionRequest, error) {
 	obj, gvk, err := admissionDecoder.Decode(body, nil, nil)
 	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, wantAdmissionReview)
+		return schema.GroupVersionKind{}, nil, part.DecodeError(body, gvk, err, acceptedAdmissionReviews)
 	}
 	var req *admissionv1.AdmissionRequest
 	switch review := obj.(type) {
@@ -174,8 +194,8 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 		if review.Request != nil {
 			req = convert.RequestFromV1beta1(review.Request)
 		}
-	default: // an unversioned meta kind (decoderOnlyFor)
-		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, wantAdmissionReview)
+	default: // an unversioned meta kind (part.Decoder)
+		return schema.GroupVersionKind{}, nil, part.WrongKind(*gvk, acceptedAdmissionReviews)
 	}
 	if req == nil {
 		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
@@ -185,13 +205,17 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 
 // admissionDecoder decodes AdmissionReview in the two versions the
 // apiserver sends.
-var admissionDecoder = decoderOnlyFor(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+var admissionDecoder = part.Decoder(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
 
-// completedAnswer is resp, the policy's answer, as sent for the request
+// acceptedAdmissionReviews names what the admission routes take, in the
+// messages of what they refuse.
+const acceptedAdmissionReviews = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
+
+// copyForRequest is resp, the policy's answer, as sent for the request
 // whose uid is uid: a copy with the uid set, as a policy may return one
 // answer to every request, and its warnings as the apiserver will pass
 // them on.
-func completedAnswer(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
+func copyForRequest(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
 	answer := *resp
 	answer.UID = uid
 	if len(resp.Warnings) > 0 {
@@ -211,13 +235,13 @@ func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.Admiss
 }
 
 // sendReview answers with a review and 200, and logs and counts it.
-func (s *handlers) sendReview(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
+func (rs *reviewRoutes) sendReview(w http.ResponseWriter, r *http.Request, path string, start time.Time, review []byte, verdict string, attrs []slog.Attr) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	if _, err := w.Write(review); err != nil {
-		s.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
+		rs.logger.LogAttrs(r.Context(), slog.LevelWarn, "writing the answer failed", append(attrs, slog.Any("err", err))...)
 	}
-	s.logReview(r, path, start, http.StatusOK, verdict, attrs)
+	rs.logReview(r, path, start, http.StatusOK, verdict, attrs)
 }
 
 // sendUndecided answers a review the policy could not decide (undecided,
@@ -232,51 +256,41 @@ func (s *handlers) sendReview(w http.ResponseWriter, r *http.Request, path strin
 // body; the mutating dispatcher does the same). It logs the review's line,
 // verdict "errored", with the code and without the message, which may
 // quote the object.
-func (s *handlers) sendUndecided(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
+func (rs *reviewRoutes) sendUndecided(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
 	writeStatus(w, code, message)
-	s.logReview(r, path, start, code, "errored", append(attrs, slog.Int("code", code)))
+	rs.logReview(r, path, start, code, "errored", append(attrs, slog.Int("code", code)))
 }
 
 // logReview logs a review's one line, and counts it.
-func (s *handlers) logReview(r *http.Request, path string, start time.Time, code int, verdict string, attrs []slog.Attr) {
+func (rs *reviewRoutes) logReview(r *http.Request, path string, start time.Time, code int, verdict string, attrs []slog.Attr) {
 	took := time.Since(start)
-	s.metrics.request(path, code, verdict, took)
+	rs.metrics.request(path, code, verdict, took)
 	line := make([]slog.Attr, 0, len(attrs)+4) // one allocation for the line
 	line = append(line, slog.String("path", path))
 	line = append(line, attrs...)
 	line = append(line, slog.String("verdict", verdict), slog.Duration("duration", took), slog.String("proto", r.Proto))
-	s.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
+	rs.logger.LogAttrs(r.Context(), slog.LevelInfo, "review", line...)
 }
 
 // sendStatus answers a request that has no review to answer, err, a
-// *statusError or a *body.Error, with its code and a metav1.Status, and
+// *part.Error or a *body.Error, with its code and a metav1.Status, and
 // counts it. It does not log: any client that reaches the port can send a
 // bad request, and one line each would let it flood the log; the metrics
 // count them by code, and the body's refusals are summed up in the log
 // (logRefusals).
-func (s *handlers) sendStatus(w http.ResponseWriter, path string, start time.Time, err error) {
+func (rs *reviewRoutes) sendStatus(w http.ResponseWriter, path string, start time.Time, err error) {
 	code, message := http.StatusInternalServerError, err.Error()
-	var se *statusError
+	var pe *part.Error
 	var be *body.Error
 	switch {
-	case errors.As(err, &se):
-		code = se.code
+	case errors.As(err, &pe):
+		code = pe.Code
 	case errors.As(err, &be):
 		code = be.Code
 	}
 	writeStatus(w, code, message)
-	s.metrics.request(path, code, "", time.Since(start))
+	rs.metrics.request(path, code, "", time.Since(start))
 }
-
-// statusError is the answer to a request with no review to decide, or
-// whose decision failed: its HTTP status, and a message the apiserver
-// shows the user.
-type statusError struct {
-	code    int
-	message string
-}
-
-func (e *statusError) Error() string { return e.message }
 
 // The steps' details, which a reader of the path above can take from
 // their names and comments.
@@ -296,58 +310,13 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	return attrs
 }
 
-// callRecovering calls decide, the policy, and returns its answer; or, if it
-// panicked, a *policyPanic, so that a panic is answered instead of
-// dropping the connection.
-func callRecovering[T any](decide func() T) (answer T, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = newPolicyPanic(p)
-		}
-	}()
-	return decide(), nil
-}
-
-// policyPanic is a panic of the policy's, as it is logged: its stack, and
-// its value only when the runtime made it (a runtime.Error); of a value the
-// policy made, which may hold a Secret's contents, only its type.
-type policyPanic struct {
-	stack, runtimeError, valueType string
-}
-
-func newPolicyPanic(p any) *policyPanic {
-	pp := &policyPanic{stack: string(debug.Stack())}
-	if rerr, ok := p.(goruntime.Error); ok {
-		pp.runtimeError = rerr.Error()
-	} else {
-		pp.valueType = fmt.Sprintf("%T", p)
-	}
-	return pp
-}
-
-func (p *policyPanic) Error() string {
-	if p.runtimeError != "" {
-		return "the policy panicked: " + p.runtimeError
-	}
-	return "the policy panicked with a value of type " + p.valueType
-}
-
-// LogValue logs the panic as a group of its stack, and its runtime
-// error's message or its value's type.
-func (p *policyPanic) LogValue() slog.Value {
-	if p.runtimeError != "" {
-		return slog.GroupValue(slog.String("stack", p.stack), slog.String("value", p.runtimeError))
-	}
-	return slog.GroupValue(slog.String("stack", p.stack), slog.String("type", p.valueType))
-}
-
 // admissionVerdict names what an answer does, for the log line and the
 // metrics: "patched", "allowed", "denied", or "errored" when the webhook
 // could not judge the request: a refusal with 400 (an object that does not
 // decode) or a 5xx. Every other refusal, denied's 403 and a refused 409 or
 // 422 alike, is the policy's decision: "denied".
 // A -validation-action of warn or audit makes a denial "warned",
-// "audited" or "warned_and_audited" (warnOrAudit).
+// "audited" or "warned_and_audited" (package rollout).
 func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
@@ -361,15 +330,30 @@ func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	}
 }
 
-// logPolicyFailure logs the policy's failure to decide: err, its panic
-// (counted), or nil for no answer at all.
-func (s *handlers) logPolicyFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
-	if err == nil {
-		s.logger.LogAttrs(ctx, slog.LevelError, "the policy returned no answer", attrs...)
-		return
+// logFailure logs the webhook's failure to decide: the policy's panic
+// (counted), the policy's nil answer, or a review that did not encode.
+func (rs *reviewRoutes) logFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
+	var panicked *part.Panic
+	switch {
+	case errors.As(err, &panicked):
+		rs.metrics.countPanic(path)
+		rs.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Any("panic", panicked))...)
+	case errors.Is(err, part.ErrNoAnswer):
+		rs.logger.LogAttrs(ctx, slog.LevelError, "the policy returned no answer", attrs...)
+	default:
+		rs.logger.LogAttrs(ctx, slog.LevelError, "the webhook failed", append(attrs, slog.Any("err", err))...)
 	}
-	s.metrics.countPanic(path)
-	s.logger.LogAttrs(ctx, slog.LevelError, "the policy panicked", append(attrs, slog.Any("panic", err))...)
+}
+
+// uidOf is " <uid>" for a message, from a review's log attributes; "" for
+// a review without one.
+func uidOf(attrs []slog.Attr) string {
+	for _, a := range attrs {
+		if a.Key == "uid" {
+			return " " + a.Value.String()
+		}
+	}
+	return ""
 }
 
 // legibleWarnings returns warnings as the apiserver will pass them on. It
@@ -433,53 +417,6 @@ func timeoutParameter(rawQuery string) (string, bool) {
 	return "", false
 }
 
-// decoderOnlyFor decodes the kinds that add register, in the versions they
-// register, and nothing else: any other kind fails to decode, but for a
-// few unversioned meta kinds, such as v1 Status, that registering any API
-// group registers too. (AddToScheme fails only on conflicting
-// registrations, which distinct group versions cannot have.)
-func decoderOnlyFor(add ...func(*runtime.Scheme) error) runtime.Decoder {
-	scheme := runtime.NewScheme()
-	for _, f := range add {
-		_ = f(scheme)
-	}
-	return serializer.NewCodecFactory(scheme).UniversalDeserializer()
-}
-
-const (
-	// wantAdmissionReview and wantSubjectAccessReview name what each route
-	// expects, in the messages of what it refuses.
-	wantAdmissionReview     = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
-	wantSubjectAccessReview = "a SubjectAccessReview of authorization.k8s.io/v1 or authorization.k8s.io/v1beta1"
-
-	// maxErrorDetail bounds how much of a decoder's error reaches a
-	// message, so a huge or hostile body cannot make a huge answer.
-	maxErrorDetail = 256
-)
-
-// describeDecodeError says why body is not the review expected without
-// quoting it, as apimachinery's "Kind is missing" does: it may be a Secret.
-func describeDecodeError(body []byte, gvk *schema.GroupVersionKind, err error, expected string) error {
-	switch {
-	case len(body) == 0:
-		return fmt.Errorf("request body is empty: expected %s", expected)
-	case runtime.IsMissingKind(err), runtime.IsMissingVersion(err):
-		return fmt.Errorf("request body has no apiVersion or kind: expected %s", expected)
-	case runtime.IsNotRegisteredError(err) && gvk != nil:
-		return wrongKind(*gvk, expected)
-	}
-	detail := err.Error()
-	if len(detail) > maxErrorDetail {
-		detail = strings.ToValidUTF8(detail[:maxErrorDetail], "") + "…"
-	}
-	return fmt.Errorf("request body does not decode (expected %s): %s", expected, detail)
-}
-
-// wrongKind says that a body of kind gvk is not the review expected.
-func wrongKind(gvk schema.GroupVersionKind, expected string) error {
-	return fmt.Errorf("request body is apiVersion %q, kind %q: expected %s", gvk.GroupVersion(), gvk.Kind, expected)
-}
-
 // writeStatus answers a request that has no review to answer with a
 // metav1.Status, the body the apiserver reads a message from.
 func writeStatus(w http.ResponseWriter, code int, message string) {
@@ -521,152 +458,4 @@ var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
 	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
-}
-
-// The authorization webhook's path: the same steps for a
-// SubjectAccessReview.
-
-// authorizationHandler serves /authorize: a SubjectAccessReview decided
-// by authorize and answered in the version it came in, with only its
-// status, the one part the apiserver reads. It reads it so
-// (k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go,
-// WebhookAuthorizer.Authorize): allowed allows the request; denied alone
-// denies it, status.reason ending the user's Forbidden message, and no
-// later authorizer runs; neither is no opinion, and the next authorizer
-// (RBAC) decides; both is malformed, a denial with an error. An answer
-// other than HTTP 200, or none, is the authorizer's failurePolicy
-// (NoOpinion or Deny), after a retry of 429s, 500s and dropped
-// connections (k8s.io/apiserver/pkg/util/webhook, DefaultShouldRetry): a
-// status of no opinion with an evaluationError (undecidedBecause) is sent
-// so, as a 503, which is not retried.
-func (s *handlers) authorizationHandler(path string, authorize authorizeFunc) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		s.metrics.inFlightAdd(path, 1)
-		defer s.metrics.inFlightAdd(path, -1)
-
-		timeout, err := checkRequest(w, r, wantSubjectAccessReview)
-		if err != nil {
-			s.sendStatus(w, path, start, err)
-			return
-		}
-		ctx, cancel := context.WithTimeout(r.Context(), timeout)
-		defer cancel()
-		requestBody, err := s.bodies.Read(ctx, w, r)
-		if err != nil {
-			s.sendStatus(w, path, start, err)
-			return
-		}
-		defer requestBody.Release()
-
-		gvk, spec, err := decodeSubjectAccessReview(requestBody.Bytes())
-		if err != nil {
-			s.sendStatus(w, path, start, &statusError{http.StatusBadRequest, err.Error()})
-			return
-		}
-		attrs := authorizationAttrs(spec)
-
-		status, err := callRecovering(func() authorizationv1.SubjectAccessReviewStatus { return authorize(ctx, spec) })
-		if err != nil {
-			// A 500 is retried, then the authorizer's failurePolicy decides.
-			s.logPolicyFailure(ctx, path, attrs, err)
-			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "the webhook failed while authorizing the request; its log has the details"})
-			return
-		}
-		if !status.Allowed && !status.Denied && status.EvaluationError != "" {
-			s.sendUndecided(w, r, path, start, http.StatusServiceUnavailable, status.EvaluationError, attrs)
-			return
-		}
-		if status.Allowed && status.Denied {
-			// The apiserver denies such an answer and logs an error: deny
-			// here too, with a status it reads as meant, and a reason that
-			// says what went wrong.
-			status = deniedBecause("the webhook's authorize function answered both allowed and denied; denied")
-			attrs = append(attrs, slog.String("error", "the authorize function answered both allowed and denied"))
-		}
-		out, err := encodeSubjectAccessReview(gvk, status)
-		if err != nil {
-			s.logger.LogAttrs(ctx, slog.LevelError, "encoding the review failed", append(attrs, slog.Any("err", err))...)
-			s.sendStatus(w, path, start, &statusError{http.StatusInternalServerError, "encoding the review failed"})
-			return
-		}
-		s.sendReview(w, r, path, start, out, authorizationVerdict(status), attrs)
-	})
-}
-
-// decodeSubjectAccessReview is decodeAdmissionReview for a
-// SubjectAccessReview: its version, and its spec as authorization.k8s.io/v1.
-func decodeSubjectAccessReview(body []byte) (schema.GroupVersionKind, *authorizationv1.SubjectAccessReviewSpec, error) {
-	obj, gvk, err := authorizationDecoder.Decode(body, nil, nil)
-	if err != nil {
-		return schema.GroupVersionKind{}, nil, describeDecodeError(body, gvk, err, wantSubjectAccessReview)
-	}
-	var spec *authorizationv1.SubjectAccessReviewSpec
-	switch review := obj.(type) {
-	case *authorizationv1.SubjectAccessReview:
-		spec = &review.Spec
-	case *authorizationv1beta1.SubjectAccessReview:
-		spec = convert.SpecFromV1beta1(&review.Spec)
-	default: // an unversioned meta kind (decoderOnlyFor)
-		return schema.GroupVersionKind{}, nil, wrongKind(*gvk, wantSubjectAccessReview)
-	}
-	// The apiserver sets exactly one; an authorize function may rely on it.
-	switch {
-	case spec.ResourceAttributes == nil && spec.NonResourceAttributes == nil:
-		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has neither spec.resourceAttributes nor spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
-	case spec.ResourceAttributes != nil && spec.NonResourceAttributes != nil:
-		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s SubjectAccessReview has both spec.resourceAttributes and spec.nonResourceAttributes: the apiserver sends exactly one", gvk.GroupVersion())
-	}
-	return *gvk, spec, nil
-}
-
-// authorizationDecoder decodes SubjectAccessReview in the two versions
-// the apiserver sends (the authorizer's subjectAccessReviewVersion).
-var authorizationDecoder = decoderOnlyFor(authorizationv1.AddToScheme, authorizationv1beta1.AddToScheme)
-
-// authorizationAttrs names a SubjectAccessReview for its log line: who,
-// which verb, on what. Never its groups, extra or uid: the apiserver's
-// audit log has those, and extra may carry tokens' claims.
-func authorizationAttrs(spec *authorizationv1.SubjectAccessReviewSpec) []slog.Attr {
-	attrs := make([]slog.Attr, 0, 6)
-	attrs = append(attrs, slog.String("user", spec.User))
-	if ra := spec.ResourceAttributes; ra != nil {
-		resource := ra.Resource
-		if ra.Group != "" {
-			resource = ra.Group + "/" + resource
-		}
-		attrs = append(attrs, slog.String("verb", ra.Verb), slog.String("resource", resource))
-		if ra.Subresource != "" {
-			attrs = append(attrs, slog.String("subresource", ra.Subresource))
-		}
-		if ra.Namespace != "" {
-			attrs = append(attrs, slog.String("namespace", ra.Namespace))
-		}
-		return attrs
-	}
-	// "path" is the route's in every review line.
-	return append(attrs, slog.String("verb", spec.NonResourceAttributes.Verb), slog.String("request_path", spec.NonResourceAttributes.Path))
-}
-
-// authorizationVerdict names what a status does, for the log line and the
-// metrics: "allowed", "denied" or "no_opinion".
-func authorizationVerdict(s authorizationv1.SubjectAccessReviewStatus) string {
-	switch {
-	case s.Denied:
-		return "denied"
-	case s.Allowed:
-		return "allowed"
-	default:
-		return "no_opinion"
-	}
-}
-
-// encodeSubjectAccessReview encodes a SubjectAccessReview holding only
-// status, in the version the request came in.
-func encodeSubjectAccessReview(gvk schema.GroupVersionKind, status authorizationv1.SubjectAccessReviewStatus) ([]byte, error) {
-	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
-	if gvk.GroupVersion() == authorizationv1beta1.SchemeGroupVersion {
-		return json.Marshal(&authorizationv1beta1.SubjectAccessReview{TypeMeta: typeMeta, Status: convert.StatusToV1beta1(status)})
-	}
-	return json.Marshal(&authorizationv1.SubjectAccessReview{TypeMeta: typeMeta, Status: status})
 }

@@ -27,12 +27,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/example/webhook/authorize"
 	"github.com/example/webhook/body"
 	"github.com/example/webhook/certs"
+	"github.com/example/webhook/cluster"
 	"github.com/example/webhook/doctor"
 	"github.com/example/webhook/limits"
+	"github.com/example/webhook/part"
 	"github.com/example/webhook/reload"
 	"github.com/example/webhook/review"
+	"github.com/example/webhook/rollout"
 )
 
 const (
@@ -158,6 +162,20 @@ func buildVersion() string {
 	return info.Main.Version
 }
 
+// parts are the webhook's optional capabilities, each a folder of its own
+// that plugs in as package part says (README.md, "Make it yours"). Delete
+// a folder, its line here and its import, and the webhook builds and
+// passes its tests without it: CI proves it, one at a time (.ci/parts).
+func parts(p *policy) []part.Part {
+	return []part.Part{
+		authorize.Part(),           // POST /authorize, the authorization webhook, with -authorization, and its -deny rules
+		rollout.Part(),             // -validation-action: /validate's denials warned or audited while a policy rolls out
+		review.Part(offlineServer), // webhook review: the policy's verdicts on manifests and audit logs, without a cluster
+		doctor.Part(),              // webhook doctor: a webhook configuration checked against its live endpoint
+		cluster.Part(p),            // the policy's views of the cluster (its Reads method), and webhook reads
+	}
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// The first signal asks run to finish; a second, during
@@ -209,12 +227,10 @@ type config struct {
 	keyFile  string
 	// certConfigured is true for a certificate from a flag or the
 	// environment, never replaced by a development one.
-	certConfigured   bool
-	policy           policy           // what policy.go's flags configured
-	validationAction validationAction // what /validate does with denials (rollout.go)
+	certConfigured bool
+	policy         *policy // what policy.go's flags configured
 
-	clientCAFile       string   // when set, /mutate, /validate and /authorize need a client certificate
-	authorization      bool     // serve /authorize
+	clientCAFile       string   // when set, every review route needs a client certificate
 	allowedClientNames []string // Common Names admitted; empty admits any the CA signed
 	tlsMinVersion      uint16
 	http2              bool
@@ -231,12 +247,12 @@ type config struct {
 	// that had defaults, which they replaced.
 	replacedDefaults []replaced
 
-	// clusterFlags are -kubeconfig and the rest of what reading the
-	// cluster takes (reads.go).
-	clusterFlags clusterFlags
-	// cluster is the policy's views of the cluster, which run makes
-	// (watchCluster): nil when it reads nothing.
-	cluster *clusterViews
+	// parts are the optional parts (main.go's parts), and what they add
+	// to the server once its flags are parsed: routes, and what becomes
+	// of /validate's denials (nil: they are sent).
+	parts  []part.Part
+	routes []part.Route
+	denied denialRewriter
 }
 
 // replaced is a policy flag that replaced its defaults.
@@ -246,28 +262,31 @@ type replaced struct {
 }
 
 // parseFlags reads the command line, falling back to the environment for the
-// certificate paths as the Deployment of many webhooks sets them.
-func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
+// certificate paths as the Deployment of many webhooks sets them: the
+// server's flags, the policy's (into p), and each part's.
+func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *policy, parts []part.Part) (config, error) {
 	flags := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	flags.SetOutput(stderr)
-	var cfg config
+	cfg := config{policy: p, parts: parts}
 	flags.StringVar(&cfg.listen, "listen", ":8443", "`address` to serve HTTPS on; with the development certificate, which only this host trusts, localhost:8443 unless given")
 	flags.StringVar(&cfg.certFile, "tls-cert-file", "", "serving certificate `file` (PEM, with any intermediates); env TLS_CERT; default "+defaultCertFile)
 	flags.StringVar(&cfg.keyFile, "tls-private-key-file", "", "serving private key `file` (PEM); env TLS_KEY; default "+defaultKeyFile)
-	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, /mutate, /validate and /authorize require a client certificate it signed")
+	flags.StringVar(&cfg.clientCAFile, "client-ca-file", "", "CA bundle `file` (PEM); when set, every review route requires a client certificate it signed")
 	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
 	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
 	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
-	flags.BoolVar(&cfg.authorization, "authorization", false, "serve /authorize, the authorization webhook's SubjectAccessReviews; needs -client-ca-file, since its answers name the policy's rules")
 	showVersion := flags.Bool("version", false, "print the version and exit")
 	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
-	cfg.clusterFlags.register(flags)
-	flags.Var(&cfg.validationAction, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
-	if err := cfg.policy.addFlags(flags); err != nil {
+	if err := p.addFlags(flags); err != nil {
 		return config{}, err
+	}
+	for _, pt := range parts {
+		if pt.Flags != nil {
+			pt.Flags(flags, false)
+		}
 	}
 	if err := flags.Parse(args); err != nil {
 		return config{}, err
@@ -308,9 +327,6 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (co
 	if *showVersion {
 		cfg.showVersion = true
 		return cfg, nil
-	}
-	if cfg.authorization && cfg.clientCAFile == "" {
-		return config{}, errors.New("-authorization needs -client-ca-file: /authorize answers only the apiserver, whose client certificate that CA signed (docs/authorization.md)")
 	}
 	if len(cfg.allowedClientNames) > 0 && cfg.clientCAFile == "" {
 		return config{}, errors.New("-allowed-client-names needs -client-ca-file: without a client CA no certificate is checked")
@@ -355,24 +371,39 @@ func checkListenAddress(addr string) error {
 }
 
 // commandsUsage is what `webhook help` says, and `webhook -h` before the
-// server's flags.
-const commandsUsage = `webhook is a Kubernetes admission and authorization webhook.
+// server's flags: the centre's commands, then each part's.
+func commandsUsage(parts []part.Part) string {
+	var b strings.Builder
+	b.WriteString(`webhook is a Kubernetes admission webhook.
 
 Usage:
-  webhook [flags]            serve /mutate, /validate, /authorize and /ping (webhook -h: the flags)
+  webhook [flags]            serve /mutate, /validate, /ping and the parts' routes (webhook -h: the flags)
   webhook certs [flags]      make a CA and a serving certificate (webhook certs -h)
-  webhook doctor -f FILE     check webhook configurations as the apiserver calls them (webhook doctor -h)
-  webhook review -f FILE     the policy's verdict on manifests, or on an audit log, without a cluster (webhook review -h)
-  webhook reads              what the policy reads of the cluster, and the RBAC that needs (webhook reads -h)
-  webhook help [COMMAND]     this, or a command's flags
+`)
+	for _, pt := range parts {
+		if pt.Command != nil {
+			b.WriteString("  webhook " + pt.Usage + "\n")
+		}
+	}
+	b.WriteString(`  webhook help [COMMAND]     this, or a command's flags
 
 Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
 (docs/troubleshooting.md, docs/review.md).
 
-`
+`)
+	return b.String()
+}
 
 // commands are the commands `webhook help` gives the flags of.
-var commands = []string{"certs", "doctor", "review", "reads"}
+func commands(parts []part.Part) []string {
+	names := []string{"certs"}
+	for _, pt := range parts {
+		if pt.Command != nil {
+			names = append(names, pt.Name)
+		}
+	}
+	return names
+}
 
 // isHelpFlag reports whether arg asks package flag for the usage.
 func isHelpFlag(arg string) bool {
@@ -401,39 +432,38 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	if slices.ContainsFunc(args, isHelpFlag) {
 		usageOut = stdout
 	}
+	// A part's command sees the policy with its defaults.
+	var cmdPolicy policy
+	if err := cmdPolicy.addFlags(flag.NewFlagSet("webhook", flag.ContinueOnError)); err != nil {
+		return err
+	}
+	all := parts(&cmdPolicy)
 	if len(args) > 0 {
 		switch args[0] {
 		case "certs":
 			return certs.Run(args[1:], time.Now(), stdout, usageOut)
-		case "doctor":
-			return doctor.Run(ctx, args[1:], stdin, stdout, usageOut)
-		case "review":
-			return runReview(ctx, args[1:], stdin, stdout, usageOut)
-		case "reads":
-			var p policy
-			if err := p.addFlags(flag.NewFlagSet("webhook reads", flag.ContinueOnError)); err != nil {
-				return err
-			}
-			if len(p.reads()) == 0 && usageOut == stderr {
-				fmt.Fprintln(stderr, "webhook reads: the policy reads nothing of the cluster: the webhook needs no RBAC and no -kubeconfig")
-			}
-			return runReads(args[1:], p.reads(), stdout, usageOut)
 		case "help":
 			switch {
-			case len(args) > 1 && slices.Contains(commands, args[1]):
+			case len(args) > 1 && slices.Contains(commands(all), args[1]):
 				return run(ctx, []string{args[1], "-h"}, getenv, stdin, stdout, stderr)
 			case len(args) > 1:
-				_, _ = io.WriteString(stderr, commandsUsage)
-				return usageError{fmt.Errorf("help %s: no such command; the commands are %s", args[1], strings.Join(commands, ", "))}
+				_, _ = io.WriteString(stderr, commandsUsage(all))
+				return usageError{fmt.Errorf("help %s: no such command; the commands are %s", args[1], strings.Join(commands(all), ", "))}
 			}
-			_, err := io.WriteString(stdout, commandsUsage)
+			_, err := io.WriteString(stdout, commandsUsage(all))
 			return err
+		}
+		for _, pt := range all {
+			if pt.Command != nil && pt.Name == args[0] {
+				return pt.Command(ctx, args[1:], stdin, stdout, usageOut)
+			}
 		}
 	}
 	if usageOut == stdout {
-		_, _ = io.WriteString(stdout, commandsUsage)
+		_, _ = io.WriteString(stdout, commandsUsage(all))
 	}
-	cfg, err := parseFlags(args, getenv, usageOut)
+	var p policy
+	cfg, err := parseFlags(args, getenv, usageOut, &p, parts(&p))
 	if errors.Is(err, flag.ErrHelp) {
 		return err
 	}
@@ -449,12 +479,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		logHandler = slog.NewJSONHandler(stderr, nil)
 	}
 	logger := slog.New(logHandler)
-	// The views of the cluster serve until the server has shut down, its
-	// last reviews included, and stop before run returns.
-	if cfg.cluster, err = watchCluster(cfg.policy.reads(), cfg.clusterFlags, getenv, logger); err != nil {
+	env := part.Env{Logger: logger, Getenv: getenv, ClientCertificates: cfg.clientCAFile != ""}
+	if cfg.routes, cfg.denied, err = partRoutes(cfg.parts, env); err != nil {
+		return usageError{err}
+	}
+	// The parts run until the server has shut down, its last reviews
+	// included, and stop before run returns.
+	stopParts, err := startParts(cfg.parts, env)
+	if err != nil {
 		return err
 	}
-	defer cfg.cluster.stop()
+	defer stopParts()
 	srv, err := newServer(cfg, logger)
 	if err != nil {
 		return err
@@ -462,27 +497,79 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	return srv.serve(ctx)
 }
 
-// runReview is `webhook review`: the policy, configured by the flags the
-// server takes, on manifests, through the server's own routes in process,
-// its views of the cluster filled from -cluster's files.
-func runReview(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	flags := flag.NewFlagSet("webhook review", flag.ContinueOnError)
-	var p policy
-	var action validationAction
-	var cluster clusterFiles
+// offlineServer is the server as `webhook review` runs it, in process,
+// for a client of its own (review.Part): it registers on flags the
+// policy's flags, those each part takes offline, and -cluster, and
+// returns what makes, once they are parsed, every review route, each part
+// started offline and the views of the cluster filled from -cluster's
+// files. (Nothing it starts needs stopping: a part runs nothing offline.)
+func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handler, err error) {
+	p := &policy{}
+	all := parts(p)
 	if err := p.addFlags(flags); err != nil {
-		return err
+		return nil, err
 	}
-	flags.Var(&action, "validation-action", "what /validate does with the policy's denials, as the server's flag: `deny`, warn, audit or warn,audit")
-	flags.Var(&cluster, "cluster", "the objects the policy reads of the cluster (webhook reads), from a `file` as kubectl get KIND -A -o json writes them; a kind none holds is empty (repeatable)")
-	return review.Run(ctx, flags, args, stdin, stdout, stderr, func() http.Handler {
-		if err := offlineViews(p.reads(), cluster); err != nil {
-			fmt.Fprintln(stderr, "webhook review: -cluster:", err)
+	for _, pt := range all {
+		if pt.Flags != nil {
+			pt.Flags(flags, true)
 		}
-		reviews := &handlers{logger: slog.New(slog.DiscardHandler), bodies: body.NewBudget(defaultMaxInflightBytes)}
+	}
+	return func(stderr io.Writer) http.Handler {
+		env := part.Env{Logger: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }, Offline: true}
+		reviews := &reviewRoutes{logger: env.Logger, bodies: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
-		return routes(reviews, p, action, anyClient, true)
-	})
+		extra, denied, err := partRoutes(all, env)
+		if err == nil {
+			_, err = startParts(all, env)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "webhook review:", err)
+		}
+		return routes(reviews, *p, denied, extra, anyClient)
+	}, nil
+}
+
+// partRoutes asks each part for its route, given env, and for what becomes
+// of /validate's denials.
+func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, denied denialRewriter, err error) {
+	for _, pt := range parts {
+		if pt.Route != nil {
+			r, err := pt.Route(env)
+			if err != nil {
+				return nil, nil, err
+			}
+			if r.Path != "" {
+				extra = append(extra, r)
+			}
+		}
+		if pt.Denied != nil {
+			denied = pt.Denied
+		}
+	}
+	return extra, denied, nil
+}
+
+// startParts starts each part that runs something, and returns what stops
+// them all, last first; a part that fails to start stops the ones before.
+func startParts(parts []part.Part, env part.Env) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for i := len(stops) - 1; i >= 0; i-- {
+			stops[i]()
+		}
+	}
+	for _, pt := range parts {
+		if pt.Start == nil {
+			continue
+		}
+		s, err := pt.Start(env)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("%s: %w", pt.Name, err)
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
 }
 
 // server is the webhook built from its configuration, ready to serve.
@@ -507,7 +594,11 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	bodies := body.NewBudget(cfg.maxInflightBytes)
 	m := newMetrics(bodies)
-	m.cluster = cfg.cluster
+	for _, pt := range cfg.parts {
+		if pt.Metrics != nil {
+			m.parts = append(m.parts, pt.Metrics)
+		}
+	}
 	// The client CA, then the port, then the certificate: a configuration
 	// that cannot serve holds no port, and leaves no development
 	// certificate behind.
@@ -535,12 +626,12 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
-	reviews := &handlers{logger: logger, metrics: m, bodies: bodies}
+	reviews := &reviewRoutes{logger: logger, metrics: m, bodies: bodies}
 	checkClient := func(h http.Handler) http.Handler { return h }
 	if clientCAs != nil {
 		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
-	mux := routes(reviews, cfg.policy, cfg.validationAction, checkClient, cfg.authorization)
+	mux := routes(reviews, *cfg.policy, cfg.denied, cfg.routes, checkClient)
 	mux.HandleFunc("GET /ping", s.ping)
 	s.reviews = &http.Server{
 		Handler:           s.closeWhenDraining(mux),
@@ -593,11 +684,14 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 		writeStatus(w, http.StatusServiceUnavailable, "shutting down")
 		return
 	}
-	// Not ready until the policy can decide: a replica whose views of the
-	// cluster have not synced would answer only undecided.
-	if err := s.cfg.cluster.notSynced(); err != nil {
-		writeStatus(w, http.StatusServiceUnavailable, err.Error())
-		return
+	for _, pt := range s.cfg.parts {
+		if pt.NotReady == nil {
+			continue
+		}
+		if err := pt.NotReady(); err != nil {
+			writeStatus(w, http.StatusServiceUnavailable, err.Error())
+			return
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("pong"))
@@ -636,8 +730,12 @@ func (s *server) serve(ctx context.Context) error {
 		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.Serve(s.listener))
 	}()
 	cfg := s.cfg
-	s.logger.Info("serving", "addr", s.listener.Addr().String(), "version", buildVersion(), "mtls", cfg.clientCAFile != "", "authorize", cfg.authorization, "http2", cfg.http2,
-		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1), "validation_action", cfg.validationAction)
+	routes := []string{"/mutate", "/validate"}
+	for _, r := range cfg.routes {
+		routes = append(routes, r.Path)
+	}
+	s.logger.Info("serving", "addr", s.listener.Addr().String(), "version", buildVersion(), "routes", routes, "mtls", cfg.clientCAFile != "", "http2", cfg.http2,
+		"max_inflight_bytes", cfg.maxInflightBytes, "memory_limit", debug.SetMemoryLimit(-1))
 	// What the policy enforces, and where an operator's flag replaced the
 	// defaults policy.go gives: a rule on by default is gone once a flag of
 	// its kind is given.

@@ -22,8 +22,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/example/webhook/doctor"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -51,7 +49,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := parseFlags(tc.args, env(tc.env), io.Discard)
+			cfg, err := parseServerFlags(tc.args, env(tc.env))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +120,7 @@ func TestDefaultMemoryLimit(t *testing.T) {
 			}
 			return ""
 		}
-		cfg, err := parseFlags(tc.args, getenv, io.Discard)
+		cfg, err := parseServerFlags(tc.args, getenv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +140,6 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"-log-format", "xml"}, []string{"-log-format", "text or json"}},
 		{[]string{"-shutdown-delay", "-1s"}, []string{"-shutdown-delay"}},
 		{[]string{"-allowed-client-names", "kube-apiserver"}, []string{"-allowed-client-names needs -client-ca-file"}},
-		{[]string{"-authorization"}, []string{"-authorization needs -client-ca-file"}},
 		{[]string{"-client-ca-file", "/does/not/exist"}, []string{"-client-ca-file", "/does/not/exist"}},
 		{[]string{"stray"}, []string{`unexpected argument "stray"`}},
 	}
@@ -212,22 +209,36 @@ func TestCertsSubcommand(t *testing.T) {
 	}
 }
 
-// TestReviewSubcommand: `webhook review` runs package review, which says
-// what each bad usage is (its own tests drive it with a webhook of theirs).
-func TestReviewSubcommand(t *testing.T) {
-	err := run(context.Background(), []string{"review"}, testEnv, nil, io.Discard, io.Discard)
-	var exit interface{ ExitCode() int }
-	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(err.Error(), "-f is required") {
-		t.Errorf("webhook review with no -f: got %v, want exit status 2 saying -f is required", err)
+// TestPartCommands: each part's command is run by its name, its help is
+// output (`webhook NAME -h`, `webhook help NAME`), exit 0, and `webhook
+// help` lists it; an unknown flag of it exits 2, said once. What each does
+// is its package's to test.
+func TestPartCommands(t *testing.T) {
+	var p policy
+	var listing bytes.Buffer
+	if err := run(context.Background(), []string{"help"}, testEnv, nil, &listing, io.Discard); err != nil {
+		t.Fatalf("webhook help: %v", err)
 	}
-}
-
-func TestDoctorSubcommand(t *testing.T) {
-	var stderr bytes.Buffer
-	err := run(context.Background(), []string{"doctor"}, testEnv, nil, io.Discard, &stderr)
-	var exit *doctor.ExitError
-	if !errors.As(err, &exit) || exit.Code != 2 || !strings.Contains(err.Error(), "-f is required") {
-		t.Errorf("webhook doctor with no -f: got %v, want exit status 2 saying -f is required", err)
+	for _, pt := range parts(&p) {
+		if pt.Command == nil {
+			continue
+		}
+		if !strings.Contains(listing.String(), "webhook "+pt.Usage) {
+			t.Errorf("webhook help: %q, want it to list %q", listing.String(), pt.Usage)
+		}
+		for _, args := range [][]string{{pt.Name, "-h"}, {"help", pt.Name}} {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), args, testEnv, nil, &stdout, &stderr)
+			if exitStatus(err, &stderr) != 0 || stderr.Len() > 0 || !strings.Contains(stdout.String(), "-") {
+				t.Errorf("webhook %q: got %v, stdout %.200q, stderr %q; want its flags on stdout, exit 0, nothing on stderr", args, err, stdout.String(), stderr.String())
+			}
+		}
+		var stderr bytes.Buffer
+		err := run(context.Background(), []string{pt.Name, "-nosuch"}, testEnv, nil, io.Discard, &stderr)
+		const once = "flag provided but not defined: -nosuch"
+		if code := exitStatus(err, &stderr); code != 2 || strings.Count(stderr.String(), once) != 1 {
+			t.Errorf("webhook %s -nosuch: exit %d, stderr:\n%s\nwant exit 2 and %q said once", pt.Name, code, stderr.String(), once)
+		}
 	}
 }
 
@@ -423,17 +434,16 @@ func TestJSONLogs(t *testing.T) {
 	var msgs []string
 	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
 		var entry struct {
-			Msg              string
-			ValidationAction any `json:"validation_action"`
+			Msg    string
+			Routes []string
 		}
 		if err := json.Unmarshal([]byte(line), &entry); err != nil {
 			t.Fatalf("log line %q is not JSON: %v", line, err)
 		}
 		msgs = append(msgs, entry.Msg)
-		// A value of the webhook's own type says what it is, as in the
-		// text log, not {} (its fields are unexported).
-		if entry.Msg == "serving" && entry.ValidationAction != "deny" {
-			t.Errorf("the serving line has validation_action %v, want \"deny\": %s", entry.ValidationAction, line)
+		// The routes served, which the parts add to.
+		if entry.Msg == "serving" && !slices.Contains(entry.Routes, "/mutate") {
+			t.Errorf("the serving line has routes %q, want /mutate among them: %s", entry.Routes, line)
 		}
 	}
 	for _, want := range []string{"loaded the serving certificate", "serving", "review", "stopped"} {
@@ -485,9 +495,6 @@ func TestUsageExitStatus(t *testing.T) {
 	for _, args := range [][]string{
 		{"-no-such-flag"}, {"-tls-min-version", "1.1"}, {"stray"},
 		{"certs"}, {"certs", "-no-such-flag"}, {"certs", "-hosts", "a", "-service", "b"},
-		{"doctor"}, {"doctor", "-no-such-flag"},
-		{"review"}, {"review", "-no-such-flag"},
-		{"reads", "-no-such-flag"}, {"reads", "stray"}, {"reads", "-o", "yaml"},
 	} {
 		t.Chdir(t.TempDir())
 		err := run(context.Background(), args, testEnv, nil, io.Discard, io.Discard)
@@ -497,7 +504,7 @@ func TestUsageExitStatus(t *testing.T) {
 		}
 	}
 	var stdout bytes.Buffer
-	if err := run(context.Background(), []string{"help"}, testEnv, nil, &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "webhook review -f FILE") {
+	if err := run(context.Background(), []string{"help"}, testEnv, nil, &stdout, io.Discard); err != nil || !strings.Contains(stdout.String(), "webhook certs [flags]") {
 		t.Errorf("webhook help: got %v, %q; want the commands", err, stdout.String())
 	}
 }
@@ -510,13 +517,9 @@ func TestHelpIsOutput(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{[]string{"-h"}, []string{"webhook doctor -f FILE", "-listen"}},
-		{[]string{"--help"}, []string{"webhook doctor -f FILE", "-listen"}},
-		{[]string{"help", "review"}, []string{"-audit-log"}},
-		{[]string{"review", "-h"}, []string{"-audit-log"}},
+		{[]string{"-h"}, []string{"webhook certs [flags]", "-listen"}},
+		{[]string{"--help"}, []string{"webhook certs [flags]", "-listen"}},
 		{[]string{"certs", "-h"}, []string{"-ca-validity"}},
-		{[]string{"doctor", "-h"}, []string{"-client-cert"}},
-		{[]string{"reads", "-h"}, []string{"-service-account"}},
 	} {
 		var stdout, stderr bytes.Buffer
 		err := run(context.Background(), tc.args, testEnv, nil, &stdout, &stderr)
@@ -545,8 +548,6 @@ func TestCommandEdges(t *testing.T) {
 		{"help of no command", []string{"help", "nosuch"}, 2, "no such command"},
 		{"an unknown flag", append(slices.Clone(credentials), "-nosuch"), 2, "flag provided but not defined: -nosuch"},
 		{"an unknown flag of certs", []string{"certs", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
-		{"an unknown flag of doctor", []string{"doctor", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
-		{"an unknown flag of review", []string{"review", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
 		{"a port out of range", append(slices.Clone(credentials), "-listen", ":99999"), 2, `-listen ":99999"`},
 		{"a metrics port out of range", append(slices.Clone(credentials), "-listen", "127.0.0.1:0", "-metrics-listen", "localhost:70000"), 2, `-metrics-listen "localhost:70000"`},
 		{"a listen address without a port", append(slices.Clone(credentials), "-listen", "localhost"), 2, `-listen "localhost"`},
@@ -561,12 +562,11 @@ func TestCommandEdges(t *testing.T) {
 			}
 		})
 	}
+}
 
-	// webhook reads says what the policy reads, and something when it is
-	// nothing.
-	var stdout, stderr bytes.Buffer
-	err := run(context.Background(), []string{"reads"}, testEnv, nil, &stdout, &stderr)
-	if err != nil || stdout.Len()+stderr.Len() == 0 {
-		t.Errorf("webhook reads: got %v, printed nothing; want the kinds the policy reads, or that it reads none", err)
-	}
+// parseServerFlags is parseFlags as run calls it: the policy's flags and
+// every part's.
+func parseServerFlags(args []string, getenv func(string) string) (config, error) {
+	var p policy
+	return parseFlags(args, getenv, io.Discard, &p, parts(&p))
 }

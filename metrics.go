@@ -41,7 +41,7 @@ type metrics struct {
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
 
-	cluster *clusterViews // the policy's views of the cluster; nil when it reads nothing
+	parts []func(io.Writer) // the parts' series
 }
 
 // newMetrics counts the review routes' requests, and reads the rest from
@@ -180,7 +180,9 @@ func (m *metrics) write(w io.Writer) {
 	family(w, "webhook_certificate_reload_errors_total", "counter", "Changes of a certificate's files that did not load; the last good one kept serving.")
 	m.reloadErrors.Write(w, "webhook_certificate_reload_errors_total")
 
-	m.cluster.writeMetrics(w)
+	for _, write := range m.parts {
+		write(w)
+	}
 
 	promtext.WriteProcess(w)
 }

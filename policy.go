@@ -1,29 +1,25 @@
 package main
 
-// This file is the webhook's policy: what it admits, what it changes, and
-// what it denies when asked to authorize, then the flags that configure it.
-// It is the file to change to make the webhook yours, with policy_test.go;
-// README.md's "Make it yours" lists the rest. main.go expects of it the
-// type policy with its addFlags and reads methods, and handler.go's routes
-// the admit functions mutate and validate and the authorize function
-// authorize.
+// This file is the webhook's policy: what it admits and what it changes,
+// then the flags that configure it. It is the file to change to make the
+// webhook yours, with policy_test.go; README.md's "Make it yours" lists the
+// rest. main.go expects of it the type policy with its addFlags method,
+// and handler.go's routes the admit functions mutate and validate.
 //
-// They are built from the toolbox (toolbox.go, patch.go, view.go): the
-// answers allowed, allowedWithWarning, denied, patched, refused and
-// undecided, and noOpinion, deniedBecause, allowedBecause and
-// undecidedBecause; the views of the cluster that reads declares with
-// readInto, looked up with get, getOrFetch, list and indexed (bounded with
-// staleAtMost), or as of now with getLatest, listLatest and indexedLatest
-// (docs/cluster.md works an example); the readers objectMeta (the metadata
-// most policies read; the namespace is req.Namespace), decodeObject (any
-// other fields, into a struct of yours) and objectName (the object's name
-// for a message); the patch builders setLabels and setAnnotations (entries
-// of metadata.labels or .annotations from a []keyValue) and patchObject
-// (set, setDefault and appendTo anywhere in the object, creating missing
-// parents; docs/patching.md works an example); and addListFlag, a
-// repeatable flag whose defaults are checked at start-up. A denial is what
-// the operator's -validation-action makes it (refused, or let through with
-// a warning or an audit annotation while the policy rolls out); the policy
+// They are built from the toolbox (toolbox.go, patch.go): the answers
+// allowed, allowedWithWarning, denied, patched, refused and undecided; the
+// readers objectMeta (the metadata most policies read; the namespace is
+// req.Namespace), decodeObject (any other fields, into a struct of yours)
+// and objectName (the object's name for a message); the patch builders
+// setLabels and setAnnotations (entries of metadata.labels or .annotations
+// from a []keyValue) and patchObject (set, setDefault and appendTo
+// anywhere in the object, creating missing parents; docs/patching.md works
+// an example); and addListFlag, a repeatable flag whose defaults are
+// checked at start-up. A policy that looks something up in the cluster
+// adds a method Reads, which the cluster part (cluster/) finds
+// (docs/cluster.md works an example). A denial is what the operator's
+// -validation-action makes it (rollout/: refused, or let through with a
+// warning or an audit annotation while the policy rolls out); the policy
 // never needs to know which.
 
 import (
@@ -33,11 +29,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -48,7 +42,6 @@ import (
 type policy struct {
 	annotate []keyValue // the annotations /mutate sets
 	require  []keyValue // the annotations /validate insists on
-	deny     []denyRule // the rules by which /authorize denies; else no opinion
 }
 
 // mutate returns the admit function of /mutate: it adds p.annotate to every
@@ -96,32 +89,6 @@ func validate(p policy) admitFunc {
 	}
 }
 
-// authorize returns the authorize function of /authorize: it denies a
-// request that matches any of p.deny, naming the rule, and has no opinion
-// on everything else. It never allows, so RBAC stays the only way in and a
-// mistake here can refuse too much but never grant anything.
-func authorize(p policy) authorizeFunc {
-	return func(_ context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		for _, r := range p.deny {
-			if r.matches(spec) {
-				return deniedBecause("denied by rule " + r.String())
-			}
-		}
-		return noOpinion()
-	}
-}
-
-// reads declares what the policy reads of the cluster, beside the request:
-// a view of each kind, made with readInto (reads.go) into a field of the
-// policy. main.go keeps each in step with the apiserver, a test fills it
-// from objects, and `webhook review -cluster` from a file; deploy/render.sh
-// grants the webhook get, list and watch of exactly these kinds, and
-// mounts its token only when there are some. The demonstration reads
-// nothing, and runs with no credentials at all.
-func (p *policy) reads() []read {
-	return nil
-}
-
 // writesWholeObject reports whether the policy applies to req. Only writes of a whole
 // object are acted on: DELETE and CONNECT carry no object to annotate, and a
 // subresource such as deployments/scale or /status carries another kind
@@ -136,12 +103,6 @@ func writesWholeObject(req *admissionv1.AdmissionRequest) bool {
 // otherwise: the demonstration this project started from.
 const defaultAnnotation = "webhook.example.com/allow=true"
 
-// defaultDenyRules are the -deny rules /authorize applies unless given
-// others: none, so it has no opinion on anything. A rule here, such as
-// "group=developers,verb=create,resource=pods,subresource=exec,namespace=prod-*",
-// is on in every deployment.
-var defaultDenyRules []string
-
 // addFlags registers the policy's flags on flags, which main.go parses with
 // the server's own. Each has a working default: the tests start the server
 // with no flags, and every deployment runs the defaults (deploy/ passes
@@ -151,7 +112,6 @@ func (p *policy) addFlags(flags *flag.FlagSet) error {
 	return errors.Join(
 		addListFlag(flags, "annotate", "annotation `key=value` that /mutate sets (repeatable)", &p.annotate, parseAnnotation, defaultAnnotation),
 		addListFlag(flags, "require", "annotation `key=value` that /validate requires (repeatable)", &p.require, parseAnnotation, defaultAnnotation),
-		addListFlag(flags, "deny", "`rule` by which /authorize denies, such as user=jane,verb=delete,resource=namespaces; attributes: "+strings.Join(ruleAttributes, ", ")+"; a value ending in * is a prefix (repeatable)", &p.deny, parseDenyRule, defaultDenyRules...),
 	)
 }
 
@@ -160,7 +120,6 @@ func (p policy) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.Any("annotate", p.annotate),
 		slog.Any("require", p.require),
-		slog.Any("deny", p.deny),
 	)
 }
 
@@ -183,111 +142,4 @@ func parseAnnotation(before []keyValue, s string) (keyValue, error) {
 		return keyValue{}, errs.ToAggregate()
 	}
 	return keyValue{Key: key, Value: value}, nil
-}
-
-// The -deny rule language.
-
-// ruleAttributes are the attributes a -deny rule can name: user, group and
-// verb are in every review; apiGroup through name only in a request for a
-// resource; path only in a request for another path, such as /healthz.
-var ruleAttributes = []string{"user", "group", "verb", "apiGroup", "resource", "subresource", "namespace", "name", "path"}
-
-// resourceAttributes are the ruleAttributes of a request for a resource.
-var resourceAttributes = []string{"apiGroup", "resource", "subresource", "namespace", "name"}
-
-// denyRule is one -deny rule: a request matching every pair is denied.
-type denyRule []rulePair
-
-// rulePair is attribute=value of a rule. value matches exactly, or, ending
-// in "*", as a prefix; "*" alone matches anything, the empty value included.
-type rulePair struct {
-	attribute, value string
-}
-
-// MarshalText writes the rule as -deny takes it, for the JSON log.
-func (r denyRule) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
-
-func (r denyRule) String() string {
-	s := make([]string, len(r))
-	for i, p := range r {
-		s[i] = p.attribute + "=" + p.value
-	}
-	return strings.Join(s, ",")
-}
-
-// matches reports whether the review matches every pair of r: a rule
-// naming a resource's attributes never matches a request for a path, nor
-// one naming a path a request for a resource.
-func (r denyRule) matches(spec *authorizationv1.SubjectAccessReviewSpec) bool {
-	ra, nra := spec.ResourceAttributes, spec.NonResourceAttributes
-	for _, p := range r {
-		var ok bool
-		switch p.attribute {
-		case "user":
-			ok = p.match(spec.User)
-		case "group":
-			ok = slices.ContainsFunc(spec.Groups, p.match)
-		case "verb":
-			ok = (ra != nil && p.match(ra.Verb)) || (nra != nil && p.match(nra.Verb))
-		case "apiGroup":
-			ok = ra != nil && p.match(ra.Group)
-		case "resource":
-			ok = ra != nil && p.match(ra.Resource)
-		case "subresource":
-			ok = ra != nil && p.match(ra.Subresource)
-		case "namespace":
-			ok = ra != nil && p.match(ra.Namespace)
-		case "name":
-			ok = ra != nil && p.match(ra.Name)
-		case "path":
-			ok = nra != nil && p.match(nra.Path)
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
-
-func (p rulePair) match(s string) bool {
-	if prefix, ok := strings.CutSuffix(p.value, "*"); ok {
-		return strings.HasPrefix(s, prefix)
-	}
-	return s == p.value
-}
-
-// parseDenyRule parses attribute=value,…, so that a typo stops the server
-// at start-up instead of silently denying nothing. The rules before it do
-// not matter.
-func parseDenyRule(_ []denyRule, s string) (denyRule, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, fmt.Errorf("the rule is empty: want attribute=value,…, such as user=jane,verb=delete,resource=namespaces")
-	}
-	var r denyRule
-	var resource, path bool
-	for _, pair := range strings.Split(s, ",") {
-		attribute, value, ok := strings.Cut(strings.TrimSpace(pair), "=")
-		if !ok {
-			return nil, fmt.Errorf("%q is not attribute=value; attributes are %s", pair, strings.Join(ruleAttributes, ", "))
-		}
-		if !slices.Contains(ruleAttributes, attribute) {
-			return nil, fmt.Errorf("unknown attribute %q; attributes are %s", attribute, strings.Join(ruleAttributes, ", "))
-		}
-		if slices.ContainsFunc(r, func(p rulePair) bool { return p.attribute == attribute }) {
-			return nil, fmt.Errorf("attribute %s is given twice", attribute)
-		}
-		if i := strings.Index(value, "*"); i >= 0 && i != len(value)-1 {
-			return nil, fmt.Errorf("%s=%s: * may only end a value, as a prefix", attribute, value)
-		}
-		if attribute == "resource" && strings.Contains(value, "/") {
-			return nil, fmt.Errorf("resource=%s: name a subresource with subresource=, such as resource=deployments,subresource=scale", value)
-		}
-		resource = resource || slices.Contains(resourceAttributes, attribute)
-		path = path || attribute == "path"
-		r = append(r, rulePair{attribute: attribute, value: value})
-	}
-	if resource && path {
-		return nil, fmt.Errorf("the rule names both path and a resource's attributes (%s), which no request has together", strings.Join(resourceAttributes, ", "))
-	}
-	return r, nil
 }

@@ -1,7 +1,7 @@
 package main
 
-// The policy's toolbox: the shape of a decision (admitFunc, authorizeFunc),
-// the answers it returns, the readers of the object under review, and
+// The policy's toolbox: the shape of a decision (admitFunc), the answers
+// it returns, the readers of the object under review, and
 // addListFlag for its flags. patch.go has the rest, the JSON Patch
 // builders. Nothing here sees HTTP.
 
@@ -15,7 +15,6 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/json"
@@ -32,12 +31,6 @@ import (
 // to: the generic path completes a copy (the uid, -validation-action), so
 // one answer may serve every request. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
-
-// authorizeFunc decides on one SubjectAccessReview, whose spec has exactly
-// one of ResourceAttributes and NonResourceAttributes, with noOpinion,
-// deniedBecause or allowedBecause. Like admitFunc, it sees neither HTTP nor
-// globals, and ctx ends as an admitFunc's does. policy.go makes them.
-type authorizeFunc func(ctx context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus
 
 // allowed admits the request unchanged.
 func allowed() *admissionv1.AdmissionResponse {
@@ -105,36 +98,6 @@ func refused(code int32, err error) *admissionv1.AdmissionResponse {
 // times. Its verdict is "errored".
 func undecided(err error) *admissionv1.AdmissionResponse {
 	return refused(http.StatusServiceUnavailable, err)
-}
-
-// noOpinion neither allows nor denies: the apiserver asks the next
-// authorizer, and forbids the request if none allows it.
-func noOpinion() authorizationv1.SubjectAccessReviewStatus {
-	return authorizationv1.SubjectAccessReviewStatus{}
-}
-
-// deniedBecause denies the request outright, so RBAC cannot allow it. The
-// apiserver ends its Forbidden message, which kubectl prints, with reason.
-func deniedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
-	return authorizationv1.SubjectAccessReviewStatus{Denied: true, Reason: reason}
-}
-
-// allowedBecause allows the request outright: no later authorizer is asked.
-// reason is for the apiserver's audit log and may be empty.
-func allowedBecause(reason string) authorizationv1.SubjectAccessReviewStatus {
-	return authorizationv1.SubjectAccessReviewStatus{Allowed: true, Reason: reason}
-}
-
-// undecidedBecause is undecided for an authorize function: the webhook
-// cannot decide now, for err. It is answered as an HTTP 503, which the
-// apiserver does not retry, so that the authorizer's failurePolicy decides
-// at once, and caches nothing (an answer of no opinion would be cached
-// for unauthorizedTTL): Deny refuses the request; NoOpinion asks the next
-// authorizer. Unless one allows it, the user gets the apiserver's 500
-// carrying err's message. (It is a status of no opinion with
-// evaluationError set, which the webhook never sends as such.)
-func undecidedBecause(err error) authorizationv1.SubjectAccessReviewStatus {
-	return authorizationv1.SubjectAccessReviewStatus{EvaluationError: err.Error()}
 }
 
 // objectMetadata is the part of an object's metadata that most policies

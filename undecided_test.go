@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -30,17 +29,20 @@ func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
 		answer *admissionv1.AdmissionResponse
 		code   int
 		reason metav1.StatusReason
-		action validationAction
+		denied denialRewriter
 	}{
-		{"undecided", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, validationAction{}},
-		{"undecided under warn,audit", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, validationAction{warn: true, audit: true}},
-		{"refused with 500", refused(http.StatusInternalServerError, errors.New(why)), http.StatusInternalServerError, metav1.StatusReasonInternalError, validationAction{}},
+		{"undecided", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, nil},
+		{"undecided with a rewriter of denials", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, func(*admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+			t.Error("an undecided answer was rewritten as a denial")
+			return allowed(), "rewritten"
+		}},
+		{"refused with 500", refused(http.StatusInternalServerError, errors.New(why)), http.StatusInternalServerError, metav1.StatusReasonInternalError, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admissionHandler("/validate", func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+			h := newTestReviews(slog.New(slog.NewJSONHandler(&logs, nil))).admissionRoute("/validate", func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 				return tc.answer
-			}, tc.action)
+			}, tc.denied)
 			w := post(h, "/validate?timeout=5s", body)
 			s := checkStatusBody(t, w, tc.code, tc.reason)
 			if s.Message != why {
@@ -67,23 +69,4 @@ func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
 			t.Errorf("got %+v, want a refusal with 409 in the review", out.Response)
 		}
 	})
-}
-
-// TestAuthorizeUndecided: an authorize function's undecidedBecause is sent
-// as HTTP 503 with a Status carrying its message, which the apiserver does
-// not retry, and its authorizer's failurePolicy decides; logged errored.
-func TestAuthorizeUndecided(t *testing.T) {
-	body := plumbingSubjectAccessReviews(t)["v1-get-configmap"]
-	var logs bytes.Buffer
-	undecidedAuthorize := func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		return undecidedBecause(errors.New("the webhook's view of namespaces is too stale"))
-	}
-	w := post(authorizationHandler(slog.New(slog.NewTextHandler(&logs, nil)), undecidedAuthorize), "/authorize", body)
-	s := checkStatusBody(t, w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable)
-	if s.Message != "the webhook's view of namespaces is too stale" {
-		t.Errorf("got message %q", s.Message)
-	}
-	if !strings.Contains(logs.String(), "verdict=errored") || !strings.Contains(logs.String(), "code=503") {
-		t.Errorf("got log %q, want verdict=errored code=503", &logs)
-	}
 }

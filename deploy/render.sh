@@ -6,7 +6,7 @@
 #   deploy/render.sh url HOST:PORT OUT     # URL mode: both configurations for https://HOST:PORT,
 #                                          # and in OUT/apiserver the authorization webhook's
 #                                          # AuthorizationConfiguration and kubeconfig (unless
-#                                          # deploy/url-mode/authorization-*.yaml are deleted)
+#                                          # authorize/ is deleted)
 #   deploy/render.sh static HOST:PORT OUT  # URL mode from the control plane: an
 #                                          # AdmissionConfiguration and both
 #                                          # configurations as static manifests
@@ -96,8 +96,12 @@ render() {
 }
 
 # reads: what the policy reads of the cluster, as RBAC for its
-# ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing.
-reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
+# ServiceAccount (`webhook reads -o rbac`); empty when it reads nothing,
+# or when the webhook has no cluster part (cluster/ deleted).
+reads=
+if "${webhook[@]}" help reads >/dev/null 2>&1; then
+  reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
+fi
 
 # render_reads: when the policy reads the cluster, OUT/NN-rbac.yaml, and the
 # Namespace and ServiceAccount it is bound to when they are not rendered
@@ -164,7 +168,7 @@ YAML
     # line, not through the API: its files go apart from what kubectl
     # applies. A policy with no use for /authorize deletes them
     # (docs/testing.md), and nothing is rendered for it.
-    authorization=("$root"/deploy/url-mode/authorization-*.yaml)
+    authorization=("$root"/authorize/deploy/authorization-*.yaml)
     if [ -e "${authorization[0]}" ]; then
       apiserver_out="$out/apiserver"
       mkdir -p "$apiserver_out"

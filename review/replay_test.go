@@ -469,12 +469,13 @@ func TestReplayOperations(t *testing.T) {
 
 // TestReplaySubjectAccessReviews turns each request, reads included, into
 // the SubjectAccessReview the apiserver's webhook authorizer sends, as
-// testdata/authorization/ holds those a real apiserver sent, and sends
+// testdata/authorization/ holds those a real apiserver sent (make capture
+// writes them here and in authorize/testdata/), and sends
 // none for system:masters or a request never authenticated.
 func TestReplaySubjectAccessReviews(t *testing.T) {
 	fixture := func(name string) authorizationv1.SubjectAccessReviewSpec {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join("..", "testdata", "authorization", name))
+		b, err := os.ReadFile(filepath.Join("testdata", "authorization", name))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -9,11 +9,11 @@ package main
 //
 // It also guards claims, as a copier's policy did: deleting a
 // PersistentVolumeClaim is denied while a Pod of its namespace mounts it,
-// the Pods read as of now (listLatest), so that a Pod created a moment
+// the Pods read as of now (ListLatest), so that a Pod created a moment
 // before the delete counts; a claim whose name starts with "view-" is
-// guarded from the view alone (indexed), to measure what that misses, and
+// guarded from the view alone (Indexed), to measure what that misses, and
 // one whose name starts with "get-" by its Pod mounts-NAME alone, read as
-// of now (getLatest), to measure what that costs. It has what main.go
+// of now (GetLatest), to measure what that costs. It has what main.go
 // expects of policy.go and nothing more.
 
 import (
@@ -26,7 +26,8 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
+
+	"github.com/example/webhook/cluster"
 )
 
 // undecidedName is the ConfigMap whose presence in a namespace makes the
@@ -34,8 +35,8 @@ import (
 const undecidedName = "e2e-undecided"
 
 type policy struct {
-	configMaps *view[struct{}]
-	pods       *view[podClaims]
+	configMaps *cluster.View[struct{}]
+	pods       *cluster.View[podClaims]
 	maxStale   time.Duration // -max-stale: the ConfigMaps' MaxStale
 }
 
@@ -69,10 +70,10 @@ func (p *policy) addFlags(flags *flag.FlagSet) error {
 	return nil
 }
 
-func (p *policy) reads() []read {
-	return []read{
-		readInto(&p.configMaps, clusterKind{APIVersion: "v1", Kind: "ConfigMap", MaxStale: p.maxStale}),
-		readInto(&p.pods, clusterKind{APIVersion: "v1", Kind: "Pod"}, indexBy("claim", func(pod podClaims) []string {
+func (p *policy) Reads() []cluster.Read {
+	return []cluster.Read{
+		cluster.ReadInto(&p.configMaps, cluster.Kind{APIVersion: "v1", Kind: "ConfigMap", MaxStale: p.maxStale}),
+		cluster.ReadInto(&p.pods, cluster.Kind{APIVersion: "v1", Kind: "Pod"}, cluster.IndexBy("claim", func(pod podClaims) []string {
 			var keys []string
 			for _, c := range pod.mounts() {
 				keys = append(keys, pod.Metadata.Namespace+"/"+c)
@@ -87,7 +88,7 @@ func lookUp(p policy) admitFunc {
 		if req.Operation == admissionv1.Delete && req.Kind.Kind == "PersistentVolumeClaim" {
 			return guardClaim(ctx, p, req)
 		}
-		_, found, err := p.configMaps.get(req.Namespace, undecidedName)
+		_, found, err := p.configMaps.Get(req.Namespace, undecidedName)
 		if err != nil {
 			return undecided(err)
 		}
@@ -105,19 +106,19 @@ func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest
 	var err error
 	switch {
 	case strings.HasPrefix(req.Name, "view-"):
-		pods, err = p.pods.indexed("claim", req.Namespace+"/"+req.Name)
+		pods, err = p.pods.Indexed("claim", req.Namespace+"/"+req.Name)
 	case strings.HasPrefix(req.Name, "get-"):
 		// A policy that knows which Pod would mount it: the one named
 		// after the claim, read as of now.
 		var pod podClaims
 		var found bool
-		pod, found, err = p.pods.getLatest(ctx, req.Namespace, "mounts-"+req.Name)
+		pod, found, err = p.pods.GetLatest(ctx, req.Namespace, "mounts-"+req.Name)
 		if found && slices.Contains(pod.mounts(), req.Name) {
 			pods = append(pods, pod)
 		}
 	default:
 		var all []podClaims
-		all, err = p.pods.listLatest(ctx, req.Namespace)
+		all, err = p.pods.ListLatest(ctx, req.Namespace)
 		for _, pod := range all {
 			if slices.Contains(pod.mounts(), req.Name) {
 				pods = append(pods, pod)
@@ -135,9 +136,3 @@ func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest
 
 func mutate(p policy) admitFunc   { return lookUp(p) }
 func validate(p policy) admitFunc { return lookUp(p) }
-
-func authorize(policy) authorizeFunc {
-	return func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		return noOpinion()
-	}
-}

@@ -5,8 +5,9 @@ package main
 // it. It decides by everything `webhook review -audit-log` must carry over
 // from the apiserver's audit log, so that a replay's verdicts can be held
 // to the apiserver's: the operation, the object, the object before an
-// UPDATE or a DELETE, and the user's groups; and /authorize by group, verb
-// and resource. It has what main.go expects of policy.go and nothing more.
+// UPDATE or a DELETE, and the user's groups. (/authorize is the authorize
+// part's, its -deny rules by group, verb and resource.) It has what
+// main.go expects of policy.go and nothing more.
 
 import (
 	"context"
@@ -18,7 +19,6 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 )
 
 const (
@@ -34,49 +34,22 @@ const (
 type policy struct {
 	require []keyValue // -require key=value: /validate denies a CREATE or UPDATE without it
 	admins  []string   // -admin-group
-	deny    []denyRule // -deny group=G[,verb=V][,resource=R]: /authorize denies
 }
-
-type denyRule struct{ group, verb, resource, text string }
 
 func (p *policy) addFlags(flags *flag.FlagSet) error {
 	return errors.Join(
 		addListFlag(flags, "require", "annotation `key=value` that /validate requires on CREATE and UPDATE (repeatable)", &p.require, parseRequired),
 		addListFlag(flags, "admin-group", "`group` whose members may change the owner label and delete protected objects (repeatable)", &p.admins, func(_ []string, s string) (string, error) { return s, nil }, "replay:admins"),
-		addListFlag(flags, "deny", "`rule` group=G[,verb=V][,resource=R] by which /authorize denies (repeatable)", &p.deny, parseDenyRule),
 	)
 }
 
 // reads: this policy reads nothing of the cluster.
-func (p *policy) reads() []read { return nil }
-
 func parseRequired(_ []keyValue, s string) (keyValue, error) {
 	key, value, ok := strings.Cut(s, "=")
 	if !ok || key == "" {
 		return keyValue{}, fmt.Errorf("want key=value")
 	}
 	return keyValue{Key: key, Value: value}, nil
-}
-
-func parseDenyRule(_ []denyRule, s string) (denyRule, error) {
-	r := denyRule{text: s}
-	for _, pair := range strings.Split(s, ",") {
-		attribute, value, _ := strings.Cut(pair, "=")
-		switch attribute {
-		case "group":
-			r.group = value
-		case "verb":
-			r.verb = value
-		case "resource":
-			r.resource = value
-		default:
-			return denyRule{}, fmt.Errorf("unknown attribute %q: want group, verb or resource", attribute)
-		}
-	}
-	if r.group == "" {
-		return denyRule{}, fmt.Errorf("a rule names a group")
-	}
-	return r, nil
 }
 
 // writes reports whether the policy decides on req: a CREATE, UPDATE or
@@ -140,19 +113,5 @@ func validate(p policy) admitFunc {
 			}
 		}
 		return allowed()
-	}
-}
-
-func authorize(p policy) authorizeFunc {
-	return func(_ context.Context, spec *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		ra := spec.ResourceAttributes
-		for _, r := range p.deny {
-			if slices.Contains(spec.Groups, r.group) &&
-				(r.verb == "" || (ra != nil && ra.Verb == r.verb)) &&
-				(r.resource == "" || (ra != nil && ra.Resource == r.resource)) {
-				return deniedBecause("denied by rule " + r.text)
-			}
-		}
-		return noOpinion()
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 )
 
 type policy struct {
@@ -32,8 +31,6 @@ func (p *policy) addFlags(flags *flag.FlagSet) error {
 }
 
 // reads: this policy reads nothing of the cluster.
-func (p *policy) reads() []read { return nil }
-
 func mutate(policy) admitFunc {
 	return func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse { return allowed() }
 }
@@ -76,11 +73,5 @@ func validate(p policy) admitFunc {
 			}
 		}
 		return allowed()
-	}
-}
-
-func authorize(policy) authorizeFunc {
-	return func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		return noOpinion()
 	}
 }

@@ -11,14 +11,11 @@ import (
 	"flag"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	authorizationv1 "k8s.io/api/authorization/v1"
 )
 
 type policy struct{}
 
 func (p *policy) addFlags(*flag.FlagSet) error { return nil }
-
-func (p *policy) reads() []read { return nil }
 
 func mutate(policy) admitFunc {
 	return func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
@@ -31,11 +28,5 @@ func validate(policy) admitFunc {
 		// Every operation, as the admitted request may be any: the name
 		// is the request's (the e2e suite names every object).
 		return allowedWithWarning(req.Kind.Kind + " " + objectName(req, nil) + " is checked by the e2e's warning policy")
-	}
-}
-
-func authorize(policy) authorizeFunc {
-	return func(context.Context, *authorizationv1.SubjectAccessReviewSpec) authorizationv1.SubjectAccessReviewStatus {
-		return noOpinion()
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package cluster
 
 // The policy's view of the cluster: what it keeps of each object of a
 // kind it reads (policy.reads), looked up by namespace and name, by
@@ -24,8 +24,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/json"
 
+	"github.com/example/webhook/cluster/kubeclient"
 	"github.com/example/webhook/jsonfield"
-	"github.com/example/webhook/kubeclient"
 )
 
 // view is the policy's view of one kind of the cluster's objects: of
@@ -33,14 +33,14 @@ import (
 // as decodeObject decodes the object under review. Its lookups say when
 // the view cannot answer for the cluster: before it has synced, and once
 // it may lag the apiserver by more than its kind's MaxStale, or the
-// lookup's own bound (staleAtMost); a policy answers undecided(err) then.
+// lookup's own bound (StaleAtMost); a policy answers undecided(err) then.
 // What they return is the view's: never write into it (a map or a slice
 // of T is shared).
 //
 // Its memory is what T holds and the keys: bench/README.md measures it.
-type view[T any] struct {
-	kind    clusterKind
-	indexes []viewIndex[T]
+type View[T any] struct {
+	kind    Kind
+	indexes []Index[T]
 	// health says how current the view is: its Reflector's, or always
 	// current for a view filled once.
 	health func() kubeclient.Health
@@ -66,31 +66,31 @@ type listed[T any] struct {
 	obj T
 }
 
-// lookupBound is how old, at most, the view may be for one lookup to
-// answer from it: staleAtMost makes one.
-type lookupBound struct{ maxStale time.Duration }
+// Bound is how old, at most, the view may be for one lookup to
+// answer from it: StaleAtMost makes one.
+type Bound struct{ maxStale time.Duration }
 
-// staleAtMost bounds how far behind the apiserver the view may be for this
+// StaleAtMost bounds how far behind the apiserver the view may be for this
 // lookup to answer from it, when that is tighter than the kind's MaxStale:
 // the view is current (0) while its watch is established, and otherwise as
 // old as the time since it last heard from the apiserver.
-// staleAtMost(0) answers only while the watch is established. Past the
+// StaleAtMost(0) answers only while the watch is established. Past the
 // bound, the lookup's error is errStale.
-func staleAtMost(d time.Duration) lookupBound { return lookupBound{maxStale: max(d, 0)} }
+func StaleAtMost(d time.Duration) Bound { return Bound{maxStale: max(d, 0)} }
 
-// viewIndex is an index a policy defines on a view (indexBy): its name,
+// Index is an index a policy defines on a view (IndexBy): its name,
 // and the keys under which an object is found.
-type viewIndex[T any] struct {
+type Index[T any] struct {
 	name string
 	keys func(T) []string
 }
 
-// indexBy defines an index named name, under which view.indexed finds each
+// IndexBy defines an index named name, under which view.indexed finds each
 // object by every key keys returns for it: the images of a Pod's
 // containers, a ConfigMap's label, a name across namespaces (T then keeps
 // metadata.name).
-func indexBy[T any](name string, keys func(T) []string) viewIndex[T] {
-	return viewIndex[T]{name: name, keys: keys}
+func IndexBy[T any](name string, keys func(T) []string) Index[T] {
+	return Index[T]{name: name, keys: keys}
 }
 
 // objectKey is an object's place in a view: its namespace ("" for a kind
@@ -112,7 +112,7 @@ type viewContent[T any] struct {
 }
 
 // The errors of a view that cannot answer for the cluster: errors.Is
-// tells them apart. errOverRate (reads.go) is a lookup the apiserver
+// tells them apart. ErrOverRate (reads.go) is a lookup the apiserver
 // was not asked, the webhook's rate of such lookups spent.
 var (
 	errNotSynced = errors.New("not synced yet")
@@ -128,8 +128,8 @@ var (
 // an HTTP/2 ping within 45 s (kubeclient.Client) before this begins.
 const defaultMaxStale = 30 * time.Second
 
-func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kubeclient.Health, apiserver *apiserverReads) *view[T] {
-	v := &view[T]{kind: kind, indexes: indexes, health: health, apiserver: apiserver}
+func newView[T any](kind Kind, indexes []Index[T], health func() kubeclient.Health, apiserver *apiserverReads) *View[T] {
+	v := &View[T]{kind: kind, indexes: indexes, health: health, apiserver: apiserver}
 	v.content = v.emptyContent()
 	return v
 }
@@ -140,7 +140,7 @@ func newView[T any](kind clusterKind, indexes []viewIndex[T], health func() kube
 // nothing: an object created a moment ago may not be there yet, as the
 // watch brings it milliseconds later. A policy that denies what it does
 // not find uses getOrFetch, or getLatest.
-func (v *view[T]) get(namespace, name string, bounds ...lookupBound) (T, bool, error) {
+func (v *View[T]) Get(namespace, name string, bounds ...Bound) (T, bool, error) {
 	var zero T
 	if err := v.fresh(bounds); err != nil {
 		return zero, false, err
@@ -161,14 +161,14 @@ func (v *view[T]) get(namespace, name string, bounds ...lookupBound) (T, bool, e
 // just before the Deployment that names it). That GET, on a miss alone,
 // is shared by the lookups of the same object that wait for it, and
 // counts against the webhook's rate of lookups that reach the apiserver:
-// over it, the error is errOverRate. A view filled from objects or a file
+// over it, the error is ErrOverRate. A view filled from objects or a file
 // answers from them alone.
-func (v *view[T]) getOrFetch(ctx context.Context, namespace, name string, bounds ...lookupBound) (T, bool, error) {
-	obj, ok, err := v.get(namespace, name, bounds...)
+func (v *View[T]) GetOrFetch(ctx context.Context, namespace, name string, bounds ...Bound) (T, bool, error) {
+	obj, ok, err := v.Get(namespace, name, bounds...)
 	if ok || err != nil || v.apiserver == nil {
 		return obj, ok, err
 	}
-	return v.getLatest(ctx, namespace, name)
+	return v.GetLatest(ctx, namespace, name)
 }
 
 // getLatest is get as of now: the object is asked of the apiserver (a GET
@@ -176,15 +176,15 @@ func (v *view[T]) getOrFetch(ctx context.Context, namespace, name string, bounds
 // or not the view has it, for a decision that must see a write made a
 // moment ago. The lookups of one object that arrive while the GET is
 // under way share the next one; each GET counts against the webhook's
-// rate of lookups that reach the apiserver (errOverRate over it). It
+// rate of lookups that reach the apiserver (ErrOverRate over it). It
 // costs a round trip to the apiserver and etcd: docs/cluster.md.
-func (v *view[T]) getLatest(ctx context.Context, namespace, name string) (T, bool, error) {
+func (v *View[T]) GetLatest(ctx context.Context, namespace, name string) (T, bool, error) {
 	if v == nil {
 		var zero T
 		return zero, false, v.fresh(nil)
 	}
 	if v.apiserver == nil {
-		return v.get(namespace, name)
+		return v.Get(namespace, name)
 	}
 	if err := v.holds(namespace); err != nil {
 		var zero T
@@ -214,7 +214,7 @@ func (v *view[T]) getLatest(ctx context.Context, namespace, name string) (T, boo
 // list returns what the policy keeps of every object in namespace, or in
 // every namespace for "", sorted by namespace and name, or an error when
 // the view cannot say.
-func (v *view[T]) list(namespace string, bounds ...lookupBound) ([]T, error) {
+func (v *View[T]) List(namespace string, bounds ...Bound) ([]T, error) {
 	if err := v.fresh(bounds); err != nil {
 		return nil, err
 	}
@@ -240,10 +240,10 @@ func (v *view[T]) list(namespace string, bounds ...lookupBound) ([]T, error) {
 // the view holds, for ""), with no resourceVersion, a consistent read,
 // whatever the view holds. The lookups of one namespace that arrive while
 // a list is under way share the next one; each list counts against the
-// webhook's rate of lookups that reach the apiserver (errOverRate over
+// webhook's rate of lookups that reach the apiserver (ErrOverRate over
 // it). It costs the apiserver a list of the namespace, and the webhook
 // decoding it: docs/cluster.md.
-func (v *view[T]) listLatest(ctx context.Context, namespace string) ([]T, error) {
+func (v *View[T]) ListLatest(ctx context.Context, namespace string) ([]T, error) {
 	all, err := v.latest(ctx, namespace)
 	if err != nil || all == nil {
 		return nil, err
@@ -256,10 +256,10 @@ func (v *view[T]) listLatest(ctx context.Context, namespace string) ([]T, error)
 }
 
 // indexed returns what the policy keeps of every object that index, an
-// index of the view's kind (indexBy), finds under key, sorted by namespace
+// index of the view's kind (IndexBy), finds under key, sorted by namespace
 // and name, or an error when the view cannot say. An index the view does
 // not have is an error, never an empty answer.
-func (v *view[T]) indexed(index, key string, bounds ...lookupBound) ([]T, error) {
+func (v *View[T]) Indexed(index, key string, bounds ...Bound) ([]T, error) {
 	if err := v.fresh(bounds); err != nil {
 		return nil, err
 	}
@@ -280,7 +280,7 @@ func (v *view[T]) indexed(index, key string, bounds ...lookupBound) ([]T, error)
 // view holds (listLatest of ""), and index is applied to that. It costs a
 // list of the whole kind: a policy that knows the namespace calls
 // listLatest of it instead.
-func (v *view[T]) indexedLatest(ctx context.Context, index, key string) ([]T, error) {
+func (v *View[T]) IndexedLatest(ctx context.Context, index, key string) ([]T, error) {
 	if v == nil {
 		return nil, v.fresh(nil)
 	}
@@ -304,7 +304,7 @@ func (v *view[T]) indexedLatest(ctx context.Context, index, key string) ([]T, er
 // latest is what listLatest and indexedLatest read: every object of
 // namespace ("" for every one the view holds) as the apiserver lists it
 // now, sorted, or the view's own for a view filled once.
-func (v *view[T]) latest(ctx context.Context, namespace string) ([]listed[T], error) {
+func (v *View[T]) latest(ctx context.Context, namespace string) ([]listed[T], error) {
 	if v == nil {
 		return nil, v.fresh(nil)
 	}
@@ -367,22 +367,22 @@ func sortListed[T any](all []listed[T]) {
 }
 
 // index returns the place of the index named name among the view's.
-func (v *view[T]) index(name string) (int, error) {
-	i := slices.IndexFunc(v.indexes, func(x viewIndex[T]) bool { return x.name == name })
+func (v *View[T]) index(name string) (int, error) {
+	i := slices.IndexFunc(v.indexes, func(x Index[T]) bool { return x.name == name })
 	if i < 0 {
-		return 0, fmt.Errorf("the webhook's view of %s has no index %q: policy.go's reads names it with indexBy", v.kind, name)
+		return 0, fmt.Errorf("the webhook's view of %s has no index %q: policy.go's reads names it with IndexBy", v.kind, name)
 	}
 	return i, nil
 }
 
 // fresh returns nil when the view answers for the cluster, or says why it
 // does not: it has not synced yet, or it may lag the apiserver by more
-// than its kind's MaxStale or a bound of the lookup's (staleAtMost). A nil
+// than its kind's MaxStale or a bound of the lookup's (StaleAtMost). A nil
 // view, which main.go never hands a policy, is an error too, never a
 // panic.
-func (v *view[T]) fresh(bounds []lookupBound) error {
+func (v *View[T]) fresh(bounds []Bound) error {
 	if v == nil {
-		return fmt.Errorf("the policy's view of a kind it reads was never made: policy.go's reads must name it with readInto: %w", errNotSynced)
+		return fmt.Errorf("the policy's view of a kind it reads was never made: policy.go's reads must name it with ReadInto: %w", errNotSynced)
 	}
 	h := v.health()
 	switch {
@@ -412,7 +412,7 @@ func (v *view[T]) fresh(bounds []lookupBound) error {
 
 // holds reports, as an error, a namespace the view does not hold: one
 // other than its kind's Namespace.
-func (v *view[T]) holds(namespace string) error {
+func (v *View[T]) holds(namespace string) error {
 	if v.kind.Namespace != "" && namespace != v.kind.Namespace {
 		return fmt.Errorf("the webhook's view of %s holds only namespace %s, not %q: policy.go's reads names the namespace", v.kind, v.kind.Namespace, namespace)
 	}
@@ -420,7 +420,7 @@ func (v *view[T]) holds(namespace string) error {
 }
 
 // sortedLocked returns the objects at keys, sorted; v.mu is held.
-func (v *view[T]) sortedLocked(keys []objectKey) []T {
+func (v *View[T]) sortedLocked(keys []objectKey) []T {
 	slices.SortFunc(keys, func(a, b objectKey) int {
 		return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
 	})
@@ -432,7 +432,7 @@ func (v *view[T]) sortedLocked(keys []objectKey) []T {
 }
 
 // size is how many objects the view holds.
-func (v *view[T]) size() int {
+func (v *View[T]) size() int {
 	v.mu.RLock()
 	defer v.mu.RUnlock()
 	return v.content.count
@@ -442,7 +442,7 @@ func (v *view[T]) size() int {
 // them does not decode, keeps what it had (kubeclient.Store). Lookups are
 // answered from the old content until the new one is whole: for a moment,
 // both are in memory.
-func (v *view[T]) Replace(list func(add func(object []byte) error) error) error {
+func (v *View[T]) Replace(list func(add func(object []byte) error) error) error {
 	next := v.emptyContent()
 	err := list(func(object []byte) error {
 		key, obj, err := v.decode(object)
@@ -464,7 +464,7 @@ func (v *view[T]) Replace(list func(add func(object []byte) error) error) error 
 }
 
 // Apply applies a watch event (kubeclient.Store).
-func (v *view[T]) Apply(eventType string, object []byte) error {
+func (v *View[T]) Apply(eventType string, object []byte) error {
 	if eventType == "DELETED" {
 		key, err := keyOf(object)
 		if err != nil {
@@ -486,7 +486,7 @@ func (v *view[T]) Apply(eventType string, object []byte) error {
 	return nil
 }
 
-func (v *view[T]) emptyContent() *viewContent[T] {
+func (v *View[T]) emptyContent() *viewContent[T] {
 	c := &viewContent[T]{objects: map[string]map[string]T{}, indexed: make([]map[string]map[objectKey]struct{}, len(v.indexes))}
 	for i := range c.indexed {
 		c.indexed[i] = map[string]map[objectKey]struct{}{}
@@ -494,7 +494,7 @@ func (v *view[T]) emptyContent() *viewContent[T] {
 	return c
 }
 
-func (v *view[T]) put(c *viewContent[T], key objectKey, obj T) {
+func (v *View[T]) put(c *viewContent[T], key objectKey, obj T) {
 	names := c.objects[key.namespace]
 	if names == nil {
 		names = map[string]T{}
@@ -516,7 +516,7 @@ func (v *view[T]) put(c *viewContent[T], key objectKey, obj T) {
 
 // remove takes the object at key out of c, and out of its indexes under
 // the keys its old version gave.
-func (v *view[T]) remove(c *viewContent[T], key objectKey) {
+func (v *View[T]) remove(c *viewContent[T], key objectKey) {
 	old, ok := c.objects[key.namespace][key.name]
 	if !ok {
 		return
@@ -541,7 +541,7 @@ func (v *view[T]) remove(c *viewContent[T], key objectKey) {
 // skipped (decodeObject). An object that does not decode into T is an
 // error naming it and the field: the view keeps its old content, and
 // fails closed once stale, rather than go without the object.
-func (v *view[T]) decode(object []byte) (objectKey, T, error) {
+func (v *View[T]) decode(object []byte) (objectKey, T, error) {
 	var obj T
 	key, err := keyOf(object)
 	if err != nil {

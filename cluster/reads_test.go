@@ -1,10 +1,11 @@
-package main
+package cluster
 
 import (
 	"bytes"
 	"context"
 	"encoding/pem"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -14,15 +15,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/util/yaml"
+	"github.com/example/webhook/part"
 )
 
 // fakeCluster is an apiserver for the tests of a policy that reads the
@@ -153,11 +152,11 @@ users: [{name: test, user: {token: test-token}}]
 func TestWatchCluster(t *testing.T) {
 	f := startFakeCluster(t)
 	f.objects["/api/v1/pods"] = []string{pod("a", "web", "builder"), pod("b", "db", "default")}
-	var pods *view[testPod]
-	var secrets *view[struct{}]
-	reads := []read{
-		readInto(&pods, podKind),
-		readInto(&secrets, clusterKind{APIVersion: "v1", Kind: "Secret", Namespace: "vault"}),
+	var pods *View[testPod]
+	var secrets *View[struct{}]
+	reads := []Read{
+		ReadInto(&pods, podKind),
+		ReadInto(&secrets, Kind{APIVersion: "v1", Kind: "Secret", Namespace: "vault"}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -172,10 +171,10 @@ func TestWatchCluster(t *testing.T) {
 			t.Fatalf("not synced after 10 s: %v", c.notSynced())
 		}
 	}
-	if p, ok, err := pods.get("a", "web"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
+	if p, ok, err := pods.Get("a", "web"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
 		t.Errorf("get a/web: got %+v, %v, %v", p, ok, err)
 	}
-	if _, ok, err := secrets.getOrFetch(ctx, "vault", "token"); ok || err != nil {
+	if _, ok, err := secrets.GetOrFetch(ctx, "vault", "token"); ok || err != nil {
 		t.Errorf("get vault/token: got %v, %v, want not found after asking", ok, err)
 	}
 	if f.count("LIST") != 2 || f.count("GET") != 1 {
@@ -212,15 +211,15 @@ func (f *fakeCluster) set(watch string) {
 func TestViewAfterAWatchAnsweredThenGone(t *testing.T) {
 	f := startFakeCluster(t)
 	f.objects["/api/v1/pods"] = []string{pod("a", "web", "builder")}
-	var pods *view[testPod]
+	var pods *View[testPod]
 	kind := podKind
 	kind.MaxStale = time.Second
-	c, err := watchCluster([]read{readInto(&pods, kind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger)
+	c, err := watchCluster([]Read{ReadInto(&pods, kind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.stop()
-	lookup := func() error { _, _, err := pods.get("a", "web"); return err }
+	lookup := func() error { _, _, err := pods.Get("a", "web"); return err }
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(15 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
@@ -257,9 +256,9 @@ func TestViewsStopBeforeReturning(t *testing.T) {
 	f := startFakeCluster(t)
 	f.listGate = make(chan struct{}) // the first list is under way as it stops
 	defer close(f.listGate)
-	var pods *view[testPod]
+	var pods *View[testPod]
 	logs := &stoppedLog{}
-	c, err := watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, slog.New(slog.NewTextHandler(logs, nil)))
+	c, err := watchCluster([]Read{ReadInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, slog.New(slog.NewTextHandler(logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,9 +299,9 @@ func (l *stoppedLog) stop() { l.stopped.Store(true) }
 // what to give; one that reads nothing asks for no credentials at all,
 // and does not even open a -kubeconfig it is given.
 func TestWatchClusterNeedsCredentials(t *testing.T) {
-	var pods *view[testPod]
+	var pods *View[testPod]
 	noEnv := func(string) string { return "" }
-	_, err := watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{}, noEnv, discardLogger)
+	_, err := watchCluster([]Read{ReadInto(&pods, podKind)}, clusterFlags{}, noEnv, discardLogger)
 	if err == nil || !strings.Contains(err.Error(), "the policy reads pods of the cluster: give -kubeconfig FILE") {
 		t.Errorf("got %v, want a start-up error naming pods and -kubeconfig", err)
 	}
@@ -328,123 +327,25 @@ func TestClusterFlags(t *testing.T) {
 		{[]string{"-apiserver-lookups-per-second", "many"}, 0, true},
 		{[]string{"-apiserver-lookups-per-second", "NaN"}, 0, true},
 	} {
-		cfg, err := parseFlags(tc.args, testEnv, io.Discard)
+		var f clusterFlags
+		fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.register(fs)
+		err := fs.Parse(tc.args)
 		switch {
 		case tc.wantErr && (err == nil || !strings.Contains(err.Error(), "-apiserver-lookups-per-second")):
 			t.Errorf("%q: got %v, want an error naming the flag", tc.args, err)
-		case !tc.wantErr && (err != nil || cfg.clusterFlags.lookupsPerSecond != tc.want):
-			t.Errorf("%q: got %v, %v, want %v", tc.args, cfg.clusterFlags.lookupsPerSecond, err, tc.want)
+		case !tc.wantErr && (err != nil || f.lookupsPerSecond != tc.want):
+			t.Errorf("%q: got %v, %v, want %v", tc.args, f.lookupsPerSecond, err, tc.want)
 		}
-	}
-}
-
-// TestCheckReads: what a policy reads is checked at start-up, each mistake
-// named.
-func TestCheckReads(t *testing.T) {
-	var a, b *view[testPod]
-	for _, tc := range []struct {
-		reads []read
-		want  string
-	}{
-		{[]read{readInto(&a, clusterKind{APIVersion: "apps/v1/x", Kind: "Deployment"})}, "not group/version"},
-		{[]read{readInto(&a, clusterKind{APIVersion: "v1", Kind: "pod"})}, "not as a manifest names it"},
-		{[]read{readInto(&a, clusterKind{APIVersion: "v1", Kind: "Pod", Namespace: "Not_A_Name"})}, `namespace "Not_A_Name"`},
-		{[]read{readInto(&a, podKind), readInto(&b, podKind)}, "read twice"},
-		{[]read{readInto(&a, podKind, byImage, byImage)}, `index "image" is empty or named twice`},
-	} {
-		err := checkReads(tc.reads)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "policy.go: reads") {
-			t.Errorf("got %v, want an error saying %q", err, tc.want)
-		}
-	}
-}
-
-// TestRenderRBAC: the RBAC of what a policy reads grants get, list and
-// watch of exactly those resources, cluster-wide or in their one
-// namespace, to the webhook's ServiceAccount, and nothing at all when it
-// reads nothing; it is YAML a kubectl apply takes.
-func TestRenderRBAC(t *testing.T) {
-	var pods *view[testPod]
-	var deployments, config *view[struct{}]
-	reads := []read{
-		readInto(&pods, podKind),
-		readInto(&deployments, clusterKind{APIVersion: "apps/v1", Kind: "Deployment"}),
-		readInto(&config, clusterKind{APIVersion: "v1", Kind: "ConfigMap", Namespace: "policy"}),
-	}
-	if got := renderRBAC(nil, "webhook-system", "webhook"); got != "" {
-		t.Errorf("reading nothing: got %q, want nothing", got)
-	}
-	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(renderRBAC(reads, "webhook-system", "webhook")), 4096)
-	type rbacObject struct {
-		Kind     string `json:"kind"`
-		Metadata struct {
-			Name, Namespace string
-		} `json:"metadata"`
-		Rules    []rbacv1.PolicyRule `json:"rules"`
-		RoleRef  rbacv1.RoleRef      `json:"roleRef"`
-		Subjects []rbacv1.Subject    `json:"subjects"`
-	}
-	var roles, bindings []rbacObject
-	for {
-		var o rbacObject
-		if err := dec.Decode(&o); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		if strings.HasSuffix(o.Kind, "Binding") {
-			bindings = append(bindings, o)
-		} else if o.Kind != "" {
-			roles = append(roles, o)
-		}
-	}
-	if len(roles) != 2 || len(bindings) != 2 {
-		t.Fatalf("got %d roles and %d bindings, want a ClusterRole, a Role and their bindings", len(roles), len(bindings))
-	}
-	want := map[string][]rbacv1.PolicyRule{
-		"": {{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch"}}},
-		"policy": {{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}},
-	}
-	for _, r := range roles {
-		if !slices.EqualFunc(r.Rules, want[r.Metadata.Namespace], func(a, b rbacv1.PolicyRule) bool { return fmt.Sprint(a) == fmt.Sprint(b) }) {
-			t.Errorf("the %s in %q grants %v, want %v", r.Kind, r.Metadata.Namespace, r.Rules, want[r.Metadata.Namespace])
-		}
-	}
-	for _, b := range bindings {
-		if len(b.Subjects) != 1 || b.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Name: "webhook", Namespace: "webhook-system"}) || b.RoleRef.Name != "webhook-reads" {
-			t.Errorf("binding in %q: got %+v, want webhook-system/webhook bound to webhook-reads", b.Metadata.Namespace, b)
-		}
-	}
-}
-
-// TestReadClusterObjects reads what `kubectl get -A -o json` and -o yaml
-// print, and a file of several documents, and names the file and the item
-// of an object without a kind.
-func TestReadClusterObjects(t *testing.T) {
-	list := `{"apiVersion":"v1","kind":"List","items":[` + pod("a", "web", "x") + `,` + pod("b", "db", "x") + `]}`
-	docs := "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: builder, namespace: a}\n---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {name: default, namespace: a}\n"
-	for _, tc := range []struct {
-		text string
-		want int
-	}{{list, 2}, {docs, 2}, {`{"apiVersion":"v1","kind":"PodList","items":null}`, 0},
-		{`{"apiVersion":"v1","kind":"ServiceAccountList","items":[{"metadata":{"name":"a","namespace":"b"}}]}`, 1}} {
-		got, err := readClusterObjects("f", strings.NewReader(tc.text))
-		if err != nil || len(got) != tc.want {
-			t.Errorf("got %d objects, %v, want %d", len(got), err, tc.want)
-		}
-	}
-	_, err := readClusterObjects("cluster.json", strings.NewReader(`{"apiVersion":"v1","kind":"List","items":[{"metadata":{"name":"a"}}]}`))
-	if err == nil || !strings.Contains(err.Error(), "cluster.json: document 1, item 1 has no apiVersion and kind") {
-		t.Errorf("got %v, want the file and the item named", err)
 	}
 }
 
 // TestReadsSubcommand: `webhook reads` prints the kinds, as a table, as
 // JSON, or as RBAC for another ServiceAccount.
 func TestReadsSubcommand(t *testing.T) {
-	var pods *view[testPod]
-	reads := []read{readInto(&pods, podKind)}
+	var pods *View[testPod]
+	reads := []Read{ReadInto(&pods, podKind)}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -463,78 +364,55 @@ func TestReadsSubcommand(t *testing.T) {
 	}
 }
 
-// TestNotReadyUntilSynced: /ping fails, saying which view, until the
-// policy's views of the cluster have synced, and the webhook then is
-// ready: a replica that could only answer undecided gets no traffic.
+// TestNotReadyUntilSynced: the part is not ready (main.go's /ping fails
+// with its error), saying which view, until the policy's views of the
+// cluster have synced, and then is: a replica that could only answer
+// undecided gets no traffic.
 func TestNotReadyUntilSynced(t *testing.T) {
 	f := startFakeCluster(t)
 	f.listGate = make(chan struct{})
-	t.Chdir(t.TempDir())
-	cfg, err := parseFlags([]string{"-listen", "127.0.0.1:0"}, testEnv, io.Discard)
+	p := &podPolicy{}
+	pt := Part(p)
+	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
+	pt.Flags(fs, false)
+	if err := fs.Parse([]string{"-kubeconfig", f.kubeconfig(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pt.NotReady(); err != nil {
+		t.Errorf("before Start: got %v, want ready (nothing to wait for yet)", err)
+	}
+	stop, err := pt.Start(part.Env{Logger: discardLogger, Getenv: testEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pods *view[testPod]
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if cfg.cluster, err = watchCluster([]read{readInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t)}, testEnv, discardLogger); err != nil {
-		t.Fatal(err)
-	}
-	defer cfg.cluster.stop()
-	srv, err := newServer(cfg, discardLogger)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.serve(ctx) }()
-	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
-	ping := func() (int, string) {
-		resp, err := client.Get("https://" + srv.listener.Addr().String() + "/ping")
-		if err != nil {
-			return 0, err.Error()
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		code, body := ping()
-		if code == http.StatusServiceUnavailable {
-			if !strings.Contains(body, "the view of pods has not synced yet") {
-				t.Errorf("got %s, want it to name the view", body)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("got %d %s, want 503 while the list is under way", code, body)
-		}
+	defer stop()
+	if err := pt.NotReady(); err == nil || !strings.Contains(err.Error(), "the view of pods has not synced yet") {
+		t.Errorf("while the list is under way: got %v, want an error naming the view", err)
 	}
 	close(f.listGate)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if code, _ := ping(); code == http.StatusOK {
-			break
-		}
+	for deadline := time.Now().Add(10 * time.Second); pt.NotReady() != nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("not ready 10 s after the list could end")
+			t.Fatalf("not ready 10 s after the list could end: %v", pt.NotReady())
 		}
-	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
 	}
 }
+
+// podPolicy is a policy that reads every Pod, as the part finds it.
+type podPolicy struct{ pods *View[testPod] }
+
+func (p *podPolicy) Reads() []Read { return []Read{ReadInto(&p.pods, podKind)} }
 
 // TestOfflineViews: `webhook review` fills the views from -cluster's
 // files, a kind none holds being empty; without any file, each view says
 // to give one, so that a lookup answers undecided rather than as if the
 // cluster were empty.
 func TestOfflineViews(t *testing.T) {
-	var pods *view[testPod]
-	reads := []read{readInto(&pods, podKind)}
+	var pods *View[testPod]
+	reads := []Read{ReadInto(&pods, podKind)}
 	if err := offlineViews(reads, clusterFiles{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := pods.get("a", "web"); err == nil || !strings.Contains(err.Error(), "give -cluster FILE, such as the output of kubectl get pods -A -o json") {
+	if _, _, err := pods.Get("a", "web"); err == nil || !strings.Contains(err.Error(), "give -cluster FILE, such as the output of kubectl get pods -A -o json") {
 		t.Errorf("without -cluster: got %v, want an error saying to give it", err)
 	}
 	var files clusterFiles
@@ -548,7 +426,7 @@ func TestOfflineViews(t *testing.T) {
 	if err := offlineViews(reads, files); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := pods.get("a", "web"); !ok || err != nil {
+	if _, ok, err := pods.Get("a", "web"); !ok || err != nil {
 		t.Errorf("with -cluster: got %v, %v, want a/web", ok, err)
 	}
 	if err := files.Set(filepath.Join(t.TempDir(), "missing.json")); err == nil {

@@ -1,10 +1,10 @@
-package main
-
-// Rolling a policy out: -validation-action lets a new policy run against
-// live traffic, its would-be denials seen and counted, before it refuses
-// anything, as ValidatingAdmissionPolicy's validationActions (Deny, Warn,
-// Audit), Gatekeeper's enforcementAction and Kyverno's
-// validationFailureAction do.
+// Package rollout is an optional part of the webhook (package part):
+// -validation-action lets a new policy run against live traffic, its
+// would-be denials seen and counted, before it refuses anything, as
+// ValidatingAdmissionPolicy's validationActions (Deny, Warn, Audit),
+// Gatekeeper's enforcementAction and Kyverno's validationFailureAction do
+// (docs/rollout.md). Delete this folder and its line in main.go, and
+// /validate always denies what the policy denies.
 //
 // The apiserver (k8s.io/apiserver, pkg/admission/plugin/webhook/
 // validating/dispatcher.go, webhookDispatcher.callHook; for v1 and v1beta1
@@ -15,8 +15,11 @@ package main
 // (Attributes.AddAnnotation, pkg/admission/attributes.go) at level
 // Metadata, in every audit event of the request at Metadata or above.
 
+package rollout
+
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -24,8 +27,32 @@ import (
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/example/webhook/part"
 )
+
+// Part is -validation-action, for the server and for webhook review.
+func Part() part.Part {
+	var a validationAction
+	return part.Part{
+		Name: "rollout",
+		Flags: func(flags *flag.FlagSet, _ bool) {
+			flags.Var(&a, "validation-action", "what /validate does with the policy's denials: `deny`, or allow the request and warn the user (warn), record the denial in the apiserver's audit log (audit), or both (warn,audit)")
+		},
+		Start: func(env part.Env) (func(), error) {
+			if a.allowsDenials() {
+				env.Logger.Info("/validate lets the policy's denials through", "validation_action", a)
+			}
+			return func() {}, nil
+		},
+		Denied: func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+			if !a.allowsDenials() {
+				return denial, "denied"
+			}
+			return a.warnOrAudit(denial)
+		},
+	}
+}
 
 // validationAction is what /validate does with a denial of the policy's:
 // the zero value denies it; warn and audit allow it instead, and tell the
@@ -34,7 +61,7 @@ import (
 // it cannot make the object right, and letting that through would store the
 // object unfixed (MutatingAdmissionPolicy has no validationActions either).
 //
-// Only what admissionVerdict calls "denied", the policy's decision, is let
+// Only what the server calls "denied", the policy's decision, is let
 // through.
 // An answer refused with 400 (an object that does not decode) or a 5xx is
 // no decision about the object: it stays a refusal, counted as "errored",
@@ -107,19 +134,20 @@ const (
 // made it.
 func (a validationAction) allowsDenials() bool { return a.warn || a.audit }
 
-// warnOrAudit turns resp, a denial of the request uid, into the answer a
-// says instead, and returns its verdict: "warned", "audited" or
-// "warned_and_audited". It is a new answer, not a copy of resp: allowed,
-// without the denial's status or any patch (which a validating webhook may
-// not return), carrying the policy's warnings and audit annotations,
-// copied before anything is added to them, and the denial's message as a
-// warning, an audit annotation, or both.
-func (a validationAction) warnOrAudit(resp *admissionv1.AdmissionResponse, uid types.UID) (*admissionv1.AdmissionResponse, string) {
+// warnOrAudit turns resp, a denial, into the answer a says instead, and
+// returns its verdict: "warned", "audited" or "warned_and_audited". It is
+// a new answer, not a copy of resp: allowed, for resp's request (its
+// uid), without the denial's status or any patch (which a validating
+// webhook may not return), carrying the policy's warnings and audit
+// annotations, copied before anything is added to them, and the denial's
+// message as a warning, an audit annotation, or both. The server makes
+// its warnings legible, as it does every answer's.
+func (a validationAction) warnOrAudit(resp *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
 	message := "the policy gave no reason"
 	if resp.Result != nil && resp.Result.Message != "" {
 		message = resp.Result.Message
 	}
-	out := &admissionv1.AdmissionResponse{UID: uid, Allowed: true, Warnings: resp.Warnings, AuditAnnotations: resp.AuditAnnotations}
+	out := &admissionv1.AdmissionResponse{UID: resp.UID, Allowed: true, Warnings: resp.Warnings, AuditAnnotations: resp.AuditAnnotations}
 	verdict := "audited"
 	if a.warn {
 		// Clipped, so that append copies instead of writing into the
@@ -137,6 +165,5 @@ func (a validationAction) warnOrAudit(resp *admissionv1.AdmissionResponse, uid t
 			verdict = "warned_and_audited"
 		}
 	}
-	out.Warnings = legibleWarnings(out.Warnings)
 	return out, verdict
 }

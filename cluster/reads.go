@@ -1,4 +1,4 @@
-package main
+package cluster
 
 // What the policy reads of the cluster (policy.reads), and the three ways
 // its views are made through the one door, the policy value its makers
@@ -31,12 +31,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
-	"github.com/example/webhook/kubeclient"
+	"github.com/example/webhook/cluster/kubeclient"
 	"github.com/example/webhook/promtext"
 )
 
-// clusterKind names a kind the policy reads, as a manifest names it.
-type clusterKind struct {
+// Kind names a kind the policy reads, as a manifest names it.
+type Kind struct {
 	// APIVersion and Kind are the objects', such as "v1" and
 	// "ServiceAccount", or "apps/v1" and "Deployment".
 	APIVersion, Kind string
@@ -51,10 +51,10 @@ type clusterKind struct {
 	MaxStale time.Duration
 }
 
-func (k clusterKind) String() string { return k.resource().String() }
+func (k Kind) String() string { return k.resource().String() }
 
 // resource is what the apiserver serves k as.
-func (k clusterKind) resource() kubeclient.Resource {
+func (k Kind) resource() kubeclient.Resource {
 	gv, _ := schema.ParseGroupVersion(k.APIVersion) // checkReads has checked it
 	plural := k.Resource
 	if plural == "" {
@@ -64,17 +64,17 @@ func (k clusterKind) resource() kubeclient.Resource {
 	return kubeclient.Resource{Group: gv.Group, Version: gv.Version, Resource: plural, Namespace: k.Namespace}
 }
 
-func (k clusterKind) maxStale() time.Duration {
+func (k Kind) maxStale() time.Duration {
 	if k.MaxStale > 0 {
 		return k.MaxStale
 	}
 	return defaultMaxStale
 }
 
-// read is one kind the policy reads, as readInto declares it: the kind,
+// read is one kind the policy reads, as ReadInto declares it: the kind,
 // and how to make the view the policy holds of it.
-type read struct {
-	kind    clusterKind
+type Read struct {
+	kind    Kind
 	indexes []string // the names of its indexes
 	// makeView makes a new view of the kind, as current as health says
 	// and asking apiserver for what it cannot answer alone (nil:
@@ -88,15 +88,15 @@ type viewStore interface {
 	size() int
 }
 
-// readInto declares that the policy reads kind, keeping of each object
+// ReadInto declares that the policy reads kind, keeping of each object
 // what T holds, and gives the policy its view in *field, with the indexes
-// indexBy defines. policy.reads returns one for each kind.
-func readInto[T any](field **view[T], kind clusterKind, indexes ...viewIndex[T]) read {
+// IndexBy defines. policy.reads returns one for each kind.
+func ReadInto[T any](field **View[T], kind Kind, indexes ...Index[T]) Read {
 	names := make([]string, len(indexes))
 	for i, x := range indexes {
 		names[i] = x.name
 	}
-	return read{kind: kind, indexes: names, makeView: func(health func() kubeclient.Health, apiserver *apiserverReads) viewStore {
+	return Read{kind: kind, indexes: names, makeView: func(health func() kubeclient.Health, apiserver *apiserverReads) viewStore {
 		v := newView(kind, indexes, health, apiserver)
 		*field = v
 		return v
@@ -106,12 +106,12 @@ func readInto[T any](field **view[T], kind clusterKind, indexes ...viewIndex[T])
 // checkReads checks what the policy reads, as the server starts: each kind
 // named as a manifest names it, read once, each index named once. A
 // mistake stops the server, naming the kind.
-func checkReads(reads []read) error {
+func checkReads(reads []Read) error {
 	var errs []error
-	seen := map[clusterKind]bool{}
+	seen := map[Kind]bool{}
 	for _, r := range reads {
 		k := r.kind
-		key := clusterKind{APIVersion: k.APIVersion, Kind: k.Kind, Namespace: k.Namespace}
+		key := Kind{APIVersion: k.APIVersion, Kind: k.Kind, Namespace: k.Namespace}
 		fail := func(format string, args ...any) {
 			errs = append(errs, fmt.Errorf("policy.go: reads %s %s: "+format, append([]any{k.APIVersion, k.Kind}, args...)...))
 		}
@@ -178,10 +178,10 @@ func (f *clusterFlags) register(flags *flag.FlagSet) {
 	})
 }
 
-// errOverRate is a lookup that would have asked the apiserver itself, not
+// ErrOverRate is a lookup that would have asked the apiserver itself, not
 // sent: the webhook's rate of those (-apiserver-lookups-per-second) is
 // spent. The policy answers undecided, and failurePolicy decides.
-var errOverRate = errors.New("over the webhook's rate of lookups that ask the apiserver (-apiserver-lookups-per-second)")
+var ErrOverRate = errors.New("over the webhook's rate of lookups that ask the apiserver (-apiserver-lookups-per-second)")
 
 // apiserverReads is a view's door to the apiserver itself, for the
 // lookups the view cannot answer alone, and what they cost: the requests
@@ -204,12 +204,12 @@ func newAPIServerReads(rate *lookupRate, get func(context.Context, string, strin
 	return &apiserverReads{get: get, list: list, rate: rate, counts: map[string]*lookupCounts{"get": {}, "list": {}}}
 }
 
-// take is a request of verb about to be sent: errOverRate when the rate is
+// take is a request of verb about to be sent: ErrOverRate when the rate is
 // spent, else counted as sent.
 func (a *apiserverReads) take(verb string) error {
 	if !a.rate.allow(time.Now()) {
 		a.counts[verb].refused.Add(1)
-		return errOverRate
+		return ErrOverRate
 	}
 	a.counts[verb].sent.Add(1)
 	return nil
@@ -261,7 +261,7 @@ type clusterViews struct {
 }
 
 type watchedView struct {
-	kind      clusterKind
+	kind      Kind
 	reflector *kubeclient.Reflector
 	store     viewStore
 	apiserver *apiserverReads
@@ -273,7 +273,7 @@ type watchedView struct {
 // when it reads nothing. The credentials are -kubeconfig's when it is set,
 // else the Pod's ServiceAccount's; none of either stops the server, saying
 // which kinds need them.
-func watchCluster(reads []read, flags clusterFlags, getenv func(string) string, logger *slog.Logger) (*clusterViews, error) {
+func watchCluster(reads []Read, flags clusterFlags, getenv func(string) string, logger *slog.Logger) (*clusterViews, error) {
 	if err := checkReads(reads); err != nil {
 		return nil, err
 	}
@@ -403,7 +403,7 @@ func boolValue(b bool) float64 {
 }
 
 // describeReads names the kinds reads reads, for messages.
-func describeReads(reads []read) string {
+func describeReads(reads []Read) string {
 	names := make([]string, len(reads))
 	for i, r := range reads {
 		names[i] = r.kind.String()
@@ -479,7 +479,7 @@ func readClusterObjects(path string, r io.Reader) ([]clusterObject, error) {
 // uses, and `webhook review -cluster`. A view whose objects do not decode
 // into what the policy keeps is not synced, and says why, as the server's
 // would be; the error returned says so too, naming the object.
-func fillViews(reads []read, objects []clusterObject) error {
+func fillViews(reads []Read, objects []clusterObject) error {
 	if err := checkReads(reads); err != nil {
 		return err
 	}
@@ -537,7 +537,7 @@ func (f *clusterFiles) Set(path string) error {
 // (reads, from the policy with its defaults), as a table, as JSON, or as the RBAC that lets the webhook's ServiceAccount get,
 // list and watch exactly that (-o rbac, which deploy/render.sh renders).
 // For a policy that reads nothing it prints nothing.
-func runReads(args []string, reads []read, stdout, stderr io.Writer) error {
+func runReads(args []string, reads []Read, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook reads", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	output := flags.String("o", "text", "output `format`: text, json, or rbac (the ClusterRole, Roles and their bindings, as YAML)")
@@ -599,7 +599,7 @@ func runReads(args []string, reads []read, stdout, stderr io.Writer) error {
 // every namespace, a Role in each namespace read alone, and their
 // bindings; "" when it reads nothing. get is for a view's miss (view.get),
 // list and watch for the Reflector.
-func renderRBAC(reads []read, namespace, name string) string {
+func renderRBAC(reads []Read, namespace, name string) string {
 	if len(reads) == 0 {
 		return ""
 	}
@@ -614,7 +614,7 @@ func renderRBAC(reads []read, namespace, name string) string {
 	}
 	slices.Sort(namespaces)
 	var b strings.Builder
-	b.WriteString("# What the policy reads of the cluster (policy.go, reads), and nothing else:\n" +
+	b.WriteString("# What the policy reads of the cluster (policy.go, Reads), and nothing else:\n" +
 		"# get, list and watch. Rendered by `webhook reads -o rbac`; change policy.go,\n" +
 		"# not this file.\n")
 	// Named after the account, so that two webhooks' never meet.
@@ -639,7 +639,7 @@ func renderRBAC(reads []read, namespace, name string) string {
 // that are never synced and say to give them: a lookup then answers
 // undecided, with that message, rather than decide as if the cluster held
 // nothing.
-func offlineViews(reads []read, files clusterFiles) error {
+func offlineViews(reads []Read, files clusterFiles) error {
 	if files.given {
 		return fillViews(reads, files.objects)
 	}
@@ -652,3 +652,11 @@ func offlineViews(reads []read, files clusterFiles) error {
 	}
 	return nil
 }
+
+// usageError is a command line `webhook reads` cannot run with: main.go
+// exits 2, as for every command's.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+func (e usageError) ExitCode() int { return 2 }

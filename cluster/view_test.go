@@ -1,11 +1,9 @@
-package main
+package cluster
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime"
 	"slices"
 	"strings"
@@ -13,11 +11,10 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/example/webhook/kubeclient"
+	"github.com/example/webhook/cluster/kubeclient"
 )
 
 // testPod is what the view tests keep of a Pod: its name, and the
@@ -34,10 +31,10 @@ type testPod struct {
 	} `json:"spec"`
 }
 
-var podKind = clusterKind{APIVersion: "v1", Kind: "Pod"}
+var podKind = Kind{APIVersion: "v1", Kind: "Pod"}
 
 // byImage indexes a Pod by its containers' images.
-var byImage = indexBy("image", func(p testPod) []string {
+var byImage = IndexBy("image", func(p testPod) []string {
 	var images []string
 	for _, c := range p.Spec.Containers {
 		images = append(images, c.Image)
@@ -55,9 +52,9 @@ func pod(namespace, name, serviceAccount string, images ...string) string {
 
 // filledView is a view of Pods made through fillViews, the door tests
 // use, from the Pods given as JSON.
-func filledView(t *testing.T, kind clusterKind, pods ...string) *view[testPod] {
+func filledView(t *testing.T, kind Kind, pods ...string) *View[testPod] {
 	t.Helper()
-	var v *view[testPod]
+	var v *View[testPod]
 	var objects []clusterObject
 	for i, p := range pods {
 		got, err := readClusterObjects(fmt.Sprint("pod ", i), strings.NewReader(p))
@@ -66,7 +63,7 @@ func filledView(t *testing.T, kind clusterKind, pods ...string) *view[testPod] {
 		}
 		objects = append(objects, got...)
 	}
-	if err := fillViews([]read{readInto(&v, kind, byImage)}, objects); err != nil {
+	if err := fillViews([]Read{ReadInto(&v, kind, byImage)}, objects); err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -86,24 +83,24 @@ func names(pods []testPod) []string {
 // into what the policy keeps leaves the view as it was.
 func TestViewLookups(t *testing.T) {
 	v := filledView(t, podKind, pod("a", "web", "builder", "nginx"), pod("a", "api", "default", "go", "nginx"), pod("b", "db", "default", "postgres"))
-	if p, ok, err := v.get("a", "web"); err != nil || !ok || p.Spec.ServiceAccountName != "builder" {
+	if p, ok, err := v.Get("a", "web"); err != nil || !ok || p.Spec.ServiceAccountName != "builder" {
 		t.Errorf("get a/web: got %+v, %v, %v", p, ok, err)
 	}
-	if _, ok, err := v.get("b", "web"); err != nil || ok {
+	if _, ok, err := v.Get("b", "web"); err != nil || ok {
 		t.Errorf("get b/web: got %v, %v, want not found", ok, err)
 	}
 	for _, tc := range []struct {
 		namespace string
 		want      []string
 	}{{"a", []string{"api", "web"}}, {"", []string{"api", "web", "db"}}, {"c", nil}} {
-		if got, err := v.list(tc.namespace); err != nil || !slices.Equal(names(got), tc.want) {
+		if got, err := v.List(tc.namespace); err != nil || !slices.Equal(names(got), tc.want) {
 			t.Errorf("list(%q): got %v, %v, want %v", tc.namespace, names(got), err, tc.want)
 		}
 	}
-	if got, err := v.indexed("image", "nginx"); err != nil || !slices.Equal(names(got), []string{"api", "web"}) {
+	if got, err := v.Indexed("image", "nginx"); err != nil || !slices.Equal(names(got), []string{"api", "web"}) {
 		t.Errorf("indexed nginx: got %v, %v", names(got), err)
 	}
-	if _, err := v.indexed("color", "red"); err == nil || !strings.Contains(err.Error(), `has no index "color"`) {
+	if _, err := v.Indexed("color", "red"); err == nil || !strings.Contains(err.Error(), `has no index "color"`) {
 		t.Errorf("an index the view lacks: got %v, want an error", err)
 	}
 
@@ -118,7 +115,7 @@ func TestViewLookups(t *testing.T) {
 		}
 	}
 	for image, want := range map[string][]string{"nginx": {"cache"}, "caddy": {"web"}, "go": nil} {
-		if got, _ := v.indexed("image", image); !slices.Equal(names(got), want) {
+		if got, _ := v.Indexed("image", image); !slices.Equal(names(got), want) {
 			t.Errorf("after the events, indexed %s: got %v, want %v", image, names(got), want)
 		}
 	}
@@ -133,10 +130,10 @@ func TestViewLookups(t *testing.T) {
 		}
 		return add([]byte(bad))
 	})
-	if err == nil || !strings.Contains(err.Error(), "Pod a/odd does not decode into the policy's main.testPod") {
+	if err == nil || !strings.Contains(err.Error(), "Pod a/odd does not decode into the policy's cluster.testPod") {
 		t.Errorf("a list with an object that does not decode: got %v, want an error naming it", err)
 	}
-	if got, _ := v.list(""); !slices.Equal(names(got), []string{"web", "db", "cache"}) {
+	if got, _ := v.List(""); !slices.Equal(names(got), []string{"web", "db", "cache"}) {
 		t.Errorf("after a failed list: got %v, want the view as it was", names(got))
 	}
 }
@@ -159,16 +156,16 @@ func TestViewFreshness(t *testing.T) {
 		{"cut off", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, errStale, "has not heard from the apiserver for 1m0"},
 	} {
 		v := newView[testPod](podKind, nil, func() kubeclient.Health { return tc.health }, nil)
-		_, _, err := v.get("a", "b")
+		_, _, err := v.Get("a", "b")
 		if !errors.Is(err, tc.wantErr) || (tc.want != "" && !strings.Contains(err.Error(), tc.want)) {
 			t.Errorf("%s: got %v, want %v saying %q", tc.name, err, tc.wantErr, tc.want)
 		}
-		if _, listErr := v.list(""); !errors.Is(listErr, tc.wantErr) {
+		if _, listErr := v.List(""); !errors.Is(listErr, tc.wantErr) {
 			t.Errorf("%s: list: got %v, want %v", tc.name, listErr, tc.wantErr)
 		}
 	}
-	var missing *view[testPod]
-	if _, _, err := missing.get("a", "b"); !errors.Is(err, errNotSynced) {
+	var missing *View[testPod]
+	if _, _, err := missing.Get("a", "b"); !errors.Is(err, errNotSynced) {
 		t.Errorf("a nil view: got %v, want errNotSynced", err)
 	}
 }
@@ -190,16 +187,16 @@ func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
 		return nil, errors.New("connection reset")
 	}
 	v := newView[testPod](podKind, nil, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, newAPIServerReads(newLookupRate(100, time.Now()), fetch, nil))
-	if p, ok, err := v.getOrFetch(ctx, "a", "late"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
+	if p, ok, err := v.GetOrFetch(ctx, "a", "late"); !ok || err != nil || p.Spec.ServiceAccountName != "builder" {
 		t.Errorf("late: got %+v, %v, %v, want the apiserver's", p, ok, err)
 	}
-	if _, ok, err := v.getOrFetch(ctx, "a", "gone"); ok || err != nil {
+	if _, ok, err := v.GetOrFetch(ctx, "a", "gone"); ok || err != nil {
 		t.Errorf("gone: got %v, %v, want not found", ok, err)
 	}
-	if _, ok, err := v.getOrFetch(ctx, "a", "broken"); ok || err == nil || !strings.Contains(err.Error(), "connection reset") {
+	if _, ok, err := v.GetOrFetch(ctx, "a", "broken"); ok || err == nil || !strings.Contains(err.Error(), "connection reset") {
 		t.Errorf("broken: got %v, %v, want the error", ok, err)
 	}
-	if _, ok, err := v.get("a", "late"); ok || err != nil {
+	if _, ok, err := v.Get("a", "late"); ok || err != nil {
 		t.Errorf("get of late: got %v, %v, want the view's answer alone", ok, err)
 	}
 	if want := []string{"a/late", "a/gone", "a/broken"}; !slices.Equal(asked, want) {
@@ -209,7 +206,7 @@ func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
 
 // TestLookupBounds: a lookup may bound how old the view may be more
 // tightly than its kind's MaxStale; the view is current (age 0) while its
-// watch is established, and staleAtMost(0) answers only then.
+// watch is established, and StaleAtMost(0) answers only then.
 func TestLookupBounds(t *testing.T) {
 	now := time.Now()
 	for _, tc := range []struct {
@@ -224,18 +221,18 @@ func TestLookupBounds(t *testing.T) {
 		{"10 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-10 * time.Second)}, 5 * time.Second, errStale},
 		{"40 s old, bound 1 h: MaxStale still holds", kubeclient.Health{Synced: true, Heard: now.Add(-40 * time.Second)}, time.Hour, errStale},
 	} {
-		v := newView[testPod](podKind, []viewIndex[testPod]{byImage}, func() kubeclient.Health { return tc.health }, nil)
-		_, _, err := v.get("a", "b", staleAtMost(tc.bound))
+		v := newView[testPod](podKind, []Index[testPod]{byImage}, func() kubeclient.Health { return tc.health }, nil)
+		_, _, err := v.Get("a", "b", StaleAtMost(tc.bound))
 		if !errors.Is(err, tc.wantErr) {
 			t.Errorf("%s: get: got %v, want %v", tc.name, err, tc.wantErr)
 		}
-		if _, err := v.list("a", staleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
+		if _, err := v.List("a", StaleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
 			t.Errorf("%s: list: got %v, want %v", tc.name, err, tc.wantErr)
 		}
-		if _, err := v.indexed("image", "x", staleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
+		if _, err := v.Indexed("image", "x", StaleAtMost(tc.bound)); !errors.Is(err, tc.wantErr) {
 			t.Errorf("%s: indexed: got %v, want %v", tc.name, err, tc.wantErr)
 		}
-		if _, _, err := v.get("a", "b"); tc.name == "10 s old, bound 5 s" && err != nil {
+		if _, _, err := v.Get("a", "b"); tc.name == "10 s old, bound 5 s" && err != nil {
 			t.Errorf("%s: without a bound: got %v, want the kind's MaxStale (30 s) to allow it", tc.name, err)
 		}
 	}
@@ -301,7 +298,7 @@ func TestMissesShareARequest(t *testing.T) {
 	ctx := context.Background()
 	first := make(chan string)
 	go func() {
-		p, _, _ := v.getOrFetch(ctx, "a", "late")
+		p, _, _ := v.GetOrFetch(ctx, "a", "late")
 		first <- p.Spec.ServiceAccountName
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -316,7 +313,7 @@ func TestMissesShareARequest(t *testing.T) {
 	answers := make([]string, 49)
 	for i := range answers {
 		wg.Go(func() {
-			p, found, err := v.getOrFetch(ctx, "a", "late")
+			p, found, err := v.GetOrFetch(ctx, "a", "late")
 			if !found || err != nil {
 				t.Errorf("got %v, %v, want found", found, err)
 			}
@@ -326,7 +323,7 @@ func TestMissesShareARequest(t *testing.T) {
 	// One more gives up while it waits: it leaves nothing behind.
 	gaveUp, giveUp := context.WithCancel(ctx)
 	wg.Go(func() {
-		if _, _, err := v.getOrFetch(gaveUp, "a", "late"); !errors.Is(err, context.Canceled) {
+		if _, _, err := v.GetOrFetch(gaveUp, "a", "late"); !errors.Is(err, context.Canceled) {
 			t.Errorf("a lookup that gave up: got %v, want context.Canceled", err)
 		}
 	})
@@ -356,7 +353,7 @@ func TestMissesShareARequest(t *testing.T) {
 
 // TestLookupsOverTheRate: a flood of lookups of objects the view lacks,
 // each a different name, sends the apiserver no more than the rate allows
-// (one second's worth at once); the others fail with errOverRate, which
+// (one second's worth at once); the others fail with ErrOverRate, which
 // the policy answers undecided, and are counted.
 func TestLookupsOverTheRate(t *testing.T) {
 	f := &fakeAPIServerReads{}
@@ -365,12 +362,12 @@ func TestLookupsOverTheRate(t *testing.T) {
 	start := time.Now()
 	refused := 0
 	for i := range 200 {
-		_, found, err := v.getOrFetch(context.Background(), "a", fmt.Sprint("made-up-", i))
+		_, found, err := v.GetOrFetch(context.Background(), "a", fmt.Sprint("made-up-", i))
 		switch {
-		case errors.Is(err, errOverRate):
+		case errors.Is(err, ErrOverRate):
 			refused++
 		case err != nil || found:
-			t.Errorf("made-up-%d: got %v, %v, want not found or errOverRate", i, found, err)
+			t.Errorf("made-up-%d: got %v, %v, want not found or ErrOverRate", i, found, err)
 		}
 	}
 	// 5 at once, and 5 a second after.
@@ -379,9 +376,9 @@ func TestLookupsOverTheRate(t *testing.T) {
 		t.Errorf("200 misses sent %d GETs in %v, want 5 to %d", gets, time.Since(start), allowed)
 	}
 	if got := reads.counts["get"].refused.Load(); int(got) != refused || refused < 200-allowed {
-		t.Errorf("counted %d refused, %d errOverRate, want at least %d", got, refused, 200-allowed)
+		t.Errorf("counted %d refused, %d ErrOverRate, want at least %d", got, refused, 200-allowed)
 	}
-	_, _, err := v.getOrFetch(context.Background(), "a", "one-more")
+	_, _, err := v.GetOrFetch(context.Background(), "a", "one-more")
 	if want := "-apiserver-lookups-per-second"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("over the rate: got %v, want an error naming %s", err, want)
 	}
@@ -393,23 +390,23 @@ func TestLookupsOverTheRate(t *testing.T) {
 func TestLatestReads(t *testing.T) {
 	ctx := context.Background()
 	f := &fakeAPIServerReads{pods: []string{pod("a", "web", "builder", "nginx"), pod("a", "new", "default", "nginx"), pod("b", "db", "default", "postgres")}}
-	v := newView[testPod](podKind, []viewIndex[testPod]{byImage}, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, f.reads(100))
+	v := newView[testPod](podKind, []Index[testPod]{byImage}, func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, f.reads(100))
 	if err := v.Replace(func(add func([]byte) error) error { return add([]byte(pod("a", "web", "builder", "nginx"))) }); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := v.list("a"); !slices.Equal(names(got), []string{"web"}) {
+	if got, _ := v.List("a"); !slices.Equal(names(got), []string{"web"}) {
 		t.Errorf("list a: got %v, want the view's", names(got))
 	}
-	if got, err := v.listLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
+	if got, err := v.ListLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
 		t.Errorf("listLatest a: got %v, %v, want the apiserver's", names(got), err)
 	}
-	if got, err := v.indexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
+	if got, err := v.IndexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
 		t.Errorf("indexedLatest nginx: got %v, %v, want the apiserver's", names(got), err)
 	}
-	if _, err := v.indexedLatest(ctx, "color", "red"); err == nil {
+	if _, err := v.IndexedLatest(ctx, "color", "red"); err == nil {
 		t.Error("indexedLatest of an index the view lacks: got no error")
 	}
-	if _, found, err := v.getLatest(ctx, "b", "db"); !found || err != nil {
+	if _, found, err := v.GetLatest(ctx, "b", "db"); !found || err != nil {
 		t.Errorf("getLatest b/db: got %v, %v, want found", found, err)
 	}
 	if gets, lists := f.count(); gets != 1 || lists != 2 {
@@ -417,10 +414,10 @@ func TestLatestReads(t *testing.T) {
 	}
 
 	filled := filledView(t, podKind, pod("a", "web", "builder", "nginx"))
-	if got, err := filled.listLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"web"}) {
+	if got, err := filled.ListLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"web"}) {
 		t.Errorf("a filled view's listLatest: got %v, %v, want what it holds", names(got), err)
 	}
-	if got, err := filled.indexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"web"}) {
+	if got, err := filled.IndexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"web"}) {
 		t.Errorf("a filled view's indexedLatest: got %v, %v, want what it holds", names(got), err)
 	}
 }
@@ -431,10 +428,10 @@ func TestViewOfOneNamespace(t *testing.T) {
 	kind := podKind
 	kind.Namespace = "a"
 	v := filledView(t, kind, pod("a", "web", "x"), pod("b", "db", "x"))
-	if got, err := v.list(""); err != nil || !slices.Equal(names(got), []string{"web"}) {
+	if got, err := v.List(""); err != nil || !slices.Equal(names(got), []string{"web"}) {
 		t.Errorf("got %v, %v, want namespace a's alone", names(got), err)
 	}
-	if _, _, err := v.get("b", "db"); err == nil || !strings.Contains(err.Error(), "holds only namespace a") {
+	if _, _, err := v.Get("b", "db"); err == nil || !strings.Contains(err.Error(), "holds only namespace a") {
 		t.Errorf("get in b: got %v, want an error", err)
 	}
 }
@@ -508,62 +505,17 @@ func liveHeap() uint64 {
 	return m.HeapAlloc
 }
 
-// BenchmarkLookup is /validate of the 2 KB Deployment CREATE as the
-// demonstration answers it, and as a policy that also looks its
-// ServiceAccount up in a view of 100,000 does, the worked example of
-// docs/cluster.md: its serviceAccountName decoded, the view asked, then
-// the demonstration's check. Their ratio is what a lookup costs a review.
-func BenchmarkLookup(b *testing.B) {
-	p := policyWithDefaults(b)
-	var accounts *view[struct{}]
-	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, nil)
-	benchFill(b, store, 100_000)
-	store.Apply("ADDED", []byte(`{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default","namespace":"fixtures"}}`))
-	demonstration := validate(p)
-	lookup := func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-		var d struct {
-			Spec struct {
-				Template struct {
-					Spec struct {
-						ServiceAccountName string `json:"serviceAccountName"`
-					} `json:"spec"`
-				} `json:"template"`
-			} `json:"spec"`
-		}
-		if err := decodeObject(req.Object, &d); err != nil {
-			return refused(http.StatusBadRequest, err)
-		}
-		_, found, err := accounts.getOrFetch(ctx, req.Namespace, cmp.Or(d.Spec.Template.Spec.ServiceAccountName, "default"))
-		if err != nil {
-			return undecided(err)
-		}
-		if !found {
-			return denied("no such ServiceAccount")
-		}
-		return demonstration(ctx, req)
-	}
-	body := benchBodies(b)[0].body
-	reviews := newTestReviews(discardLogger)
-	for _, policy := range []struct {
-		name  string
-		admit admitFunc
-	}{{"demonstration", demonstration}, {"lookup", lookup}} {
-		h := reviews.admissionHandler("/validate", policy.admit, validationAction{})
-		b.Run(policy.name, func(b *testing.B) { benchServe(b, h, "/validate", body) })
-	}
-}
-
 // BenchmarkViewGet is one lookup by namespace and name in a view of
 // 100,000 ServiceAccounts, found and not, from the view alone.
 func BenchmarkViewGet(b *testing.B) {
-	var accounts *view[struct{}]
-	store := readInto(&accounts, clusterKind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, nil)
+	var accounts *View[struct{}]
+	store := ReadInto(&accounts, Kind{APIVersion: "v1", Kind: "ServiceAccount"}).makeView(func() kubeclient.Health { return kubeclient.Health{Synced: true, Current: true} }, nil)
 	benchFill(b, store, 100_000)
 	for _, name := range []string{"account-050050", "absent"} {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := accounts.get("team-050", name); err != nil {
+				if _, _, err := accounts.Get("team-050", name); err != nil {
 					b.Fatal(err)
 				}
 			}
