@@ -299,6 +299,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 		}
 	})
 	if flags.NArg() > 0 {
+		if len(args) > 0 && args[0] == flags.Arg(0) {
+			return config{}, fmt.Errorf("no such command %q: webhook help lists the commands; every setting of the server is a flag, see -help", flags.Arg(0))
+		}
 		return config{}, fmt.Errorf("unexpected argument %q: every setting is a flag, see -help", flags.Arg(0))
 	}
 	var ok bool

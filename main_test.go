@@ -546,6 +546,7 @@ func TestCommandEdges(t *testing.T) {
 		once string
 	}{
 		{"help of no command", []string{"help", "nosuch"}, 2, "no such command"},
+		{"no such command", []string{"nosuch"}, 2, `no such command "nosuch"`},
 		{"an unknown flag", append(slices.Clone(credentials), "-nosuch"), 2, "flag provided but not defined: -nosuch"},
 		{"an unknown flag of certs", []string{"certs", "-nosuch"}, 2, "flag provided but not defined: -nosuch"},
 		{"a port out of range", append(slices.Clone(credentials), "-listen", ":99999"), 2, `-listen ":99999"`},

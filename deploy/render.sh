@@ -58,6 +58,7 @@ certs=${CERTS:-$out/certs}
 mkdir -p "$certs"
 certs=$(cd "$certs" && pwd)
 image=${IMAGE:-webhook:latest}
+[ -n "${IMAGE:-}" ] || echo "IMAGE is not set: the Deployment runs webhook:latest, which each node must already hold (make image), or set IMAGE to your registry's" >&2
 namespace=${NAMESPACE:-webhook-system}
 name=${NAME:-webhook}
 # As the apiserver checks a Namespace's and a Service's name: a DNS label.

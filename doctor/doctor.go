@@ -228,7 +228,7 @@ func readWebhooks(r io.Reader) (hooks []webhookUnderTest, skipped []string, err 
 			// deploy/webhooks.yaml as it is committed: its caBundle would
 			// not decode ("illegal base64 data"), and says nothing of a
 			// deployed webhook.
-			return nil, nil, fmt.Errorf("document %d: caBundle is the placeholder %s, which deploy/render.sh replaces with the CA it makes: check what render.sh writes (deploy/render.sh in-cluster out/, then webhook doctor -f out/webhooks.yaml), or what the cluster holds (kubectl get validatingwebhookconfiguration NAME -o yaml | webhook doctor -f -)", doc, caBundlePlaceholder)
+			return nil, nil, fmt.Errorf("document %d: caBundle is the placeholder %s, which deploy/render.sh replaces with the CA it makes: check what render.sh writes (deploy/render.sh in-cluster out/, then webhook doctor -f out/08-webhooks.yaml), or what the cluster holds (kubectl get validatingwebhookconfiguration NAME -o yaml | webhook doctor -f -)", doc, caBundlePlaceholder)
 		}
 		h, s, err := decodeWebhooks(raw.Raw)
 		if err != nil {
