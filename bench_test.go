@@ -238,7 +238,7 @@ func toolboxPods(tb testing.TB) []struct {
 }
 
 // BenchmarkToolbox is what each block of the policy's toolbox costs on one
-// Pod (docs/patching.md gives the figures): the readers objectMeta and
+// Pod (docs/patching.md gives the figures): the readers decodeMetadata and
 // decodeObject (into benchPodMounts, what the injector reads), setLabels and
 // setAnnotations given the metadata, patchObject with one default deep in
 // the spec, and issue 34's sidecar injector built with patchObject against
@@ -246,7 +246,7 @@ func toolboxPods(tb testing.TB) []struct {
 func BenchmarkToolbox(b *testing.B) {
 	want := []keyValue{{"example.com/team", "web"}}
 	for _, pod := range toolboxPods(b) {
-		meta, err := objectMeta(pod.object)
+		meta, err := decodeMetadata(pod.object)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -254,7 +254,7 @@ func BenchmarkToolbox(b *testing.B) {
 			name string
 			run  func(obj runtime.RawExtension) error
 		}{
-			{"objectMeta", func(obj runtime.RawExtension) error { _, err := objectMeta(obj); return err }},
+			{"decodeMetadata", func(obj runtime.RawExtension) error { _, err := decodeMetadata(obj); return err }},
 			{"setLabels", func(runtime.RawExtension) error { setLabels(meta, want); return nil }},
 			{"setAnnotations", func(runtime.RawExtension) error { setAnnotations(meta, want); return nil }},
 			{"decodeObject", func(obj runtime.RawExtension) error { var pod benchPodMounts; return decodeObject(obj, &pod) }},

@@ -13,7 +13,7 @@ import (
 // patching and denying admit functions. Whatever comes in, the answer is
 // never a panic; a 200 is an AdmissionReview in the request's version with
 // its uid; anything else is a Status; a validating route never patches.
-// And objectMeta, which reads an object only as far as its metadata, reads
+// And decodeMetadata, which reads an object only as far as its metadata, reads
 // what a full decode of the object reads (objectMetaFullDecode).
 func FuzzServe(f *testing.F) {
 	addReviewSeeds(f)
@@ -35,26 +35,26 @@ func FuzzServe(f *testing.F) {
 	})
 }
 
-// checkObjectMeta holds objectMeta to a full decode of the object: the
+// checkObjectMeta holds decodeMetadata to a full decode of the object: the
 // same metadata, or an error from both. An object whose metadata member is
-// written twice is left out: a decoder keeps the last, objectMeta the
+// written twice is left out: a decoder keeps the last, decodeMetadata the
 // first, and the apiserver writes each member once.
 func checkObjectMeta(t *testing.T, obj runtime.RawExtension) {
 	t.Helper()
-	got, err := objectMeta(obj)
+	got, err := decodeMetadata(obj)
 	want, wantErr := objectMetaFullDecode(obj)
 	if (err != nil) != (wantErr != nil) {
 		if bytes.Count(obj.Raw, []byte(`"metadata"`)) > 1 {
 			return
 		}
-		t.Fatalf("objectMeta(%s) = %+v, %v; a full decode gives %+v, %v", obj.Raw, got, err, want, wantErr)
+		t.Fatalf("decodeMetadata(%s) = %+v, %v; a full decode gives %+v, %v", obj.Raw, got, err, want, wantErr)
 	}
 	if err == nil && !reflect.DeepEqual(got, want) && bytes.Count(obj.Raw, []byte(`"metadata"`)) <= 1 {
-		t.Fatalf("objectMeta(%s) = %+v; a full decode gives %+v", obj.Raw, got, want)
+		t.Fatalf("decodeMetadata(%s) = %+v; a full decode gives %+v", obj.Raw, got, want)
 	}
 }
 
-// objectMetaFullDecode is objectMeta as it was: a decode of the whole
+// objectMetaFullDecode is decodeMetadata as it was: a decode of the whole
 // object, every member scanned, into a struct holding metadata alone.
 func objectMetaFullDecode(obj runtime.RawExtension) (*objectMetadata, error) {
 	var partial struct {

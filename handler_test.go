@@ -42,7 +42,7 @@ func patchingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admiss
 	if req.Operation == admissionv1.Delete {
 		return allowed()
 	}
-	meta, err := objectMeta(req.Object)
+	meta, err := decodeMetadata(req.Object)
 	if err != nil {
 		return refused(http.StatusBadRequest, err)
 	}
@@ -55,7 +55,7 @@ func denyingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admissi
 	if req.Operation == admissionv1.Delete {
 		return denied("the plumbing tests refuse every request")
 	}
-	meta, err := objectMeta(req.Object)
+	meta, err := decodeMetadata(req.Object)
 	if err != nil {
 		return refused(http.StatusBadRequest, err)
 	}
@@ -431,15 +431,15 @@ func TestObjectMeta(t *testing.T) {
 		{`{"metadata":{"labels":["l"]}}`, objectMetadata{}, "does not decode"},
 	}
 	for _, tc := range tests {
-		got, err := objectMeta(runtime.RawExtension{Raw: []byte(tc.object)})
+		got, err := decodeMetadata(runtime.RawExtension{Raw: []byte(tc.object)})
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("objectMeta(%s): got error %v, want one saying %q", tc.object, err, tc.wantErr)
+				t.Errorf("decodeMetadata(%s): got error %v, want one saying %q", tc.object, err, tc.wantErr)
 			}
 			continue
 		}
 		if err != nil || !reflect.DeepEqual(*got, tc.want) {
-			t.Errorf("objectMeta(%s) = %+v, %v; want %+v", tc.object, got, err, tc.want)
+			t.Errorf("decodeMetadata(%s) = %+v, %v; want %+v", tc.object, got, err, tc.want)
 		}
 	}
 }

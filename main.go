@@ -108,14 +108,14 @@ const (
 	// client, the apiserver's, opens another connection when one's streams
 	// are taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
-	// HTTP/1.1 one: one small body, body.UnbudgetedBytes.
+	// HTTP/1.1 one: one small body, body.MaxSmallBodyBytes.
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = body.UnbudgetedBytes
+	http2StreamBufferBytes    = body.MaxSmallBodyBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// body.UnbudgetedBytes) held at once, as read and until answered.
+	// body.MaxSmallBodyBytes) held at once, as read and until answered.
 	// Decoding a review takes about three times its size, and the heap
 	// grows to twice what is live before a collection, so this, with
 	// maxConnections, keeps the shipped Deployment under its 64Mi limit
@@ -130,7 +130,7 @@ const (
 	// one the heap grows to twice what is live and keeps what it freed.
 	// What a flood can hold, with default flags:
 	//   connections       connectionBytes                       20 MiB
-	//   small bodies      one of body.UnbudgetedBytes per
+	//   small bodies      one of body.MaxSmallBodyBytes per
 	//                     connection at most                     5 MiB
 	//   newcomers         limits.MaxWaiting sockets waiting for a
 	//                     place, about 1 KiB each                 4 MiB

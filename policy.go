@@ -8,7 +8,7 @@ package main
 //
 // They are built from the toolbox (toolbox.go, patch.go): the answers
 // allowed, allowedWithWarning, denied, patched, refused and undecided; the
-// readers objectMeta (the metadata most policies read; the namespace is
+// readers decodeMetadata (the metadata most policies read; the namespace is
 // req.Namespace), decodeObject (any other fields, into a struct of yours)
 // and objectName (the object's name for a message); the patch builders
 // setLabels and setAnnotations (entries of metadata.labels or .annotations
@@ -51,7 +51,7 @@ func mutate(p policy) admitFunc {
 		if !writesWholeObject(req) {
 			return allowed()
 		}
-		meta, err := objectMeta(req.Object)
+		meta, err := decodeMetadata(req.Object)
 		if err != nil {
 			return refused(http.StatusBadRequest, err)
 		}
@@ -67,7 +67,7 @@ func validate(p policy) admitFunc {
 		if !writesWholeObject(req) {
 			return allowed()
 		}
-		meta, err := objectMeta(req.Object)
+		meta, err := decodeMetadata(req.Object)
 		if err != nil {
 			return refused(http.StatusBadRequest, err)
 		}

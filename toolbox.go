@@ -114,11 +114,11 @@ type objectMetadata struct {
 	Absent bool `json:"-"`
 }
 
-// objectMeta decodes the metadata of req.Object or req.OldObject, of any
+// decodeMetadata decodes the metadata of req.Object or req.OldObject, of any
 // kind. It reads the object only as far as the end of its metadata, which
 // the apiserver writes before spec and status, and of metadata only these
 // fields: managedFields above all is most of the work of decoding it.
-func objectMeta(obj runtime.RawExtension) (*objectMetadata, error) {
+func decodeMetadata(obj runtime.RawExtension) (*objectMetadata, error) {
 	if len(obj.Raw) == 0 || bytes.Equal(obj.Raw, []byte("null")) {
 		return nil, errors.New("the request carries no object to admit")
 	}

@@ -185,7 +185,7 @@ var hostileKinds = []hostileKind{
 }
 
 // http2Kind opens as many streams as the webhook lets it, each declaring a
-// small body (under body.UnbudgetedBytes) and sending all of it but
+// small body (under body.MaxSmallBodyBytes) and sending all of it but
 // the last byte: each stream holds its body's buffer until the body is
 // cut. Run with -http2.
 var http2Kind = hostileKind{name: "HTTP/2, 100 streams each sending 16 KB but the last byte", conns: hostileConns, h2: true,

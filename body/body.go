@@ -19,15 +19,15 @@ const (
 	// each, and the envelope.
 	MaxBytes = 7 << 20
 
-	// UnbudgetedBytes is the most a body is and is read outside the budget,
+	// MaxSmallBodyBytes is the most a body is and is read outside the budget,
 	// into a buffer of its own: most reviews are 2 to 14 KB.
-	UnbudgetedBytes = 16 << 10
+	MaxSmallBodyBytes = 16 << 10
 
-	// readBeforeRoom is what a larger body sends before it takes room: one
+	// bytesBeforeReserving is what a larger body sends before it takes room: one
 	// that declares much and sends nothing holds none while it waits for
 	// its deadline; more would hold the waiting bodies' memory near the
 	// soft limit (bench/README.md, "A burst is served, not shed").
-	readBeforeRoom = 1 << 10
+	bytesBeforeReserving = 1 << 10
 
 	// StallTimeout is how long a body holding room may send nothing: the
 	// apiserver can pause between a review's header and the rest for over
@@ -62,10 +62,10 @@ const (
 	TooSlow   = "too_slow"   // 408: it arrived slower than MinRate, after its grace
 )
 
-// Budget reads request bodies, those over UnbudgetedBytes within a budget of
+// Budget reads request bodies, those over MaxSmallBodyBytes within a budget of
 // bytes: see Read. It counts what it refuses and cuts, for the metrics.
 type Budget struct {
-	room room
+	free freeBytes
 
 	// buffers keeps released buffers, a pool for each of bufferSizes, for
 	// the next large body: a new one costs page faults and collections, and
@@ -80,7 +80,7 @@ type Budget struct {
 // at least MaxBytes, or the largest body could never be read.
 func NewBudget(bytes int64) *Budget {
 	b := &Budget{buffers: make([]sync.Pool, len(bufferSizes))}
-	b.room.init(bytes)
+	b.free.init(bytes)
 	return b
 }
 
@@ -115,9 +115,9 @@ func (e *Error) Error() string { return e.Message }
 // it, to Release once answered; or an *Error to answer with. It is safe for
 // concurrent use, and guarantees:
 //
-// Memory. A body of up to UnbudgetedBytes is read into a buffer of its
+// Memory. A body of up to MaxSmallBodyBytes is read into a buffer of its
 // declared length, allocated before it arrives: one per connection, which
-// the connection cap bounds. A larger body sends readBeforeRoom bytes at
+// the connection cap bounds. A larger body sends bytesBeforeReserving bytes at
 // the pace, then waits, first come, first served, for room in the budget
 // for a buffer at most half as large again, which it holds until Release.
 // The budget is never exceeded. A body waiting behind another holds no
@@ -170,7 +170,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	case r.ContentLength < 0:
 		return Body{}, in.stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
 	}
-	if in.length <= UnbudgetedBytes {
+	if in.length <= MaxSmallBodyBytes {
 		body := make([]byte, in.length)
 		if _, err := in.readFull(body); err != nil {
 			return Body{}, b.failed(w, &in, err)
@@ -179,7 +179,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	}
 
 	// A large body: its first KiB, room for all of it, then the rest.
-	first := make([]byte, readBeforeRoom)
+	first := make([]byte, bytesBeforeReserving)
 	if _, err := in.readFull(first); err != nil {
 		return Body{}, b.failed(w, &in, err)
 	}
@@ -188,20 +188,20 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	if !readBy.IsZero() {
 		waitCtx, cancel = context.WithDeadline(ctx, readBy)
 	}
-	err := b.room.take(waitCtx, size)
+	err := b.free.reserve(waitCtx, size)
 	cancel()
 	var long *errLongQueue
 	switch {
 	case errors.As(err, &long):
 		b.longQueue.Add(1)
-		return Body{}, busy(w, &in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.room.capacity))
+		return Body{}, busy(w, &in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.free.capacity))
 	case err != nil:
 		b.noRoom.Add(1)
-		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.room.capacity))
+		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.free.capacity))
 	}
 	in.paced, in.waited = true, 0
 	body := append(b.buffer(size), first...)[:in.length]
-	if _, err := in.readFull(body[readBeforeRoom:]); err != nil {
+	if _, err := in.readFull(body[bytesBeforeReserving:]); err != nil {
 		b.release(body)
 		return Body{}, b.failed(w, &in, err)
 	}
@@ -263,8 +263,8 @@ type Stats struct {
 
 // Stats returns what b holds now and has refused and cut so far.
 func (b *Budget) Stats() Stats {
-	held, waiting := b.room.state()
-	return Stats{BudgetBytes: b.room.capacity, HeldBytes: held, Waiting: waiting, Waited: b.room.short.Load(),
+	held, waiting := b.free.state()
+	return Stats{BudgetBytes: b.free.capacity, HeldBytes: held, Waiting: waiting, Waited: b.free.short.Load(),
 		Refused: map[string]uint64{LongQueue: b.longQueue.Load(), NoRoom: b.noRoom.Load(), SlowRead: b.slowRead.Load()},
 		Cut:     map[string]uint64{Stalled: b.stalled.Load(), TooSlow: b.tooSlow.Load()}}
 }

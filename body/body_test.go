@@ -177,7 +177,7 @@ func checkCounted(t *testing.T, b *Budget, want map[string]uint64) {
 }
 
 func held(b *Budget) int64 {
-	used, _ := b.room.state()
+	used, _ := b.free.state()
 	return used
 }
 
@@ -418,7 +418,7 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 	body := bytes.Repeat([]byte{'b'}, 100<<10)
 	// Room for a buffer of 64 KiB, not of the body's 128 KiB.
 	const taken = MaxBytes - 64<<10
-	if err := s.b.room.take(context.Background(), taken); err != nil {
+	if err := s.b.free.reserve(context.Background(), taken); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -436,7 +436,7 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 	if used := held(s.b); used != taken {
 		t.Errorf("%d bytes held after the refusal, want the %d taken before it: the refused body keeps none", used, taken)
 	}
-	s.b.room.give(taken)
+	s.b.free.release(taken)
 	if a := s.post(t, "10s", body); a.code != http.StatusOK {
 		t.Errorf("once there is room: got HTTP %d %q, want 200", a.code, a.body)
 	}
@@ -448,7 +448,7 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 func TestWaitsHoweverManyWait(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, MaxBytes)
-	if err := s.b.room.take(context.Background(), MaxBytes); err != nil {
+	if err := s.b.free.reserve(context.Background(), MaxBytes); err != nil {
 		t.Fatal(err)
 	}
 	const waiting = 200
@@ -470,7 +470,7 @@ func TestWaitsHoweverManyWait(t *testing.T) {
 		})
 	}
 	waitUntil(func() bool { return s.b.Stats().Waiting == waiting })
-	s.b.room.give(MaxBytes)
+	s.b.free.release(MaxBytes)
 	wg.Wait()
 	for i, a := range answers {
 		if errs[i] != nil || a.code != http.StatusOK {
@@ -557,10 +557,10 @@ func TestLengthChecked(t *testing.T) {
 // it, at most half as large again, so a body holds little room it does not
 // use.
 func TestBufferSize(t *testing.T) {
-	if first, last := bufferSizes[0], bufferSizes[len(bufferSizes)-1]; first <= UnbudgetedBytes || last != MaxBytes {
-		t.Fatalf("bufferSizes run from %d to %d, want from over %d to %d", first, last, UnbudgetedBytes, MaxBytes)
+	if first, last := bufferSizes[0], bufferSizes[len(bufferSizes)-1]; first <= MaxSmallBodyBytes || last != MaxBytes {
+		t.Fatalf("bufferSizes run from %d to %d, want from over %d to %d", first, last, MaxSmallBodyBytes, MaxBytes)
 	}
-	for _, n := range []int64{UnbudgetedBytes + 1, 2 * UnbudgetedBytes, 2*UnbudgetedBytes + 1, 100 << 10, 1_100_000, 3 << 20, 3<<20 + 1, 6<<20 + 1, MaxBytes} {
+	for _, n := range []int64{MaxSmallBodyBytes + 1, 2 * MaxSmallBodyBytes, 2*MaxSmallBodyBytes + 1, 100 << 10, 1_100_000, 3 << 20, 3<<20 + 1, 6<<20 + 1, MaxBytes} {
 		size := bufferSize(n)
 		if i := slices.Index(bufferSizes, size); i < 0 || size < n || (i > 0 && bufferSizes[i-1] >= n) || size > n+n/2 {
 			t.Errorf("bufferSize(%d) = %d, want the smallest of bufferSizes that holds it, at most %d", n, size, n+n/2)
@@ -576,7 +576,7 @@ func TestBufferIsKept(t *testing.T) {
 	for _, size := range bufferSizes {
 		kept := false
 		for range 20 {
-			if err := b.room.take(context.Background(), size); err != nil {
+			if err := b.free.reserve(context.Background(), size); err != nil {
 				t.Fatal(err)
 			}
 			buf := b.buffer(size)[:1]

@@ -3,13 +3,13 @@ package body
 import "slices"
 
 // bufferSizes are the sizes of a large body's buffer, from over
-// UnbudgetedBytes to MaxBytes: UnbudgetedBytes times a power of two, or one
+// MaxSmallBodyBytes to MaxBytes: MaxSmallBodyBytes times a power of two, or one
 // and a half times one, so that a body's buffer is at most half as large
 // again as the body. Fixed sizes let a buffer serve the next large body
 // (Budget.buffers).
 var bufferSizes = func() []int64 {
 	var sizes []int64
-	for size := int64(UnbudgetedBytes); size < MaxBytes; size *= 2 {
+	for size := int64(MaxSmallBodyBytes); size < MaxBytes; size *= 2 {
 		sizes = append(sizes, min(size+size/2, MaxBytes), min(2*size, MaxBytes))
 	}
 	return slices.Compact(sizes)
@@ -41,7 +41,7 @@ func (b *Budget) buffer(size int64) []byte {
 // generated protobuf code does the same).
 func (b *Budget) release(body []byte) {
 	size := int64(cap(body))
-	b.room.give(size)
+	b.free.release(size)
 	body = body[:0]
 	b.buffers[slices.Index(bufferSizes, size)].Put(&body)
 }

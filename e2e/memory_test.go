@@ -173,7 +173,7 @@ func TestMemoryUnderBurst(t *testing.T) {
 }
 
 // largeBodyBytes is the size of review above which the webhook reads a
-// body within its byte budget (body.UnbudgetedBytes, in the webhook's body
+// body within its byte budget (body.MaxSmallBodyBytes, in the webhook's body
 // package).
 const largeBodyBytes = 16 << 10
 

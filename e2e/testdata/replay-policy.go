@@ -63,7 +63,7 @@ func mutate(policy) admitFunc {
 		if !writes(req) || req.Operation == admissionv1.Delete {
 			return allowed()
 		}
-		meta, err := objectMeta(req.Object)
+		meta, err := decodeMetadata(req.Object)
 		if err != nil {
 			return refused(http.StatusBadRequest, err)
 		}
@@ -81,7 +81,7 @@ func validate(p policy) admitFunc {
 		}
 		admin := slices.ContainsFunc(req.UserInfo.Groups, func(g string) bool { return slices.Contains(p.admins, g) })
 		if req.Operation == admissionv1.Delete {
-			old, err := objectMeta(req.OldObject)
+			old, err := decodeMetadata(req.OldObject)
 			if err != nil {
 				return refused(http.StatusBadRequest, err)
 			}
@@ -90,7 +90,7 @@ func validate(p policy) admitFunc {
 			}
 			return allowed()
 		}
-		meta, err := objectMeta(req.Object)
+		meta, err := decodeMetadata(req.Object)
 		if err != nil {
 			return refused(http.StatusBadRequest, err)
 		}
@@ -104,7 +104,7 @@ func validate(p policy) admitFunc {
 			return denied(fmt.Sprintf("%s %s lacks the annotations %s", req.Kind.Kind, objectName(req, meta), strings.Join(missing, ", ")))
 		}
 		if req.Operation == admissionv1.Update {
-			old, err := objectMeta(req.OldObject)
+			old, err := decodeMetadata(req.OldObject)
 			if err != nil {
 				return refused(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
 			}

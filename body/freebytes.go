@@ -8,16 +8,16 @@ import (
 	"time"
 )
 
-// roomUnit is one token of room; every buffer size is a multiple of it.
-const roomUnit = 8 << 10
+// reserveUnit is one token of room; every buffer size is a multiple of it.
+const reserveUnit = 8 << 10
 
-// room is the budget's bytes as tokens in a channel, taken first come,
+// freeBytes is the budget's bytes as tokens in a channel, taken first come,
 // first served: those behind a body that does not fit wait too, so that no
 // large body is starved by smaller ones.
-type room struct {
+type freeBytes struct {
 	capacity int64
 	turn     chan struct{} // held by the one body taking tokens
-	tokens   chan struct{} // one for each roomUnit free
+	tokens   chan struct{} // one for each reserveUnit free
 	waiting  atomic.Int64
 	short    atomic.Uint64 // bodies that found too little room free, and waited
 
@@ -33,10 +33,10 @@ type room struct {
 	waitedSince time.Time
 }
 
-// init makes capacity bytes of room, to the roomUnit below.
-func (r *room) init(capacity int64) {
-	r.capacity, r.turn, r.tokens = capacity/roomUnit*roomUnit, make(chan struct{}, 1), make(chan struct{}, capacity/roomUnit)
-	r.give(r.capacity)
+// init makes capacity bytes of room, to the reserveUnit below.
+func (r *freeBytes) init(capacity int64) {
+	r.capacity, r.turn, r.tokens = capacity/reserveUnit*reserveUnit, make(chan struct{}, 1), make(chan struct{}, capacity/reserveUnit)
+	r.release(r.capacity)
 }
 
 // errLongQueue is a body refused at once: at the pace room lately came
@@ -51,11 +51,11 @@ func (e *errLongQueue) Error() string {
 	return fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would keep it waiting about %s, longer than the time it has left", e.ahead, e.wait.Round(time.Millisecond))
 }
 
-// take takes n bytes of room, n at most the capacity, waiting its turn and
+// reserve takes n bytes of room, n at most the capacity, waiting its turn and
 // then for room until ctx ends; or refuses at once (*errLongQueue): a line
 // that outlasts its deadlines serves every body too late (bench/README.md,
 // "What the hardening's lines buy").
-func (r *room) take(ctx context.Context, n int64) error {
+func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
 	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {
 		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
@@ -66,7 +66,7 @@ func (r *room) take(ctx context.Context, n int64) error {
 	if r.wanted == 0 {
 		r.waitedSince = time.Now()
 	}
-	if int64(len(r.tokens))*roomUnit < n {
+	if int64(len(r.tokens))*reserveUnit < n {
 		r.short.Add(1)
 	}
 	r.wanted += n
@@ -86,12 +86,12 @@ func (r *room) take(ctx context.Context, n int64) error {
 		return ctx.Err()
 	}
 	defer func() { <-r.turn }()
-	for taken := int64(0); taken < n; taken += roomUnit {
+	for taken := int64(0); taken < n; taken += reserveUnit {
 		select {
 		case <-r.tokens:
 		case <-ctx.Done():
 			// Back, but not toward the pace: nothing was served.
-			for ; taken > 0; taken -= roomUnit {
+			for ; taken > 0; taken -= reserveUnit {
 				r.tokens <- struct{}{}
 			}
 			return ctx.Err()
@@ -100,9 +100,9 @@ func (r *room) take(ctx context.Context, n int64) error {
 	return nil
 }
 
-// give gives back n bytes taken, and keeps the pace.
-func (r *room) give(n int64) {
-	for left := n; left > 0; left -= roomUnit {
+// release gives back n bytes taken, and keeps the pace.
+func (r *freeBytes) release(n int64) {
+	for left := n; left > 0; left -= reserveUnit {
 		r.tokens <- struct{}{}
 	}
 	r.mu.Lock()
@@ -118,6 +118,6 @@ func (r *room) give(n int64) {
 }
 
 // state returns the bytes held, and how many bodies wait for room.
-func (r *room) state() (held int64, waiting int) {
-	return r.capacity - int64(len(r.tokens))*roomUnit, int(r.waiting.Load())
+func (r *freeBytes) state() (held int64, waiting int) {
+	return r.capacity - int64(len(r.tokens))*reserveUnit, int(r.waiting.Load())
 }

@@ -12,19 +12,19 @@ import (
 // small bodies cannot starve a large one. Once room is given back, they
 // are served in order.
 func TestRoomFirstComeFirstServed(t *testing.T) {
-	r := &NewBudget(100 * roomUnit).room
-	if err := r.take(context.Background(), 60*roomUnit); err != nil {
+	r := &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 60*reserveUnit); err != nil {
 		t.Fatal(err)
 	}
 	order := make(chan string, 2)
 	go func() {
-		if r.take(context.Background(), 80*roomUnit) == nil {
+		if r.reserve(context.Background(), 80*reserveUnit) == nil {
 			order <- "large"
 		}
 	}()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
 	go func() {
-		if r.take(context.Background(), 20*roomUnit) == nil {
+		if r.reserve(context.Background(), 20*reserveUnit) == nil {
 			order <- "small"
 		}
 	}()
@@ -34,11 +34,11 @@ func TestRoomFirstComeFirstServed(t *testing.T) {
 		t.Fatalf("the %s take was served while 60 of 100 units were held, want both to wait: the small one behind the large", got)
 	case <-time.After(50 * time.Millisecond):
 	}
-	r.give(60 * roomUnit)
+	r.release(60 * reserveUnit)
 	if first := <-order; first != "large" {
 		t.Errorf("served first: %s, want the large take, which came first", first)
 	}
-	r.give(80 * roomUnit)
+	r.release(80 * reserveUnit)
 	if second := <-order; second != "small" {
 		t.Errorf("served second: %s, want the small take", second)
 	}
@@ -47,20 +47,20 @@ func TestRoomFirstComeFirstServed(t *testing.T) {
 // TestRoomGivesUpAtItsDeadline: a take that finds no room by ctx's end
 // fails, takes nothing, and lets the next in.
 func TestRoomGivesUpAtItsDeadline(t *testing.T) {
-	r := &NewBudget(100 * roomUnit).room
-	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+	r := &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if err := r.take(ctx, 10*roomUnit); err == nil {
+	if err := r.reserve(ctx, 10*reserveUnit); err == nil {
 		t.Fatal("a take with no room before its deadline succeeded, want it to fail")
 	}
-	r.give(100 * roomUnit)
+	r.release(100 * reserveUnit)
 	if held, _ := r.state(); held != 0 {
 		t.Errorf("%d held after the failed take and the give, want 0", held)
 	}
-	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
 		t.Errorf("the next take: %v, want room", err)
 	}
 }
@@ -70,15 +70,15 @@ func TestRoomGivesUpAtItsDeadline(t *testing.T) {
 // deadline is refused at once; one with the time to wait waits, though
 // the wait is most of its time.
 func TestLongQueueRefusedAtOnce(t *testing.T) {
-	r := &NewBudget(100 * roomUnit).room
-	if err := r.take(context.Background(), 100*roomUnit); err != nil {
+	r := &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
 		t.Fatal(err)
 	}
 	ahead := make(chan error, 1)
-	go func() { ahead <- r.take(context.Background(), 10*roomUnit) }()
+	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
 	r.mu.Lock()
-	r.pace = 10 * roomUnit // a second
+	r.pace = 10 * reserveUnit // a second
 	r.mu.Unlock()
 
 	// 20 units at 10 a second: 2 s of waiting.
@@ -86,15 +86,15 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 	defer cancel()
 	// Had it waited, no room coming back, its deadline would have ended it.
 	var long *errLongQueue
-	if err := r.take(short, 10*roomUnit); !errors.As(err, &long) {
+	if err := r.reserve(short, 10*reserveUnit); !errors.As(err, &long) {
 		t.Fatalf("a body with 1.5 s left behind 2 s of waiting: got %v, want it refused at once as a long queue", err)
 	}
 	roomy, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	waited := make(chan error, 1)
-	go func() { waited <- r.take(roomy, 10*roomUnit) }()
+	go func() { waited <- r.reserve(roomy, 10*reserveUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 2 || len(waited) == 1 })
-	r.give(100 * roomUnit)
+	r.release(100 * reserveUnit)
 	if err := <-ahead; err != nil {
 		t.Fatal(err)
 	}
@@ -109,28 +109,28 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 // was empty, 128 connections of 1 MB reviews, which the webhook answers in
 // time, were refused at four in five.)
 func TestPaceIsOfTheLine(t *testing.T) {
-	r := &NewBudget(2 * roomUnit).room
-	if err := r.take(context.Background(), 2*roomUnit); err != nil {
+	r := &NewBudget(2 * reserveUnit).free
+	if err := r.reserve(context.Background(), 2*reserveUnit); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // held, and none waiting
 	second := make(chan error, 1)
-	go func() { second <- r.take(context.Background(), 2*roomUnit) }()
+	go func() { second <- r.reserve(context.Background(), 2*reserveUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
-	r.give(2 * roomUnit) // the line moves at once
+	r.release(2 * reserveUnit) // the line moves at once
 	if err := <-second; err != nil {
 		t.Fatal(err)
 	}
 	third := make(chan error, 1)
-	go func() { third <- r.take(context.Background(), 2*roomUnit) }()
+	go func() { third <- r.reserve(context.Background(), 2*reserveUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
 	short, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	var long *errLongQueue
-	if err := r.take(short, roomUnit); errors.As(err, &long) {
+	if err := r.reserve(short, reserveUnit); errors.As(err, &long) {
 		t.Errorf("behind a line that has not waited a second: got %v, want it to wait, not a long queue", err)
 	}
-	r.give(2 * roomUnit)
+	r.release(2 * reserveUnit)
 	if err := <-third; err != nil {
 		t.Fatal(err)
 	}
