@@ -104,7 +104,7 @@ const (
 	// With -http2, one stream per connection, as HTTP/1.1 has one request:
 	// the connection cap then bounds the streams, and with them the small
 	// bodies read outside the budget (with kube-apiserver's own setting of
-	// 100 streams a flood held over a GiB: bench/README.md). Go's HTTP/2
+	// 100 streams, a flood held far more: bench/README.md). Go's HTTP/2
 	// client, the apiserver's, opens another connection when one's streams
 	// are taken. The windows and frames are the smallest HTTP/2 allows, so
 	// that a connection holds no more of a client's unread data than an
@@ -138,9 +138,8 @@ const (
 	// 32 MiB. Large bodies' buffers are all in the budget, which the limit
 	// adds. Buffers kept for the next large body (body.Budget's) are not
 	// in it: like garbage, the GC frees them near the limit, within two
-	// collections. The kernel counts the binary's own pages too (10 MiB
-	// resident): a flood peaks near the limit plus those (bench/README.md),
-	// under 64 MiB.
+	// collections. The kernel counts the binary's own pages too: a flood
+	// peaks near the limit plus those (bench/README.md).
 	memoryLimitBase = 32 << 20
 )
 

@@ -68,9 +68,9 @@ type Budget struct {
 	free freeBytes
 
 	// buffers keeps released buffers, a pool for each of bufferSizes, for
-	// the next large body: a new one costs page faults and collections, and
-	// the 1.1 MB review 16-18 % more CPU (bench/README.md). A kept buffer
-	// is outside the budget, bounded by the soft memory limit.
+	// the next large body: a new one costs page faults and collections
+	// (bench/README.md measures what). A kept buffer is outside the budget,
+	// bounded by the soft memory limit.
 	buffers []sync.Pool
 
 	longQueue, noRoom, slowRead, stalled, tooSlow atomic.Uint64

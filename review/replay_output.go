@@ -34,8 +34,7 @@ const (
 	// at most maxEventBytes, typically a few KB), the requests waiting for
 	// their ResponseComplete, the Namespaces' labels, and the reviews in
 	// flight, a few MiB in all. The kernel counts the binary's own pages
-	// beside it (13 MiB resident): a million events peak within the cache
-	// plus 32 MiB (bench/README.md).
+	// beside it (bench/README.md measures a million events' peak).
 	replayMemoryBytes = 16 << 20
 )
 

@@ -245,9 +245,9 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 const (
 	// manifestsGCPercent and manifestsMemoryBytes are the Go runtime's
 	// GOGC and soft memory limit while manifests are reviewed: a heap
-	// grown to five times what is live, not twice, took 14 % less CPU on
-	// the 51 MiB List of bench/README.md, peaking at 99 of the 128 MiB it
-	// may take, which the limit holds.
+	// grown to five times what is live, not twice, costs less CPU, and the
+	// limit holds it within the 128 MiB review may take (bench/README.md,
+	// "Reviewing manifests", has both).
 	manifestsGCPercent   = 400
 	manifestsMemoryBytes = 96 << 20
 )
