@@ -101,8 +101,16 @@ render() {
 # or when the webhook has no cluster part (cluster/ deleted).
 reads=
 if "${webhook[@]}" help reads >/dev/null 2>&1; then
-  reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name")
+  # (That the policy reads nothing is no news here: no RBAC is rendered.)
+  reads=$("${webhook[@]}" reads -o rbac -service-account "$namespace/$name" 2> >(grep -v 'the policy reads nothing of the cluster' >&2))
 fi
+
+# certs: webhook certs into $certs with ARGS, its caBundle on stdout, which
+# render.sh takes; what it says of the certificates is passed on, without
+# its "caBundle on stdout", which is render.sh's to use.
+certs() {
+  "${webhook[@]}" certs -dir "$certs" "$@" 2> >(sed 's/; caBundle on stdout$//' >&2)
+}
 
 # render_reads: when the policy reads the cluster, OUT/NN-rbac.yaml, and the
 # Namespace and ServiceAccount it is bound to when they are not rendered
@@ -121,7 +129,7 @@ render_reads() {
 url_webhooks() {
   host=${hostport%:*}
   host=${host#[}; host=${host%]}   # [::1]:8443 -> ::1
-  ca_bundle=$("${webhook[@]}" certs -dir "$certs" -hosts "$host")
+  ca_bundle=$(certs -hosts "$host")
   render "$root/deploy/webhooks.yaml" "$1"
   # Each `service: {…, path: P, port: 443}` becomes `url: https://HOST:PORT/P`.
   sed -i -E "s#service: \{name: $name, namespace: $namespace, path: ([^,]+), port: 443\}#url: https://$hostport\1#" "$1"
@@ -135,7 +143,7 @@ url_webhooks() {
 case $mode in
   in-cluster)
     # The name the apiserver checks is <service>.<namespace>.svc.
-    ca_bundle=$("${webhook[@]}" certs -dir "$certs" -service "$name" -namespace "$namespace")
+    ca_bundle=$(certs -service "$name" -namespace "$namespace")
     for f in "$root"/deploy/in-cluster/*.yaml "$root"/deploy/webhooks.yaml; do render "$f"; done
     if [ -n "$reads" ]; then
       # The Deployment mounts the ServiceAccount's token only for a policy
