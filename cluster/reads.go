@@ -540,6 +540,18 @@ func (f *clusterFiles) Set(path string) error {
 func runReads(args []string, reads []Read, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet("webhook reads", flag.ContinueOnError)
 	flags.SetOutput(stderr)
+	flags.Usage = func() {
+		fmt.Fprint(stderr, `usage: webhook reads [-o text|json|rbac] [-service-account NAMESPACE/NAME]
+
+The kinds the policy reads of the cluster (its Reads method), and with
+-o rbac the RBAC that lets the webhook's ServiceAccount get, list and watch
+exactly them, which deploy/render.sh renders (docs/cluster.md).
+
+Exit status: 0, or 2 for bad usage.
+
+`)
+		flags.PrintDefaults()
+	}
 	output := flags.String("o", "text", "output `format`: text, json, or rbac (the ClusterRole, Roles and their bindings, as YAML)")
 	account := flags.String("service-account", "webhook-system/webhook", "with -o rbac: the `namespace/name` of the ServiceAccount the webhook runs as")
 	if err := flags.Parse(args); err != nil {

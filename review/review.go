@@ -41,6 +41,22 @@ import (
 	"github.com/example/webhook/jsonpatch"
 )
 
+// reviewUsage is what `webhook review -h` says before the flags.
+const reviewUsage = `usage: webhook review -f FILE [-R] [-config deploy/webhooks.yaml] [-o text|json|yaml|junit] [-q]
+       webhook review -audit-log FILE [-config deploy/webhooks.yaml]
+
+The policy's verdict on each object of the manifests in FILE (YAML or JSON,
+Lists as kubectl prints them; - reads stdin), through the webhook's own
+routes, without a cluster; or, with -audit-log, the apiserver's audit log
+replayed: what the policy says now of each write the log holds
+(docs/review.md).
+
+Exit status: 0 every object admitted, 1 one refused (denied, an error, not
+idempotent, differs on dry run), 2 bad usage or unreadable input, 3 nothing
+reviewed or a verdict unknown, 130 interrupted.
+
+`
+
 // The exit statuses of review, which Run's ExitError carries.
 const (
 	// exitRefused: an object is denied, errors, is not idempotent or
@@ -128,6 +144,10 @@ var connectSubresources = map[string]struct {
 // GOGC or GOMEMLIMIT is set, GOGC 400 and a limit of 96 MiB.
 func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reader, stdout, stderr io.Writer, routes func() http.Handler) error {
 	flags.SetOutput(stderr)
+	flags.Usage = func() {
+		fmt.Fprint(stderr, reviewUsage)
+		flags.PrintDefaults()
+	}
 	var o options
 	flags.Var(&o.files, "f", "manifest `file`, directory (its *.yaml, *.yml, *.json; with -R those below it too) or - for stdin; YAML or JSON, several documents, Lists as kubectl prints them (repeatable)")
 	flags.BoolVar(&o.recursive, "R", false, "read the directories of -f recursively, as kubectl's -R")
