@@ -70,7 +70,7 @@ e2e-oldest:
 e2e-versions:
 	cd e2e && $(GO) run ./versions -run '$(E2E_GROUPS)'
 
-# Re-record testdata/*.json, testdata/authorization/*.json,
+# Re-record testdata/*.json, authorize/testdata/*.json,
 # review/testdata/audit/e2e.log and review/apiresources.json from a real
 # kube-apiserver, then refresh goldens.
 capture:
