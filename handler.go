@@ -1,8 +1,9 @@
 package main
 
 // HTTP ⇄ review: the routes, and the one path every review takes, read top
-// to bottom in admission (the README's "How one review flows" walks it);
-// authorization, at the end, is the same path for a SubjectAccessReview.
+// to bottom in handle and admission (the README's "How one review flows"
+// walks it); a part's route, such as /authorize, takes the same path with
+// a Decide of its own.
 //
 // A decision is sent with HTTP 200, its true status in response.status, as
 // pod-security-admission's webhook does: the apiserver shows the user a

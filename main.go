@@ -1,7 +1,7 @@
-// Command webhook is a Kubernetes admission and authorization webhook: POST
-// /mutate patches, /validate allows or denies, /authorize answers
-// SubjectAccessReviews, and GET /ping answers probes. The policy is all in
-// policy.go; this file holds the server's flags and its lifecycle.
+// Command webhook is a Kubernetes admission webhook: POST /mutate patches,
+// /validate allows or denies, and GET /ping answers probes; each optional
+// part (parts, below) adds its route, command or flags. The policy is all
+// in policy.go; this file holds the server's flags and its lifecycle.
 package main
 
 import (

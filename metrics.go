@@ -29,7 +29,7 @@ var latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
 type metrics struct {
 	requests *promtext.CounterVec   // HTTP requests by route and code
 	reviews  *promtext.CounterVec   // reviews by route and verdict
-	panics   *promtext.CounterVec   // admit or authorize functions that panicked, by route
+	panics   *promtext.CounterVec   // policies that panicked deciding a review, by route
 	inFlight *promtext.CounterVec   // requests being served, by route (a gauge kept as up/down counts)
 	latency  *promtext.HistogramVec // seconds from the handler's start, its header read, to its answer, by route
 

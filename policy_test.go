@@ -15,11 +15,13 @@ package main
 //     no fixture has, from YAML or JSON, as the apiserver sends it to its
 //     admin (user admin in system:masters): give "" for the object the
 //     operation lacks (CREATE sends object, UPDATE both, DELETE only
-//     oldObject); reviewAs(t, body, user, groups...) sends it as another. post(admissionHandler(discardLogger, validate(p)), "/validate",
+//     oldObject); reviewAs(t, body, user, groups...) sends it as another.
+//     post(admissionHandler(discardLogger, validate(p)), "/validate",
 //     body) answers it, checkReview reads the answer as the apiserver
-//     does, and policyWithDefaults(t) is the policy run with no flags.
-//   - parsePolicyFlags and checkFlagError read the policy's flags;
-//     resourceReview and pathReview make SubjectAccessReviews.
+//     does, policyWithDefaults(t) is the policy run with no flags, and
+//     policyReading(t, objects...) one whose views of the cluster hold
+//     objects (cluster/).
+//   - parsePolicyFlags and checkFlagError read the policy's flags.
 
 import (
 	"context"

@@ -446,15 +446,3 @@ func wantLogged(t *testing.T, w *webhookServer, parts ...string) {
 		t.Errorf("no line of the webhook's log has all of %q within %s:\n%s", parts, logTimeout, w.log.String())
 	}
 }
-
-// waitUntil polls cond for a few seconds.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}

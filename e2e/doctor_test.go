@@ -257,6 +257,7 @@ func requestUID(r *http.Request) string {
 // from the apiserver as kubectl prints it, and doctor must exit 1 naming
 // the cause. Then the configurations deploy/render.sh renders pass.
 func TestDoctor(t *testing.T) {
+	skipWithoutPart(t, "doctor", "webhook doctor to test")
 	now := time.Now()
 	ca := longLivedCA(t, "doctor e2e CA")
 	otherCA := longLivedCA(t, "another CA")

@@ -55,6 +55,10 @@ func readsOf(t *testing.T, bin string) []readKind {
 	if r, ok := binaryReads.of[bin]; ok {
 		return r
 	}
+	if exec.Command(bin, "help", "reads").Run() != nil {
+		binaryReads.of[bin] = nil // no cluster part: the webhook reads nothing
+		return nil
+	}
 	out, err := exec.Command(bin, "reads", "-o", "json").Output()
 	if err != nil {
 		t.Fatalf("%s reads -o json: %v", bin, err)

@@ -149,6 +149,8 @@ type replayAction struct {
 //     change would refuse are reported as would now be refused, reads of
 //     a group among them.
 func TestAuditReplay(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review -audit-log to replay with")
+	skipWithoutPart(t, "authorize", "/authorize, whose verdicts the replay is held to beside admission's")
 	ctx := context.Background()
 	bin := buildWithPolicy(t, replayPolicy)
 	baseFlags := []string{"-require", replayTeam, "-deny", "group=" + replayBlocked}

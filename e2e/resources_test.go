@@ -55,6 +55,7 @@ type apiResources struct {
 // without -capture a difference fails, so the table cannot rot as
 // Kubernetes changes. Only on the newest minor: the table is that one's.
 func TestReviewAPIResources(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review, whose resources these are")
 	if *kubeVersionFlag != "" {
 		t.Skipf("review/apiresources.json is the newest minor's in e2e/kube; -kube-version chose %s", kubernetesVersion)
 	}

@@ -130,6 +130,7 @@ type reviewedKind struct {
 // resource, subresource, requestKind, requestResource, namespace, name,
 // operation, and a CONNECT's object; each verdict is the apiserver's.
 func TestReviewMatchesTheAPIServerOnKinds(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review to hold to the apiserver")
 	ctx := context.Background()
 	w := startWebhook(t, "")
 	fwd, base := startForwarder(t, w)
@@ -394,6 +395,7 @@ func runReviewJSON(t *testing.T, stdin []byte, args ...string) ([]byte, int) {
 // is sent the object at all, is the apiserver's. A document review cannot
 // read (a template) is not one the apiserver could be sent either.
 func TestReviewCorpusMatchesTheAPIServer(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review to hold to the apiserver")
 	ctx := context.Background()
 	w := startWebhook(t, "")
 	ns := createLabelledNamespaceIn(t, apiserver, "review-corpus", nil)
@@ -598,6 +600,7 @@ rules:
 //     the version the log stored; with a stricter cap, the scale the
 //     apiserver admitted would now be refused.
 func TestReviewSubresourcesMatchTheAPIServer(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review to hold to the apiserver")
 	ctx := context.Background()
 	bin := buildWithPolicy(t, "testdata/subresource-policy.go")
 	w := startWebhookBinary(t, bin, "", "127.0.0.1:0", nil)

@@ -48,6 +48,7 @@ type reviewResult struct {
 // admittedRequest's and deniedRequest's, a ConfigMap's create, and a
 // custom resource's, whatever the policy decides of them.
 func TestReviewMatchesTheAPIServer(t *testing.T) {
+	skipWithoutPart(t, "review", "webhook review to hold to the apiserver")
 	ctx := context.Background()
 	createWidgetCRD(t)
 	scope := newScope(t, "review")

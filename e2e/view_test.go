@@ -44,6 +44,7 @@ func loadBinary(t *testing.T) string {
 // lookupPolicyBinary is the webhook built with lookupPolicy, once a run.
 func lookupPolicyBinary(t *testing.T) string {
 	t.Helper()
+	skipWithoutPart(t, "cluster", "view of the cluster for a policy to read")
 	lookupBinary.once.Do(func() {
 		lookupBinary.path = filepath.Join(workDir, "webhook-lookup")
 		lookupBinary.err = buildWithPolicyTo(lookupPolicy, lookupBinary.path)
