@@ -15,7 +15,9 @@ package main
 //     no fixture has, from YAML or JSON, as the apiserver sends it to its
 //     admin (user admin in system:masters): give "" for the object the
 //     operation lacks (CREATE sends object, UPDATE both, DELETE only
-//     oldObject); reviewAs(t, body, user, groups...) sends it as another.
+//     oldObject); newSubresourceReview does the same for a subresource
+//     (deployments/scale, pods/exec, …); reviewAs(t, body, user,
+//     groups...) sends one as another user.
 //     post(admissionHandler(discardLogger, validate(p)), "/validate",
 //     body) answers it, checkReview reads the answer as the apiserver
 //     does, policyWithDefaults(t) is the policy run with no flags, and
