@@ -8,7 +8,8 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 # The sources .dockerignore lets in: the root package and the packages one
-# folder below it (doctor/), without tests, and what they embed.
+# or two folders below it (doctor/, cluster/kubeclient/), without tests,
+# and what they embed.
 COPY . ./
 # Static (no cgo), no paths of this machine in the binary, no symbol
 # tables; the version webhook -version and its start-up log say.

@@ -9,8 +9,10 @@ GO ?= go
 test: check unit fuzz e2e e2e-oldest
 
 # The fast loop: one to three minutes on 2 cores (the race detector on), no apiserver.
+# UNIT_COUNT= (empty) lets go test take what its cache holds.
+UNIT_COUNT ?= -count=1
 unit:
-	$(GO) test -race -count=1 ./...
+	$(GO) test -race $(UNIT_COUNT) ./...
 
 # gofmt, go vet of the three modules, and that every relative link and
 # #anchor in README.md, docs/ and bench/README.md points somewhere. The
