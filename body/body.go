@@ -137,8 +137,9 @@ func (e *Error) Error() string { return e.Message }
 // Deadline. Nothing is read, and no room waited for, past ctx's deadline
 // less AnswerMargin: a body still waiting for room then (NoRoom), or still
 // being read (SlowRead), is refused; and one that, at the pace room came
-// back over the last second bodies waited, could not have its room by
-// then behind those ahead is refused at once (LongQueue). A refusal is
+// back over the faster of the last two seconds bodies waited, could not
+// have its room by then behind those ahead is refused at once
+// (LongQueue). A refusal is
 // BusyStatus with the reason, never 400 or 408, which blame the client.
 //
 // Errors: 413 over MaxBytes, 411 without a declared length (the apiserver

@@ -23,14 +23,17 @@ type freeBytes struct {
 
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
-	// pace is the bytes a second room came back over the last whole second
-	// that bodies waited (0 until one has): waited and given count toward
-	// the next, on a clock that runs only while a body waits, since
-	// waitedSince. Time no body waited is not a slow line.
-	pace        float64
-	waited      time.Duration
-	given       int64
-	waitedSince time.Time
+	// pace is the bytes a second room came back over the faster of the
+	// last two whole seconds that bodies waited (0 until one has), and
+	// lastPace the last one's: one slow second, as a collection or a
+	// neighbour's burst makes, refuses no body that the line would serve
+	// in time. waited and given count toward the next second, on a clock
+	// that runs only while a body waits, since waitedSince: time no body
+	// waited is not a slow line.
+	pace, lastPace float64
+	waited         time.Duration
+	given          int64
+	waitedSince    time.Time
 }
 
 // init makes capacity bytes of room, to the reserveUnit below.
@@ -113,7 +116,8 @@ func (r *freeBytes) release(n int64) {
 	now := time.Now()
 	r.waited, r.waitedSince, r.given = r.waited+now.Sub(r.waitedSince), now, r.given+n
 	if r.waited >= time.Second {
-		r.pace, r.waited, r.given = float64(r.given)/r.waited.Seconds(), 0, 0
+		last := float64(r.given) / r.waited.Seconds()
+		r.pace, r.lastPace, r.waited, r.given = max(last, r.lastPace), last, 0, 0
 	}
 }
 
