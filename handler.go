@@ -11,7 +11,7 @@ package main
 // review to decide is answered with a metav1.Status and its code (405,
 // 415, 400, 413, 411, 408, 429); so is the webhook's own failure, a panic or no
 // answer at all (500), and an answer that the policy cannot decide now
-// (undecided, 503: any answer whose code is a 5xx), which the apiserver's
+// (unavailable, 503: any answer whose code is a 5xx), which the apiserver's
 // failurePolicy then decides, as it decides for a webhook it cannot reach.
 
 import (
@@ -101,7 +101,7 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 			rs.sendReview(w, r, path, start, d.Review, d.Verdict, d.Attrs)
 		case errors.As(err, &answer) && answer.Code >= 500 && d.Attrs != nil:
 			// Undecided: the apiserver's failurePolicy decides.
-			rs.sendUndecided(w, r, path, start, answer.Code, answer.Message, d.Attrs)
+			rs.sendUnavailable(w, r, path, start, answer.Code, answer.Message, d.Attrs)
 		case answer != nil:
 			rs.sendStatus(w, path, start, err) // not the review expected
 		default:
@@ -245,7 +245,7 @@ func (rs *reviewRoutes) sendReview(w http.ResponseWriter, r *http.Request, path 
 	rs.logReview(r, path, start, http.StatusOK, verdict, attrs)
 }
 
-// sendUndecided answers a review the policy could not decide (undecided,
+// sendUnavailable answers a review the policy could not decide (unavailable,
 // or any answer whose code is a 5xx) with code and a metav1.Status of its
 // message, not a review, so that the webhook configuration's failurePolicy
 // decides: the apiserver reads any answer but a 2xx as a failed call
@@ -257,7 +257,7 @@ func (rs *reviewRoutes) sendReview(w http.ResponseWriter, r *http.Request, path 
 // body; the mutating dispatcher does the same). It logs the review's line,
 // verdict "errored", with the code and without the message, which may
 // quote the object.
-func (rs *reviewRoutes) sendUndecided(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
+func (rs *reviewRoutes) sendUnavailable(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
 	writeStatus(w, code, message)
 	rs.logReview(r, path, start, code, "errored", append(attrs, slog.Int("code", code)))
 }

@@ -44,7 +44,7 @@ func patchingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admiss
 	}
 	meta, err := decodeMetadata(req.Object)
 	if err != nil {
-		return refused(http.StatusBadRequest, err)
+		return errored(http.StatusBadRequest, err)
 	}
 	return patched(setLabels(meta, []keyValue{testLabel}))
 }
@@ -57,7 +57,7 @@ func denyingAdmit(_ context.Context, req *admissionv1.AdmissionRequest) *admissi
 	}
 	meta, err := decodeMetadata(req.Object)
 	if err != nil {
-		return refused(http.StatusBadRequest, err)
+		return errored(http.StatusBadRequest, err)
 	}
 	return denied(fmt.Sprintf("the plumbing tests refuse %s %s", req.Kind.Kind, objectName(req, meta)))
 }
@@ -488,8 +488,8 @@ func TestVerdict(t *testing.T) {
 		{denied("no"), "denied"},
 		{&admissionv1.AdmissionResponse{Result: &metav1.Status{Code: http.StatusUnprocessableEntity}}, "denied"},
 		{&admissionv1.AdmissionResponse{}, "denied"},
-		{refused(http.StatusBadRequest, errors.New("bad object")), "errored"},
-		{refused(http.StatusInternalServerError, errors.New("broken")), "errored"},
+		{errored(http.StatusBadRequest, errors.New("bad object")), "errored"},
+		{errored(http.StatusInternalServerError, errors.New("broken")), "errored"},
 	}
 	for _, tc := range tests {
 		if got := admissionVerdict(tc.resp); got != tc.want {

@@ -114,7 +114,7 @@ func entriesMap(kvs []keyValue) map[string]string {
 //
 //	edit, err := patchObject(req.Object)
 //	if err != nil {
-//		return refused(http.StatusBadRequest, err)
+//		return errored(http.StatusBadRequest, err)
 //	}
 //	edit.setDefault(true, "spec", "securityContext", "runAsNonRoot")
 //	for i := range pod.Spec.Containers {

@@ -7,7 +7,7 @@ package main
 // and handler.go's routes the admit functions mutate and validate.
 //
 // They are built from the toolbox (toolbox.go, patch.go): the answers
-// allowed, allowedWithWarning, denied, patched, refused and undecided; the
+// allowed, allowedWithWarning, denied, patched, errored and unavailable; the
 // readers decodeMetadata (the metadata most policies read; the namespace is
 // req.Namespace), decodeObject (any other fields, into a struct of yours)
 // and objectName (the object's name for a message); the patch builders
@@ -53,7 +53,7 @@ func mutate(p policy) admitFunc {
 		}
 		meta, err := decodeMetadata(req.Object)
 		if err != nil {
-			return refused(http.StatusBadRequest, err)
+			return errored(http.StatusBadRequest, err)
 		}
 		return patched(setAnnotations(meta, p.annotate))
 	}
@@ -69,7 +69,7 @@ func validate(p policy) admitFunc {
 		}
 		meta, err := decodeMetadata(req.Object)
 		if err != nil {
-			return refused(http.StatusBadRequest, err)
+			return errored(http.StatusBadRequest, err)
 		}
 		var missing []string
 		for _, a := range p.require {

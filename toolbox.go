@@ -53,7 +53,7 @@ func patched(ops []patchOp) *admissionv1.AdmissionResponse {
 	}
 	patch, err := json.Marshal(ops)
 	if err != nil {
-		return refused(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
+		return errored(http.StatusInternalServerError, fmt.Errorf("encoding the patch: %w", err))
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt}
@@ -70,15 +70,16 @@ func denied(message string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// refused refuses the request with code, a 4xx, and err's message, in the
-// review (HTTP 200), whatever the webhook's failurePolicy says: the
-// apiserver shows the message only from a review. It is for a request the
-// webhook could not judge, such as one whose object does not decode (400);
-// a policy's own refusal is denied. A 5xx code means the webhook could not
-// decide at all: the answer is then undecided's, an HTTP error that
+// errored refuses the request with code, a 4xx, and err's message, in the
+// review (HTTP 200), as controller-runtime's admission.Errored does,
+// whatever the webhook's failurePolicy says: the apiserver shows the
+// message only from a review. It is for a request the webhook could not
+// judge, such as one whose object does not decode (400); a policy's own
+// refusal is denied. A 5xx code means the webhook could not
+// decide at all: the answer is then unavailable's, an HTTP error that
 // failurePolicy settles. The verdict in the log and the metrics is
 // "errored" for 400 and 5xx, else "denied" (admissionVerdict).
-func refused(code int32, err error) *admissionv1.AdmissionResponse {
+func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    code,
@@ -87,17 +88,18 @@ func refused(code int32, err error) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// undecided says the webhook cannot decide now, with err's message, such
+// unavailable says the webhook cannot decide now, with err's message, such
 // as a view of the cluster that has not synced or is too stale (view's
 // lookups return such an err). It is answered as an HTTP 503 with a
 // Status, not as a review, so that the webhook configuration's
-// failurePolicy decides, as for a webhook the apiserver cannot reach: Fail
+// failurePolicy decides, as for a webhook the apiserver cannot reach
+// (hence its name): Fail
 // refuses the request, and the user reads `failed calling webhook
 // "<name>": failed to call webhook: <message>`; Ignore admits it. There is
 // no Retry-After: the apiserver's client would retry the call up to ten
 // times. Its verdict is "errored".
-func undecided(err error) *admissionv1.AdmissionResponse {
-	return refused(http.StatusServiceUnavailable, err)
+func unavailable(err error) *admissionv1.AdmissionResponse {
+	return errored(http.StatusServiceUnavailable, err)
 }
 
 // objectMetadata is the part of an object's metadata that most policies

@@ -33,7 +33,7 @@ import (
 // as decodeObject decodes the object under review. Its lookups say when
 // the view cannot answer for the cluster: before it has synced, and once
 // it may lag the apiserver by more than its kind's MaxStale, or the
-// lookup's own bound (StaleAtMost); a policy answers undecided(err) then.
+// lookup's own bound (StaleAtMost); a policy answers unavailable(err) then.
 // What they return is the view's: never write into it (a map or a slice
 // of T is shared).
 //

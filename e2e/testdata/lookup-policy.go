@@ -90,10 +90,10 @@ func lookUp(p policy) admitFunc {
 		}
 		_, found, err := p.configMaps.Get(req.Namespace, undecidedName)
 		if err != nil {
-			return undecided(err)
+			return unavailable(err)
 		}
 		if found {
-			return undecided(errors.New("the e2e's lookup policy cannot decide in namespace " + req.Namespace + ": it holds the ConfigMap " + undecidedName))
+			return unavailable(errors.New("the e2e's lookup policy cannot decide in namespace " + req.Namespace + ": it holds the ConfigMap " + undecidedName))
 		}
 		return allowed()
 	}
@@ -126,7 +126,7 @@ func guardClaim(ctx context.Context, p policy, req *admissionv1.AdmissionRequest
 		}
 	}
 	if err != nil {
-		return undecided(err)
+		return unavailable(err)
 	}
 	if len(pods) > 0 {
 		return denied(fmt.Sprintf("PersistentVolumeClaim %s is mounted by %d Pod(s) of namespace %s: delete them first", req.Name, len(pods), req.Namespace))

@@ -65,7 +65,7 @@ func mutate(policy) admitFunc {
 		}
 		meta, err := decodeMetadata(req.Object)
 		if err != nil {
-			return refused(http.StatusBadRequest, err)
+			return errored(http.StatusBadRequest, err)
 		}
 		if _, ok := meta.Annotations[mutatedKey]; ok {
 			return allowed()
@@ -83,7 +83,7 @@ func validate(p policy) admitFunc {
 		if req.Operation == admissionv1.Delete {
 			old, err := decodeMetadata(req.OldObject)
 			if err != nil {
-				return refused(http.StatusBadRequest, err)
+				return errored(http.StatusBadRequest, err)
 			}
 			if old.Labels[protectedLabel] == "true" && !admin {
 				return denied(fmt.Sprintf("%s %s is protected: only %s may delete it", req.Kind.Kind, objectName(req, old), strings.Join(p.admins, ", ")))
@@ -92,7 +92,7 @@ func validate(p policy) admitFunc {
 		}
 		meta, err := decodeMetadata(req.Object)
 		if err != nil {
-			return refused(http.StatusBadRequest, err)
+			return errored(http.StatusBadRequest, err)
 		}
 		var missing []string
 		for _, a := range p.require {
@@ -106,7 +106,7 @@ func validate(p policy) admitFunc {
 		if req.Operation == admissionv1.Update {
 			old, err := decodeMetadata(req.OldObject)
 			if err != nil {
-				return refused(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
+				return errored(http.StatusBadRequest, fmt.Errorf("oldObject: %w", err))
 			}
 			if old.Labels[ownerLabel] != meta.Labels[ownerLabel] && !admin {
 				return denied(fmt.Sprintf("%s %s: only %s may change the label %s", req.Kind.Kind, objectName(req, meta), strings.Join(p.admins, ", "), ownerLabel))

@@ -45,7 +45,7 @@ func validate(p policy) admitFunc {
 				} `json:"spec"`
 			}
 			if err := decodeObject(req.Object, &scale); err != nil {
-				return refused(http.StatusBadRequest, err)
+				return errored(http.StatusBadRequest, err)
 			}
 			if scale.Spec.Replicas > p.maxReplicas {
 				return denied(fmt.Sprintf("%s %s/%s may have at most %d replicas, not %d", req.Resource.Resource, req.Namespace, req.Name, p.maxReplicas, scale.Spec.Replicas))
@@ -60,7 +60,7 @@ func validate(p policy) admitFunc {
 				} `json:"spec"`
 			}
 			if err := decodeObject(req.Object, &pod); err != nil {
-				return refused(http.StatusBadRequest, err)
+				return errored(http.StatusBadRequest, err)
 			}
 			var bad []string
 			for _, c := range pod.Spec.EphemeralContainers {

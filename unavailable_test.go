@@ -13,14 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestUndecidedLetsFailurePolicyDecide: an answer whose code is a 5xx,
-// undecided's or refused's, is sent as that HTTP status with a Status
+// TestUnavailableLetsFailurePolicyDecide: an answer whose code is a 5xx,
+// unavailable's or errored's, is sent as that HTTP status with a Status
 // carrying its message, not as a review, on /validate under every
 // -validation-action and on /mutate, so that the apiserver's failurePolicy
 // decides; no Retry-After, which would make the apiserver retry. Its log
 // line says errored and the code, never the message. A 4xx refusal stays
 // in the review.
-func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
+func TestUnavailableLetsFailurePolicyDecide(t *testing.T) {
 	body := plumbingReviews(t)["v1-deployment-create"]
 	uid := decodeReviewIn(t, body).Request.UID
 	const why = "the webhook's view of serviceaccounts is not synced yet: secret=hunter2"
@@ -31,12 +31,12 @@ func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
 		reason metav1.StatusReason
 		denied denialRewriter
 	}{
-		{"undecided", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, nil},
-		{"undecided with a rewriter of denials", undecided(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, func(*admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
-			t.Error("an undecided answer was rewritten as a denial")
+		{"unavailable", unavailable(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, nil},
+		{"unavailable with a rewriter of denials", unavailable(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, func(*admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+			t.Error("an unavailable answer was rewritten as a denial")
 			return allowed(), "rewritten"
 		}},
-		{"refused with 500", refused(http.StatusInternalServerError, errors.New(why)), http.StatusInternalServerError, metav1.StatusReasonInternalError, nil},
+		{"errored with 500", errored(http.StatusInternalServerError, errors.New(why)), http.StatusInternalServerError, metav1.StatusReasonInternalError, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
@@ -62,7 +62,7 @@ func TestUndecidedLetsFailurePolicyDecide(t *testing.T) {
 	}
 	t.Run("a 4xx refusal stays in the review", func(t *testing.T) {
 		admit := func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
-			return refused(http.StatusConflict, errors.New("taken"))
+			return errored(http.StatusConflict, errors.New("taken"))
 		}
 		out := checkReview(t, "/validate", decodeReviewIn(t, body), post(admissionHandler(discardLogger, admit), "/validate", body))
 		if out.Response.Allowed || out.Response.Status.Code != http.StatusConflict {
