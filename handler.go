@@ -100,7 +100,7 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 		case err == nil:
 			rs.sendReview(w, r, path, start, d.Review, d.Verdict, d.Attrs)
 		case errors.As(err, &answer) && answer.Code >= 500 && d.Attrs != nil:
-			// Undecided: the apiserver's failurePolicy decides.
+			// Unavailable: the apiserver's failurePolicy decides.
 			rs.sendUnavailable(w, r, path, start, answer.Code, answer.Message, d.Attrs)
 		case answer != nil:
 			rs.sendStatus(w, path, start, err) // not the review expected
@@ -157,7 +157,7 @@ func admission(admit admitFunc, denied denialRewriter) part.Decide {
 // checkRequest checks what comes before a review's body, so that none of
 // it is read for a request that could not be a review: the method, the
 // content type, and the apiserver's ?timeout= (a Go duration such as
-// "10s"), which it returns, at most maxWebhookTimeout; or a *statusError
+// "10s"), which it returns, at most maxWebhookTimeout; or a *part.Error
 // to answer with (for a wrong method, after setting the Allow header it
 // needs). expected names the review in its messages.
 func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
