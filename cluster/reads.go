@@ -1,6 +1,6 @@
 package cluster
 
-// What the policy reads of the cluster (policy.reads), and the three ways
+// What the policy reads of the cluster (policy.Reads), and the three ways
 // its views are made through the one door, the policy value its makers
 // take: kept in step with the apiserver by the server (watchCluster),
 // filled from objects by a test, and from files by `webhook review
@@ -71,7 +71,7 @@ func (k Kind) maxStale() time.Duration {
 	return defaultMaxStale
 }
 
-// read is one kind the policy reads, as ReadInto declares it: the kind,
+// Read is one kind the policy reads, as ReadInto declares it: the kind,
 // and how to make the view the policy holds of it.
 type Read struct {
 	kind    Kind
@@ -90,7 +90,7 @@ type viewStore interface {
 
 // ReadInto declares that the policy reads kind, keeping of each object
 // what T holds, and gives the policy its view in *field, with the indexes
-// IndexBy defines. policy.reads returns one for each kind.
+// IndexBy defines. policy.Reads returns one for each kind.
 func ReadInto[T any](field **View[T], kind Kind, indexes ...Index[T]) Read {
 	names := make([]string, len(indexes))
 	for i, x := range indexes {
@@ -268,7 +268,7 @@ type watchedView struct {
 }
 
 // watchCluster gives the policy a view of each kind it reads (reads, from
-// policy.reads), each kept in step with the apiserver by a Reflector that
+// policy.Reads), each kept in step with the apiserver by a Reflector that
 // runs until stop, and returns them; nil, with no credentials asked for,
 // when it reads nothing. The credentials are -kubeconfig's when it is set,
 // else the Pod's ServiceAccount's; none of either stops the server, saying
@@ -381,7 +381,7 @@ func (c *clusterViews) writeMetrics(w io.Writer) {
 		sample(w, "webhook_view_watch_requests_total", label(v), float64(h.Watches))
 		sample(w, "webhook_view_failures_total", label(v), float64(h.Failures))
 	}
-	family(w, "webhook_view_apiserver_lookups_total", "counter", "The policy's lookups that asked the apiserver itself (a miss of getOrFetch, getLatest: get; listLatest, indexedLatest: list), by outcome: sent a request, shared a request another lookup sent, or refused over -apiserver-lookups-per-second.")
+	family(w, "webhook_view_apiserver_lookups_total", "counter", "The policy's lookups that asked the apiserver itself (a miss of GetOrFetch, GetLatest: get; ListLatest, IndexedLatest: list), by outcome: sent a request, shared a request another lookup sent, or refused over -apiserver-lookups-per-second.")
 	for _, v := range c.views {
 		for _, verb := range []string{"get", "list"} {
 			n := v.apiserver.counts[verb]
@@ -474,7 +474,7 @@ func readClusterObjects(path string, r io.Reader) ([]clusterObject, error) {
 }
 
 // fillViews gives the policy a view of each kind it reads (reads, from
-// policy.reads), filled once with the objects of that kind (and namespace)
+// policy.Reads), filled once with the objects of that kind (and namespace)
 // among objects, a kind absent from them being empty: the door a test
 // uses, and `webhook review -cluster`. A view whose objects do not decode
 // into what the policy keeps is not synced, and says why, as the server's

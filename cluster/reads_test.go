@@ -203,7 +203,7 @@ func (f *fakeCluster) set(watch string) {
 }
 
 // TestViewAfterAWatchAnsweredThenGone: a view cut off from the apiserver
-// for longer than its MaxStale answers errStale, and goes on doing so
+// for longer than its MaxStale answers ErrStale, and goes on doing so
 // when a watch is answered 200, then 410, while the list that follows is
 // under way: the old content is not taken for fresh (a ServiceAccount
 // deleted meanwhile was allowed so). Once the list is whole and a watch
@@ -231,7 +231,7 @@ func TestViewAfterAWatchAnsweredThenGone(t *testing.T) {
 	waitFor("the view's watch to be established", func() bool { return c.views[0].reflector.Health().Current })
 
 	f.set("refuse")
-	waitFor("the view to be too stale", func() bool { return errors.Is(lookup(), errStale) })
+	waitFor("the view to be too stale", func() bool { return errors.Is(lookup(), ErrStale) })
 
 	f.mu.Lock()
 	f.listGate = make(chan struct{})
@@ -239,8 +239,8 @@ func TestViewAfterAWatchAnsweredThenGone(t *testing.T) {
 	lists, watches := f.count("LIST"), f.count("WATCH")
 	f.set("gone")
 	waitFor("a watch answered 200, then 410, and the list after it", func() bool { return f.count("WATCH") > watches && f.count("LIST") > lists })
-	if err := lookup(); !errors.Is(err, errStale) {
-		t.Errorf("while listing after a watch answered 200, then 410: got %v, want errStale", err)
+	if err := lookup(); !errors.Is(err, ErrStale) {
+		t.Errorf("while listing after a watch answered 200, then 410: got %v, want ErrStale", err)
 	}
 
 	f.set("")

@@ -1,14 +1,14 @@
 package cluster
 
 // The policy's view of the cluster: what it keeps of each object of a
-// kind it reads (policy.reads), looked up by namespace and name, by
+// kind it reads (policy.Reads), looked up by namespace and name, by
 // namespace, and by an index the policy defines, without a request to the
 // apiserver per review. main.go keeps each view in step with the apiserver
 // (a kubeclient.Reflector: one list, then one watch); a test fills one
 // from objects, and `webhook review -cluster` from a file, through the
 // same door (reads.go). What a lookup cannot answer from the view, a miss
-// of getOrFetch or a read as of now (getLatest, listLatest,
-// indexedLatest), it asks the apiserver, sharing the request with the
+// of GetOrFetch or a read as of now (GetLatest, ListLatest,
+// IndexedLatest), it asks the apiserver, sharing the request with the
 // lookups waiting for the same and within the operator's rate
 // (reads.go).
 
@@ -28,7 +28,7 @@ import (
 	"github.com/example/webhook/jsonfield"
 )
 
-// view is the policy's view of one kind of the cluster's objects: of
+// View is the policy's view of one kind of the cluster's objects: of
 // each, only T, a struct of the policy's own holding the fields it reads,
 // as decodeObject decodes the object under review. Its lookups say when
 // the view cannot answer for the cluster: before it has synced, and once
@@ -75,7 +75,7 @@ type Bound struct{ maxStale time.Duration }
 // the view is current (0) while its watch is established, and otherwise as
 // old as the time since it last heard from the apiserver.
 // StaleAtMost(0) answers only while the watch is established. Past the
-// bound, the lookup's error is errStale.
+// bound, the lookup's error is ErrStale.
 func StaleAtMost(d time.Duration) Bound { return Bound{maxStale: max(d, 0)} }
 
 // Index is an index a policy defines on a view (IndexBy): its name,
@@ -85,7 +85,7 @@ type Index[T any] struct {
 	keys func(T) []string
 }
 
-// IndexBy defines an index named name, under which view.indexed finds each
+// IndexBy defines an index named name, under which View.Indexed finds each
 // object by every key keys returns for it: the images of a Pod's
 // containers, a ConfigMap's label, a name across namespaces (T then keeps
 // metadata.name).
@@ -115,8 +115,8 @@ type viewContent[T any] struct {
 // tells them apart. ErrOverRate (reads.go) is a lookup the apiserver
 // was not asked, the webhook's rate of such lookups spent.
 var (
-	errNotSynced = errors.New("not synced yet")
-	errStale     = errors.New("too stale")
+	ErrNotSynced = errors.New("not synced yet")
+	ErrStale     = errors.New("too stale")
 )
 
 // defaultMaxStale is how long a view answers after it last heard from the
@@ -134,12 +134,12 @@ func newView[T any](kind Kind, indexes []Index[T], health func() kubeclient.Heal
 	return v
 }
 
-// get returns what the policy keeps of the object name in namespace ("" for
+// Get returns what the policy keeps of the object name in namespace ("" for
 // a kind of cluster scope) and whether the view has it, or an error when
-// the view cannot say (errNotSynced, errStale). It asks the apiserver
+// the view cannot say (ErrNotSynced, ErrStale). It asks the apiserver
 // nothing: an object created a moment ago may not be there yet, as the
 // watch brings it milliseconds later. A policy that denies what it does
-// not find uses getOrFetch, or getLatest.
+// not find uses GetOrFetch, or GetLatest.
 func (v *View[T]) Get(namespace, name string, bounds ...Bound) (T, bool, error) {
 	var zero T
 	if err := v.fresh(bounds); err != nil {
@@ -154,9 +154,9 @@ func (v *View[T]) Get(namespace, name string, bounds ...Bound) (T, bool, error) 
 	return obj, ok, nil
 }
 
-// getOrFetch is get for a policy that denies what it does not find: an
-// object the view lacks is asked of the apiserver (a GET, as getLatest
-// sends it) before getOrFetch says it does not exist, as it may have been
+// GetOrFetch is Get for a policy that denies what it does not find: an
+// object the view lacks is asked of the apiserver (a GET, as GetLatest
+// sends it) before GetOrFetch says it does not exist, as it may have been
 // created a moment ago (`kubectl apply -f dir/` creates a ServiceAccount
 // just before the Deployment that names it). That GET, on a miss alone,
 // is shared by the lookups of the same object that wait for it, and
@@ -171,7 +171,7 @@ func (v *View[T]) GetOrFetch(ctx context.Context, namespace, name string, bounds
 	return v.GetLatest(ctx, namespace, name)
 }
 
-// getLatest is get as of now: the object is asked of the apiserver (a GET
+// GetLatest is Get as of now: the object is asked of the apiserver (a GET
 // with no resourceVersion, which the apiserver answers from etcd), whether
 // or not the view has it, for a decision that must see a write made a
 // moment ago. The lookups of one object that arrive while the GET is
@@ -211,7 +211,7 @@ func (v *View[T]) GetLatest(ctx context.Context, namespace, name string) (T, boo
 	return got.obj, got.found, nil
 }
 
-// list returns what the policy keeps of every object in namespace, or in
+// List returns what the policy keeps of every object in namespace, or in
 // every namespace for "", sorted by namespace and name, or an error when
 // the view cannot say.
 func (v *View[T]) List(namespace string, bounds ...Bound) ([]T, error) {
@@ -236,7 +236,7 @@ func (v *View[T]) List(namespace string, bounds ...Bound) ([]T, error) {
 	return v.sortedLocked(keys), nil
 }
 
-// listLatest is list as of now: the apiserver lists namespace (every one
+// ListLatest is List as of now: the apiserver lists namespace (every one
 // the view holds, for ""), with no resourceVersion, a consistent read,
 // whatever the view holds. The lookups of one namespace that arrive while
 // a list is under way share the next one; each list counts against the
@@ -255,7 +255,7 @@ func (v *View[T]) ListLatest(ctx context.Context, namespace string) ([]T, error)
 	return out, nil
 }
 
-// indexed returns what the policy keeps of every object that index, an
+// Indexed returns what the policy keeps of every object that index, an
 // index of the view's kind (IndexBy), finds under key, sorted by namespace
 // and name, or an error when the view cannot say. An index the view does
 // not have is an error, never an empty answer.
@@ -276,10 +276,10 @@ func (v *View[T]) Indexed(index, key string, bounds ...Bound) ([]T, error) {
 	return v.sortedLocked(keys), nil
 }
 
-// indexedLatest is indexed as of now: the apiserver lists every object the
-// view holds (listLatest of ""), and index is applied to that. It costs a
+// IndexedLatest is indexed as of now: the apiserver lists every object the
+// view holds (ListLatest of ""), and index is applied to that. It costs a
 // list of the whole kind: a policy that knows the namespace calls
-// listLatest of it instead.
+// ListLatest of it instead.
 func (v *View[T]) IndexedLatest(ctx context.Context, index, key string) ([]T, error) {
 	if v == nil {
 		return nil, v.fresh(nil)
@@ -301,7 +301,7 @@ func (v *View[T]) IndexedLatest(ctx context.Context, index, key string) ([]T, er
 	return out, nil
 }
 
-// latest is what listLatest and indexedLatest read: every object of
+// latest is what ListLatest and IndexedLatest read: every object of
 // namespace ("" for every one the view holds) as the apiserver lists it
 // now, sorted, or the view's own for a view filled once.
 func (v *View[T]) latest(ctx context.Context, namespace string) ([]listed[T], error) {
@@ -382,14 +382,14 @@ func (v *View[T]) index(name string) (int, error) {
 // panic.
 func (v *View[T]) fresh(bounds []Bound) error {
 	if v == nil {
-		return fmt.Errorf("the policy's view of a kind it reads was never made: policy.go's reads must name it with ReadInto: %w", errNotSynced)
+		return fmt.Errorf("the policy's view of a kind it reads was never made: policy.go's Reads must name it with ReadInto, on a pointer receiver (p *policy) so that ReadInto writes into the policy and not a copy: %w", ErrNotSynced)
 	}
 	h := v.health()
 	switch {
 	case !h.Synced && h.Err != nil:
-		return fmt.Errorf("the webhook's view of %s is %w: %v", v.kind, errNotSynced, h.Err)
+		return fmt.Errorf("the webhook's view of %s is %w: %v", v.kind, ErrNotSynced, h.Err)
 	case !h.Synced:
-		return fmt.Errorf("the webhook's view of %s is %w: its first list is under way", v.kind, errNotSynced)
+		return fmt.Errorf("the webhook's view of %s is %w: its first list is under way", v.kind, ErrNotSynced)
 	}
 	if h.Current {
 		return nil // as current as the apiserver's watch, whatever the bound
@@ -405,7 +405,7 @@ func (v *View[T]) fresh(bounds []Bound) error {
 		if h.Err != nil {
 			why = h.Err.Error()
 		}
-		return fmt.Errorf("the webhook's view of %s is %w: it has not heard from the apiserver for %s, longer than %s (%s) allows (%s)", v.kind, errStale, age.Round(time.Millisecond), whose, limit, why)
+		return fmt.Errorf("the webhook's view of %s is %w: it has not heard from the apiserver for %s, longer than %s (%s) allows (%s)", v.kind, ErrStale, age.Round(time.Millisecond), whose, limit, why)
 	}
 	return nil
 }

@@ -149,11 +149,11 @@ func TestViewFreshness(t *testing.T) {
 		wantErr error
 		want    string
 	}{
-		{"listing", kubeclient.Health{}, errNotSynced, "its first list is under way"},
-		{"refused", kubeclient.Health{Err: errors.New("pods is forbidden")}, errNotSynced, "pods is forbidden"},
+		{"listing", kubeclient.Health{}, ErrNotSynced, "its first list is under way"},
+		{"refused", kubeclient.Health{Err: errors.New("pods is forbidden")}, ErrNotSynced, "pods is forbidden"},
 		{"watching", kubeclient.Health{Synced: true, Current: true, Heard: time.Now().Add(-time.Hour)}, nil, ""},
 		{"reconnecting", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Second)}, nil, ""},
-		{"cut off", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, errStale, "has not heard from the apiserver for 1m0"},
+		{"cut off", kubeclient.Health{Synced: true, Heard: time.Now().Add(-time.Minute), Err: errors.New("connection refused")}, ErrStale, "has not heard from the apiserver for 1m0"},
 	} {
 		v := newView[testPod](podKind, nil, func() kubeclient.Health { return tc.health }, nil)
 		_, _, err := v.Get("a", "b")
@@ -165,13 +165,13 @@ func TestViewFreshness(t *testing.T) {
 		}
 	}
 	var missing *View[testPod]
-	if _, _, err := missing.Get("a", "b"); !errors.Is(err, errNotSynced) {
-		t.Errorf("a nil view: got %v, want errNotSynced", err)
+	if _, _, err := missing.Get("a", "b"); !errors.Is(err, ErrNotSynced) {
+		t.Errorf("a nil view: got %v, want ErrNotSynced", err)
 	}
 }
 
 // TestViewAsksTheAPIServerOnAMiss: an object the view lacks is asked of
-// the apiserver before getOrFetch says it does not exist; a failure to ask
+// the apiserver before GetOrFetch says it does not exist; a failure to ask
 // is an error, never "not found"; get asks nothing.
 func TestViewAsksTheAPIServerOnAMiss(t *testing.T) {
 	ctx := context.Background()
@@ -216,10 +216,10 @@ func TestLookupBounds(t *testing.T) {
 		wantErr error
 	}{
 		{"current, bound 0", kubeclient.Health{Synced: true, Current: true, Heard: now.Add(-time.Minute)}, 0, nil},
-		{"2 s old, bound 0", kubeclient.Health{Synced: true, Heard: now.Add(-2 * time.Second)}, 0, errStale},
+		{"2 s old, bound 0", kubeclient.Health{Synced: true, Heard: now.Add(-2 * time.Second)}, 0, ErrStale},
 		{"2 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-2 * time.Second)}, 5 * time.Second, nil},
-		{"10 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-10 * time.Second)}, 5 * time.Second, errStale},
-		{"40 s old, bound 1 h: MaxStale still holds", kubeclient.Health{Synced: true, Heard: now.Add(-40 * time.Second)}, time.Hour, errStale},
+		{"10 s old, bound 5 s", kubeclient.Health{Synced: true, Heard: now.Add(-10 * time.Second)}, 5 * time.Second, ErrStale},
+		{"40 s old, bound 1 h: MaxStale still holds", kubeclient.Health{Synced: true, Heard: now.Add(-40 * time.Second)}, time.Hour, ErrStale},
 	} {
 		v := newView[testPod](podKind, []Index[testPod]{byImage}, func() kubeclient.Health { return tc.health }, nil)
 		_, _, err := v.Get("a", "b", StaleAtMost(tc.bound))
@@ -384,7 +384,7 @@ func TestLookupsOverTheRate(t *testing.T) {
 	}
 }
 
-// TestLatestReads: getLatest, listLatest and indexedLatest answer as the
+// TestLatestReads: GetLatest, ListLatest and IndexedLatest answer as the
 // apiserver does now, when the view has not seen a write yet; the view's
 // own lookups do not. A view filled once answers them from what it holds.
 func TestLatestReads(t *testing.T) {
@@ -398,16 +398,16 @@ func TestLatestReads(t *testing.T) {
 		t.Errorf("list a: got %v, want the view's", names(got))
 	}
 	if got, err := v.ListLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
-		t.Errorf("listLatest a: got %v, %v, want the apiserver's", names(got), err)
+		t.Errorf("ListLatest a: got %v, %v, want the apiserver's", names(got), err)
 	}
 	if got, err := v.IndexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"new", "web"}) {
-		t.Errorf("indexedLatest nginx: got %v, %v, want the apiserver's", names(got), err)
+		t.Errorf("IndexedLatest nginx: got %v, %v, want the apiserver's", names(got), err)
 	}
 	if _, err := v.IndexedLatest(ctx, "color", "red"); err == nil {
-		t.Error("indexedLatest of an index the view lacks: got no error")
+		t.Error("IndexedLatest of an index the view lacks: got no error")
 	}
 	if _, found, err := v.GetLatest(ctx, "b", "db"); !found || err != nil {
-		t.Errorf("getLatest b/db: got %v, %v, want found", found, err)
+		t.Errorf("GetLatest b/db: got %v, %v, want found", found, err)
 	}
 	if gets, lists := f.count(); gets != 1 || lists != 2 {
 		t.Errorf("sent %d GETs and %d lists, want 1 and 2", gets, lists)
@@ -415,10 +415,10 @@ func TestLatestReads(t *testing.T) {
 
 	filled := filledView(t, podKind, pod("a", "web", "builder", "nginx"))
 	if got, err := filled.ListLatest(ctx, "a"); err != nil || !slices.Equal(names(got), []string{"web"}) {
-		t.Errorf("a filled view's listLatest: got %v, %v, want what it holds", names(got), err)
+		t.Errorf("a filled view's ListLatest: got %v, %v, want what it holds", names(got), err)
 	}
 	if got, err := filled.IndexedLatest(ctx, "image", "nginx"); err != nil || !slices.Equal(names(got), []string{"web"}) {
-		t.Errorf("a filled view's indexedLatest: got %v, %v, want what it holds", names(got), err)
+		t.Errorf("a filled view's IndexedLatest: got %v, %v, want what it holds", names(got), err)
 	}
 }
 

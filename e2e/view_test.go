@@ -220,7 +220,7 @@ func scrapedValue(t *testing.T, url, series string) float64 {
 // deleting a PersistentVolumeClaim is denied while a Pod of its namespace
 // mounts it. Two hundred times, a Pod is created that mounts a new claim,
 // and the claim is deleted at once: with the Pods read as of now
-// (listLatest of the namespace, or getLatest of the one Pod) every delete
+// (ListLatest of the namespace, or GetLatest of the one Pod) every delete
 // is denied; from the view alone (indexed, the claims named view-*), some
 // may be let through, the Pod not yet in the view.
 // It logs what each costs (bench/README.md): the time a delete takes, and
@@ -284,8 +284,8 @@ func TestClaimGuard(t *testing.T) {
 		name, prefix, verb string
 		wantAll            bool
 	}{
-		{"the namespace's Pods read as of now (listLatest)", "latest-", "list", true},
-		{"the one Pod read as of now (getLatest)", "get-", "get", true},
+		{"the namespace's Pods read as of now (ListLatest)", "latest-", "list", true},
+		{"the one Pod read as of now (GetLatest)", "get-", "get", true},
 		{"from the view alone (indexed)", "view-", "list", false},
 	} {
 		lookups := func() (sent, shared float64) {
