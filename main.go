@@ -389,8 +389,8 @@ Usage:
 	}
 	b.WriteString(`  webhook help [COMMAND]     this, or a command's flags
 
-Exit status: 0 success, 2 bad usage everywhere; doctor and review say more
-(docs/troubleshooting.md, docs/review.md).
+Exit status: 0 success, 2 bad usage everywhere; each command's help says
+more.
 
 `)
 	return b.String()

@@ -70,15 +70,16 @@ func denied(message string) *admissionv1.AdmissionResponse {
 	}}
 }
 
-// errored refuses the request with code, a 4xx, and err's message, in the
-// review (HTTP 200), as controller-runtime's admission.Errored does,
-// whatever the webhook's failurePolicy says: the apiserver shows the
-// message only from a review. It is for a request the webhook could not
-// judge, such as one whose object does not decode (400); a policy's own
-// refusal is denied. A 5xx code means the webhook could not
-// decide at all: the answer is then unavailable's, an HTTP error that
-// failurePolicy settles. The verdict in the log and the metrics is
-// "errored" for 400 and 5xx, else "denied" (admissionVerdict).
+// errored answers the request with code and err's message, as
+// controller-runtime's admission.Errored does. It is for a request the
+// webhook could not judge, such as one whose object does not decode
+// (400); a policy's own refusal is denied. With a 4xx the request is
+// refused in the review (HTTP 200), whatever the webhook's failurePolicy
+// says: the apiserver shows the message only from a review. With a 5xx
+// the webhook could not decide at all: handler.go answers it as
+// unavailable's, an HTTP error that failurePolicy settles. The verdict in
+// the log and the metrics is "errored" for 400 and 5xx, else "denied"
+// (admissionVerdict).
 func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
@@ -90,14 +91,13 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 
 // unavailable says the webhook cannot decide now, with err's message, such
 // as a view of the cluster that has not synced or is too stale (view's
-// lookups return such an err). It is answered as an HTTP 503 with a
-// Status, not as a review, so that the webhook configuration's
-// failurePolicy decides, as for a webhook the apiserver cannot reach
-// (hence its name): Fail
-// refuses the request, and the user reads `failed calling webhook
-// "<name>": failed to call webhook: <message>`; Ignore admits it. There is
-// no Retry-After: the apiserver's client would retry the call up to ten
-// times. Its verdict is "errored".
+// lookups return such an err). It is errored(503), and handler.go answers
+// it, as any 5xx, as an HTTP 503 with a Status, not as a review, so that
+// the webhook configuration's failurePolicy decides, as for a webhook the
+// apiserver cannot reach (hence its name): Fail refuses the request, and
+// the user reads `failed calling webhook "<name>": failed to call webhook:
+// <message>`; Ignore admits it. There is no Retry-After: the apiserver's
+// client would retry the call up to ten times. Its verdict is "errored".
 func unavailable(err error) *admissionv1.AdmissionResponse {
 	return errored(http.StatusServiceUnavailable, err)
 }
