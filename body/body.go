@@ -139,8 +139,8 @@ func (e *Error) Error() string { return e.Message }
 // being read (SlowRead), is refused; and one that, at the pace room came
 // back over the faster of the last two seconds bodies waited, could not
 // have its room by then behind those ahead is refused at once
-// (LongQueue). A refusal is
-// BusyStatus with the reason, never 400 or 408, which blame the client.
+// (LongQueue). A refusal is BusyStatus with the reason, never 400 or 408,
+// which blame the client.
 //
 // Errors: 413 over MaxBytes, 411 without a declared length (the apiserver
 // always declares it), 408 when cut, BusyStatus when refused, 400 when

@@ -276,7 +276,7 @@ func (v *View[T]) Indexed(index, key string, bounds ...Bound) ([]T, error) {
 	return v.sortedLocked(keys), nil
 }
 
-// IndexedLatest is indexed as of now: the apiserver lists every object the
+// IndexedLatest is Indexed as of now: the apiserver lists every object the
 // view holds (ListLatest of ""), and index is applied to that. It costs a
 // list of the whole kind: a policy that knows the namespace calls
 // ListLatest of it instead.
