@@ -94,7 +94,7 @@ func TestReadingPath(t *testing.T) {
 		byDir[d.dir] += d.whole
 		switch {
 		case d.isType && contract[d]:
-			queue = append(queue, m.methods[d]...)
+			queue = append(queue, m.methods(d)...)
 		case !d.isType:
 			queue = append(queue, m.uses(d)...)
 		}
@@ -160,6 +160,7 @@ type declaration struct {
 	whole, signature int
 	isType           bool
 	node             ast.Node
+	object           types.Object // the first name it declares
 }
 
 // moduleIndex is this module's packages, type-checked from source; every
@@ -173,8 +174,7 @@ type moduleIndex struct {
 	checked map[string]*types.Package // by folder
 	standIn map[string]*types.Package // by import path
 	decls   map[types.Object]*declaration
-	named   map[string]*declaration         // dir:name
-	methods map[*declaration][]*declaration // a type's
+	named   map[string]*declaration // dir:name
 }
 
 func newModuleIndex(t *testing.T) *moduleIndex {
@@ -186,7 +186,7 @@ func newModuleIndex(t *testing.T) *moduleIndex {
 	m := &moduleIndex{t: t, module: strings.TrimSpace(strings.TrimPrefix(first, "module")), fset: token.NewFileSet(),
 		info:    &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}},
 		checked: map[string]*types.Package{}, standIn: map[string]*types.Package{}, decls: map[types.Object]*declaration{},
-		named: map[string]*declaration{}, methods: map[*declaration][]*declaration{}}
+		named: map[string]*declaration{}}
 	m.check(".")
 	return m
 }
@@ -247,12 +247,6 @@ func (m *moduleIndex) check(dir string) *types.Package {
 	for _, f := range files {
 		m.index(dir, f)
 	}
-	for key, d := range m.named {
-		typeName, _, isMethod := strings.Cut(d.name, ".")
-		if owner := m.named[dir+":"+typeName]; isMethod && strings.HasPrefix(key, dir+":") && owner != nil {
-			m.methods[owner] = append(m.methods[owner], d)
-		}
-	}
 	return p
 }
 
@@ -302,6 +296,7 @@ func (m *moduleIndex) index(dir string, f *ast.File) {
 }
 
 func (m *moduleIndex) add(d *declaration, idents ...*ast.Ident) {
+	d.object = m.info.Defs[idents[0]]
 	for _, id := range idents {
 		m.decls[m.info.Defs[id]] = d
 		name := id.Name
@@ -310,6 +305,21 @@ func (m *moduleIndex) add(d *declaration, idents ...*ast.Ident) {
 		}
 		m.named[d.dir+":"+name] = d
 	}
+}
+
+// methods returns the methods of d, a type, as the type checker found them.
+func (m *moduleIndex) methods(d *declaration) []*declaration {
+	named, ok := d.object.Type().(*types.Named)
+	if !ok {
+		return nil
+	}
+	var methods []*declaration
+	for i := range named.NumMethods() {
+		if method := m.decls[named.Method(i)]; method != nil {
+			methods = append(methods, method)
+		}
+	}
+	return methods
 }
 
 func receiverName(recv ast.Expr) string {
