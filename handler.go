@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -43,10 +42,9 @@ import (
 // may set; the apiserver never waits longer.
 const maxWebhookTimeout = 30 * time.Second
 
-// routes serves /mutate and /validate, each with the policy's function,
-// and the parts' routes (/authorize), each behind checkClient
-// (requireClient with -client-ca-file; else nothing). denied, when set,
-// is what becomes of /validate's denials (-validation-action).
+// routes serves /mutate and /validate with the policy's functions, and
+// the parts' routes, each behind checkClient (requireClient, or nothing).
+// denied, when set, rewrites /validate's denials (-validation-action).
 func routes(rs *reviewRoutes, p policy, denied denialRewriter, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", checkClient(rs.handle("/mutate", acceptedAdmissionReviews, admission(mutate(p), nil))))
@@ -69,11 +67,9 @@ type reviewRoutes struct {
 	bodies  *body.Budget
 }
 
-// handle serves a review route, path: the one path every review takes.
-// It checks the request, reads its body within the budget and in time,
-// has decide decide it, and answers: the review with 200, or a
-// metav1.Status with its code; it logs the review's line and counts it.
-// expects names the review in the messages of what it refuses.
+// handle serves a review route, path, the one path every review takes:
+// it checks the request, reads its body, has decide decide it, and answers
+// with the review or a metav1.Status. expects names the review it takes.
 func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -100,23 +96,20 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 		case err == nil:
 			rs.sendReview(w, r, path, start, d.Review, d.Verdict, d.Attrs)
 		case errors.As(err, &answer) && answer.Code >= 500 && d.Attrs != nil:
-			// Unavailable: the apiserver's failurePolicy decides.
-			rs.sendUnavailable(w, r, path, start, answer.Code, answer.Message, d.Attrs)
+			// Unavailable: failurePolicy decides (docs/error-contract.md).
+			writeStatus(w, answer.Code, answer.Message)
+			rs.logReview(r, path, start, answer.Code, "errored", append(d.Attrs, slog.Int("code", answer.Code)))
 		case answer != nil:
 			rs.sendStatus(w, path, start, err) // not the review expected
 		default:
-			// The webhook's own failure: a panic, no answer, or an
-			// answer that would not encode.
-			rs.logFailure(ctx, path, d.Attrs, err)
-			rs.sendStatus(w, path, start, &part.Error{Code: http.StatusInternalServerError, Message: "the webhook failed while deciding the review" + uidOf(d.Attrs) + "; its log has the details"})
+			rs.sendFailure(ctx, w, path, start, d.Attrs, err)
 		}
 	})
 }
 
-// admission decides an AdmissionReview with admit: decoded in either
-// version as v1, the one type admit functions see, and answered in the
-// version it came in, with the request's uid. A denial is what denied
-// makes it, when set.
+// admission decides an AdmissionReview with admit, which sees it as v1,
+// and answers in its version, with its uid; denied, when set, rewrites a
+// denial.
 func admission(admit admitFunc, denied denialRewriter) part.Decide {
 	return func(ctx context.Context, body []byte) (part.Decision, error) {
 		gvk, req, err := decodeAdmissionReview(body)
@@ -142,24 +135,14 @@ func admission(admit admitFunc, denied denialRewriter) part.Decide {
 		if d.Review, err = encodeAdmissionReview(gvk, answer); err != nil {
 			return d, fmt.Errorf("encoding the review: %w", err)
 		}
-		d.Verdict = verdict
-		if answer.Result != nil && answer.Result.Code != 0 {
-			d.Attrs = append(d.Attrs, slog.Int("code", int(answer.Result.Code)))
-		}
-		if len(answer.Warnings) > 0 {
-			// How many, not what: a warning may quote the object.
-			d.Attrs = append(d.Attrs, slog.Int("warnings", len(answer.Warnings)))
-		}
+		d.Verdict, d.Attrs = verdict, answerAttrs(d.Attrs, answer)
 		return d, nil
 	}
 }
 
-// checkRequest checks what comes before a review's body, so that none of
-// it is read for a request that could not be a review: the method, the
-// content type, and the apiserver's ?timeout= (a Go duration such as
-// "10s"), which it returns, at most maxWebhookTimeout; or a *part.Error
-// to answer with (for a wrong method, after setting the Allow header it
-// needs). expected names the review in its messages.
+// checkRequest checks what comes before a review's body: the method, the
+// content type, and the apiserver's ?timeout= (such as "10s"), which it
+// returns, at most maxWebhookTimeout; or a *part.Error to answer with.
 func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -214,13 +197,13 @@ const acceptedAdmissionReviews = "an AdmissionReview of admission.k8s.io/v1 or a
 
 // copyForRequest is resp, the policy's answer, as sent for the request
 // whose uid is uid: a copy with the uid set, as a policy may return one
-// answer to every request, and its warnings as the apiserver will pass
-// them on.
+// answer to every request, and each warning legible (legibleWarning).
 func copyForRequest(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
 	answer := *resp
 	answer.UID = uid
-	if len(resp.Warnings) > 0 {
-		answer.Warnings = legibleWarnings(resp.Warnings)
+	answer.Warnings = nil
+	for _, w := range resp.Warnings {
+		answer.Warnings = append(answer.Warnings, legibleWarning(w))
 	}
 	return &answer
 }
@@ -245,23 +228,6 @@ func (rs *reviewRoutes) sendReview(w http.ResponseWriter, r *http.Request, path 
 	rs.logReview(r, path, start, http.StatusOK, verdict, attrs)
 }
 
-// sendUnavailable answers a review the policy could not decide (unavailable,
-// or any answer whose code is a 5xx) with code and a metav1.Status of its
-// message, not a review, so that the webhook configuration's failurePolicy
-// decides: the apiserver reads any answer but a 2xx as a failed call
-// (k8s.io/apiserver v0.37.2, pkg/admission/plugin/webhook/validating/
-// dispatcher.go, callHook: r.Do(ctx).Into fails, and the call's error
-// becomes an ErrCallingWebhook, which failurePolicy Ignore admits and Fail
-// refuses with apierrors.NewInternalError; its message ends with the
-// Status's, which k8s.io/client-go/rest, Result.Error, decodes from the
-// body; the mutating dispatcher does the same). It logs the review's line,
-// verdict "errored", with the code and without the message, which may
-// quote the object.
-func (rs *reviewRoutes) sendUnavailable(w http.ResponseWriter, r *http.Request, path string, start time.Time, code int, message string, attrs []slog.Attr) {
-	writeStatus(w, code, message)
-	rs.logReview(r, path, start, code, "errored", append(attrs, slog.Int("code", code)))
-}
-
 // logReview logs a review's one line, and counts it.
 func (rs *reviewRoutes) logReview(r *http.Request, path string, start time.Time, code int, verdict string, attrs []slog.Attr) {
 	took := time.Since(start)
@@ -275,10 +241,7 @@ func (rs *reviewRoutes) logReview(r *http.Request, path string, start time.Time,
 
 // sendStatus answers a request that has no review to answer, err, a
 // *part.Error or a *body.Error, with its code and a metav1.Status, and
-// counts it. It does not log: any client that reaches the port can send a
-// bad request, and one line each would let it flood the log; the metrics
-// count them by code, and the body's refusals are summed up in the log
-// (logRefusals).
+// counts it. It does not log, so that bad requests cannot flood the log.
 func (rs *reviewRoutes) sendStatus(w http.ResponseWriter, path string, start time.Time, err error) {
 	code, message := http.StatusInternalServerError, err.Error()
 	var pe *part.Error
@@ -311,13 +274,22 @@ func admissionAttrs(req *admissionv1.AdmissionRequest) []slog.Attr {
 	return attrs
 }
 
+// answerAttrs appends to a review's log attributes its answer's status
+// code, if any, and how many warnings it has, never what they say, which
+// may quote the object.
+func answerAttrs(attrs []slog.Attr, answer *admissionv1.AdmissionResponse) []slog.Attr {
+	if answer.Result != nil && answer.Result.Code != 0 {
+		attrs = append(attrs, slog.Int("code", int(answer.Result.Code)))
+	}
+	if len(answer.Warnings) > 0 {
+		attrs = append(attrs, slog.Int("warnings", len(answer.Warnings)))
+	}
+	return attrs
+}
+
 // admissionVerdict names what an answer does, for the log line and the
-// metrics: "patched", "allowed", "denied", or "errored" when the webhook
-// could not judge the request: a refusal with 400 (an object that does not
-// decode) or a 5xx. Every other refusal, denied's 403 and a refused 409 or
-// 422 alike, is the policy's decision: "denied".
-// A -validation-action of warn or audit makes a denial "warned",
-// "audited" or "warned_and_audited" (package rollout).
+// metrics: "patched", "allowed", "errored" for a refusal with 400 or a
+// 5xx (the webhook could not judge), and "denied" for any other refusal.
 func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	switch {
 	case resp.Allowed && len(resp.Patch) > 0:
@@ -331,9 +303,11 @@ func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	}
 }
 
-// logFailure logs the webhook's failure to decide: the policy's panic
-// (counted), the policy's nil answer, or a review that did not encode.
-func (rs *reviewRoutes) logFailure(ctx context.Context, path string, attrs []slog.Attr, err error) {
+// sendFailure answers the webhook's own failure to decide, err (the
+// policy's panic, its nil answer, or a review that did not encode), with
+// 500 and a Status naming the review's uid, and logs it, a panic counted.
+func (rs *reviewRoutes) sendFailure(ctx context.Context, w http.ResponseWriter, path string, start time.Time, attrs []slog.Attr, err error) {
+	rs.sendStatus(w, path, start, &part.Error{Code: http.StatusInternalServerError, Message: "the webhook failed while deciding the review" + uidOf(attrs) + "; its log has the details"})
 	var panicked *part.Panic
 	switch {
 	case errors.As(err, &panicked):
@@ -357,31 +331,11 @@ func uidOf(attrs []slog.Attr) string {
 	return ""
 }
 
-// legibleWarnings returns warnings as the apiserver will pass them on. It
-// drops, without a word, a warning that is not valid UTF-8 or has a control
-// character, newlines and tabs included (k8s.io/apimachinery/pkg/util/net/
-// http.go, NewWarningHeader), so each becomes a space or U+FFFD here, and
-// a warning longer than maxWarningRunes is cut with "…". warnings is
-// copied before any change, and returned as it is when none is needed.
-func legibleWarnings(warnings []string) []string {
-	var out []string
-	for i, w := range warnings {
-		lw := legibleWarning(w)
-		if lw == w && out == nil {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(warnings)
-		}
-		out[i] = lw
-	}
-	if out == nil {
-		return warnings
-	}
-	return out
-}
-
-// legibleWarning is one warning as legibleWarnings returns it.
+// legibleWarning is w as the apiserver will pass it on: it drops, without
+// a word, a warning that is not valid UTF-8 or has a control character,
+// newlines and tabs included (docs/error-contract.md, "Warnings"), so each becomes
+// a space or U+FFFD here, and one longer than maxWarningRunes is cut with
+// "…".
 func legibleWarning(w string) string {
 	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
 		return w
@@ -399,9 +353,8 @@ func legibleWarning(w string) string {
 }
 
 // maxWarningRunes is the most runes of warnings the apiserver passes on
-// whole for one request (truncateAtTotalRunes in
-// k8s.io/apiserver/pkg/endpoints/filters/warning.go); past that it cuts
-// each to its first 256 (truncateItemRunes): first words matter most.
+// whole for one request; past that it cuts each to its first 256
+// (docs/error-contract.md, "Warnings"): first words matter most.
 const maxWarningRunes = 4 << 10
 
 // timeoutParameter returns the first timeout=VALUE of a raw query string,

@@ -51,24 +51,16 @@ const (
 	defaultDevListen = "localhost:8443"
 
 	// readHeaderTimeout is how long a connection has for its first
-	// request's header once its TLS handshake is done (the listener bounds
-	// the handshake: limits.HandshakeTimeout): as long as an idle one, for
-	// the same reason. Go's transport, the apiserver's, keeps a connection
-	// it dialed for a review that another connection served, unused, in its
-	// pool; closing it races with the review it then sends on it, which
-	// fails with a broken pipe. A later request's header has as long from
-	// its first byte.
+	// request's header once its handshake is done: as long as an idle one,
+	// as the apiserver may pool a connection it dialed and not use it yet.
 	readHeaderTimeout = idleTimeout
 
 	// writeTimeout bounds a request from the end of its header to the last
-	// byte of its answer: the apiserver never waits longer. No ReadTimeout:
-	// a body is read on a clock of its own (package body), which sets the
-	// connection's read deadline at each read.
+	// byte of its answer. No ReadTimeout: package body reads on its own clock.
 	writeTimeout = maxWebhookTimeout
 
-	// idleTimeout outlives the apiserver's own 90 s idle timeout, so it is
-	// always the client that closes a pooled connection: were the server
-	// to, a review sent on it at that moment would fail.
+	// idleTimeout outlives the apiserver's own 90 s, so that the server
+	// never closes a connection as a review is sent on it.
 	idleTimeout = 120 * time.Second
 
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
@@ -76,12 +68,8 @@ const (
 
 	// maxConnections is the most connections the review port holds open
 	// (limits.Listener): what connectionBytes allows of connectionCost.
-	// More wait for a place, holding only their socket; none is closed to
-	// make room. The apiserver's burst needs no more: it opens a
-	// connection for each call in flight, 600 and more, but the webhook
-	// answers at the pace of its CPU whatever their number, and a call that
-	// waits for a connection is sent on the first of its own to come free
-	// (bench/README.md, "The apiserver's burst, above the connection cap").
+	// The apiserver's bursts need no more (docs/operations.md, "Hostile
+	// clients").
 	maxConnections = connectionBytes / connectionCost
 
 	// connectionBytes is the memory the review port's connections may
@@ -701,9 +689,8 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 
 // closeWhenDraining serves h, and once shutdown begins closes each
 // connection after its answer, so that clients move to other replicas
-// while everything that arrives is still answered. (Closing idle
-// connections instead races with a review being written into one; for
-// HTTP/2 net/http turns the header into a graceful GOAWAY.)
+// while everything that arrives is still answered (docs/operations.md,
+// "Shutdown").
 func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.serving.Load() {

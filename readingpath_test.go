@@ -26,11 +26,11 @@ const (
 	// "(contract)"; and of every other declaration of this module that
 	// the whole ones use, its doc comment and signature, as a reader who
 	// meets a name reads what it promises.
-	trustingBudget = 450
+	trustingBudget = 300
 
 	// As checked: every declaration of this module reachable from the
 	// table's, read whole, a contract type's methods with it.
-	checkedBudget = 1690
+	checkedBudget = 1600
 )
 
 // policyFile is the copier's: the path ends at the policy's admit

@@ -23,13 +23,10 @@ import (
 )
 
 // admitFunc decides on one admission request, never returning nil. It sees
-// neither HTTP nor globals. Its ctx ends the apiserver's ?timeout= after
-// the request's header arrived; the apiserver itself gives up up to a
-// second sooner, as it counts from before it dialed and rounds ?timeout=
-// up to whole seconds (docs/error-contract.md), so a policy that waits on
-// something keeps well within it. The answer it returns is never written
-// to: the generic path completes a copy (the uid, -validation-action), so
-// one answer may serve every request. policy.go makes them.
+// neither HTTP nor globals. Its ctx ends at the apiserver's ?timeout=, up
+// to a second after the apiserver gives up (docs/error-contract.md). The
+// answer it returns is never written to, so one may serve every request.
+// policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 // allowed admits the request unchanged.
@@ -39,7 +36,7 @@ func allowed() *admissionv1.AdmissionResponse {
 
 // allowedWithWarning admits the request unchanged and warns the user, for
 // a deprecation or a soft limit: kubectl prints "Warning: <message>". Keep
-// it to one line, its point first (legibleWarnings says why). To patch and
+// it to one line, its point first (legibleWarning says why). To patch and
 // warn, set the Warnings of patched's answer.
 func allowedWithWarning(message string) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{message}}
@@ -110,10 +107,7 @@ type objectMetadata struct {
 	GenerateName string            `json:"generateName,omitempty"`
 	Labels       map[string]string `json:"labels,omitempty"`
 	Annotations  map[string]string `json:"annotations,omitempty"`
-
-	// Absent is true when the object has no metadata at all, which the
-	// apiserver never sends but a hand-made request can.
-	Absent bool `json:"-"`
+	Absent       bool              `json:"-"` // no metadata at all, which only a hand-made request has
 }
 
 // decodeMetadata decodes the metadata of req.Object or req.OldObject, of any

@@ -160,9 +160,9 @@ func TestLegibleWarnings(t *testing.T) {
 		{"over the limit", long, long[:2*(maxWarningRunes-1)] + "…"},
 	}
 	for _, tc := range tests {
-		got := legibleWarnings([]string{tc.in})
+		got := copyForRequest(&admissionv1.AdmissionResponse{Allowed: true, Warnings: []string{tc.in}}, "uid").Warnings
 		if len(got) != 1 || got[0] != tc.want {
-			t.Errorf("%s: legibleWarnings(%q) = %q, want %q", tc.name, tc.in, got, tc.want)
+			t.Errorf("%s: copyForRequest's warnings of %q = %q, want %q", tc.name, tc.in, got, tc.want)
 			continue
 		}
 		if _, err := utilnet.NewWarningHeader(299, "", got[0]); err != nil {
@@ -174,11 +174,12 @@ func TestLegibleWarnings(t *testing.T) {
 	}
 
 	in := []string{"fine", "not\nfine"}
-	if got := legibleWarnings(in); got[1] != "not fine" || in[1] != "not\nfine" || got[0] != "fine" {
-		t.Errorf("legibleWarnings(%q) = %q and left its input %q; want a changed copy", []string{"fine", "not\nfine"}, got, in)
+	if got := copyForRequest(&admissionv1.AdmissionResponse{Warnings: in}, "uid").Warnings; len(got) != 2 || got[1] != "not fine" || in[1] != "not\nfine" || got[0] != "fine" {
+		t.Errorf("copyForRequest's warnings of %q = %q, and left its input %q; want a changed copy", []string{"fine", "not\nfine"}, got, in)
 	}
-	// The usual answer has no warnings, and must cost nothing.
-	if n := testing.AllocsPerRun(100, func() { legibleWarnings(nil); legibleWarnings([]string{"fine"}) }); n != 0 {
-		t.Errorf("legibleWarnings of legible warnings allocates %v times, want 0", n)
+	// The usual answer has no warnings, and costs only its copy.
+	noWarnings := &admissionv1.AdmissionResponse{Allowed: true}
+	if n := testing.AllocsPerRun(100, func() { copyForRequest(noWarnings, "uid") }); n != 1 {
+		t.Errorf("copyForRequest of an answer without warnings allocates %v times, want 1", n)
 	}
 }

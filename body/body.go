@@ -112,48 +112,23 @@ type Error struct {
 func (e *Error) Error() string { return e.Message }
 
 // Read reads r's body whole, to be answered by ctx's deadline, and returns
-// it, to Release once answered; or an *Error to answer with. It is safe for
-// concurrent use, and guarantees:
+// it, to Release once answered; or an *Error to answer with. It is safe
+// for concurrent use. It guarantees, for reasons docs/operations.md gives
+// ("Hostile clients" and "Memory"):
 //
-// Memory. A body of up to MaxSmallBodyBytes is read into a buffer of its
-// declared length, allocated before it arrives: one per connection, which
-// the connection cap bounds. A larger body sends bytesBeforeReserving bytes at
-// the pace, then waits, first come, first served, for room in the budget
-// for a buffer at most half as large again, which it holds until Release.
-// The budget is never exceeded. A body waiting behind another holds no
-// room; the first in line holds what it has taken until it has all it
-// needs, and gives it back if it stops waiting.
-//
-// Pace. A body that holds room is cut (408) when it sends nothing for
-// StallTimeout, or when the server has waited in reads for it, since it
-// took its room, longer than StallTimeout plus a second for each MinRate
-// bytes it sent: the room is memory others may wait for. A body that holds
-// none, before its room and every small one, is bounded by its deadline
-// alone: it holds no more than its connection does, and a client starved
-// of CPU, as the apiserver on a busy host, is as slow as a slowloris. The
-// waiting counted is each read's, from its start: a webhook starved of CPU
-// counts its own delay; never its waiting for room.
-//
-// Deadline. Nothing is read, and no room waited for, past ctx's deadline
-// less AnswerMargin: a body still waiting for room then (NoRoom), or still
-// being read (SlowRead), is refused; and one that, at the pace room came
-// back over the faster of the last two seconds bodies waited, could not
-// have its room by then behind those ahead is refused at once
-// (LongQueue). A refusal is BusyStatus with the reason, never 400 or 408,
-// which blame the client.
-//
-// Errors: 413 over MaxBytes, 411 without a declared length (the apiserver
-// always declares it), 408 when cut, BusyStatus when refused, 400 when
-// unreadable (a reset connection).
-//
-// The connection. The clock is the connection's read deadline, set at
-// each read: over HTTP/1, of the connection the server's ConnContext gave
-// r, whatever wraps w; otherwise w's (http.ResponseController: over
-// HTTP/2, the stream's), which a wrapper of w must Unwrap. A body read
-// whole leaves the deadline to net/http, which clears it as it reads the
-// next request (connReader.startBackgroundRead). A body not read whole
-// sets "Connection: close" and the read deadline to now: net/http closes
-// the connection once the answer is written.
+//   - Memory: a body of up to MaxSmallBodyBytes has a buffer of its own. A
+//     larger one sends bytesBeforeReserving bytes, then waits, first come,
+//     first served, for room in the budget, which is never exceeded, and
+//     holds it until Release. No two bodies wait for each other.
+//   - Pace: a body holding room is cut (408) when it sends nothing for
+//     StallTimeout, or arrives slower than MinRate after that grace, by
+//     the server's time in reads alone. Any other is held to its deadline.
+//   - Deadline: nothing is read, and no room waited for, past ctx's
+//     deadline less AnswerMargin. A body not read by then, or that the
+//     line ahead of it could not serve by then, is refused with
+//     BusyStatus, never 400 or 408, which blame the client.
+//   - Otherwise: 413 over MaxBytes, 411 without a Content-Length, 400
+//     when unreadable. A body not read whole closes its connection.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
 	readBy, _ := ctx.Deadline()
 	if !readBy.IsZero() {

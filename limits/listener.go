@@ -18,34 +18,26 @@ const (
 	MaxWaiting = 4096
 
 	// HandshakeTimeout bounds a handshake, from its place given: the
-	// longest the apiserver waits for a review (timeoutSeconds is at most
-	// 30). Not client-go's own 10 s: in TLS 1.3 the client's side ends a
-	// flight before the server's, and a server starved of CPU would close
-	// a connection the client has already pooled.
+	// longest the apiserver waits for a review, not client-go's 10 s,
+	// which a server starved of CPU overruns (docs/operations.md).
 	HandshakeTimeout = 30 * time.Second
 )
 
 // Listener accepts connections, does their TLS handshakes, and holds at
-// most max of them open. It guarantees:
+// most max of them open; docs/operations.md ("Hostile clients") says why.
+// It guarantees:
 //
-// No connection is closed to make room for another, whatever its timing:
-// a client starved of CPU looks like a slowloris, and a kept-alive
-// connection closed as a client reuses it fails the request it carries.
-// A newcomer that finds no place waits in the process, holding only its
-// socket, until a connection closes. Places go first to the newcomers of
-// the client address holding the fewest connections, and no address holds
-// more than three quarters of them, so that while one client holds its
-// share, the kubelet's probe and the apiserver's own connections find
-// places among the rest. An address's newcomers are served in the order
-// they came; when MaxWaiting wait, the newest of the address with the most
-// waiting is closed ("shed").
+//   - No connection is closed to make room for another, whatever its
+//     timing: a newcomer without a place waits, holding only its socket.
+//   - Places go first to the newcomers of the address holding the fewest
+//     connections, in the order they came, and no address holds more than
+//     three quarters of them.
+//   - It closes a connection only when its handshake fails or lasts
+//     HandshakeTimeout ("handshake"), and when MaxWaiting wait, the newest
+//     of the address with the most waiting ("shed").
 //
-// The Listener closes a connection only then, and when its handshake
-// fails or lasts HandshakeTimeout ("handshake"). Accept returns each
-// connection once its handshake is done, as a *tls.Conn (without a TLS
-// configuration, the TCP connection): serve it with http.Server.Serve, not
-// ServeTLS. Its place is given back when it is closed. Close closes the
-// connections Accept has not returned, waiting or in their handshake.
+// Accept returns each connection once its handshake is done: serve them
+// with http.Server.Serve. Closing one gives its place back.
 type Listener struct {
 	raw        net.Listener
 	tlsConfig  *tls.Config
