@@ -23,34 +23,27 @@ const (
 	// into a buffer of its own: most reviews are 2 to 14 KB.
 	MaxSmallBodyBytes = 16 << 10
 
-	// bytesBeforeReserving is what a larger body sends before it takes room: one
-	// that declares much and sends nothing holds none while it waits for
-	// its deadline; more would hold the waiting bodies' memory near the
-	// soft limit (bench/README.md, "A burst is served, not shed").
+	// bytesBeforeReserving is what a larger body sends before it takes
+	// room, so that one that declares much and sends nothing holds none.
 	bytesBeforeReserving = 1 << 10
 
 	// StallTimeout is how long a body holding room may send nothing: the
-	// apiserver can pause between a review's header and the rest for over
-	// a second on a busy node (bench/README.md).
+	// apiserver can pause for over a second on a busy node.
 	StallTimeout = 5 * time.Second
 
 	// MinRate is the slowest a body holding room may arrive after
-	// StallTimeout of grace, in bytes a second of the server's waiting: a
-	// hundredth of a datacenter link, 8 s for the largest body.
+	// StallTimeout of grace, in bytes a second of the server's waiting.
 	MinRate = 1 << 20
 
 	// AnswerMargin is how long before its deadline a body must be read for
-	// its answer to arrive in time: decoding the largest review takes tens
-	// of milliseconds, more on a busy core.
+	// its answer to arrive in time.
 	AnswerMargin = 250 * time.Millisecond
 )
 
 // BusyStatus answers a body not read before its deadline, without
-// Retry-After: with it, the apiserver's client-go would retry
-// (k8s.io/client-go/rest/with_retry.go, checkWait) a review it can no
-// longer be answered in time; without it, the message is the error its
-// failurePolicy judges. 429, not 503, tells it from an unreachable webhook
-// in apiserver_admission_webhook_rejection_count{rejection_code}.
+// Retry-After, with which the apiserver would retry a review it can no
+// longer have answered in time (docs/operations.md, "Memory"). 429, not
+// 503, tells it from an unreachable webhook in the apiserver's metrics.
 const BusyStatus = http.StatusTooManyRequests
 
 // Why a body was refused or cut: the metrics' reason labels.
@@ -67,10 +60,8 @@ const (
 type Budget struct {
 	free freeBytes
 
-	// buffers keeps released buffers, a pool for each of bufferSizes, for
-	// the next large body: a new one costs page faults and collections
-	// (bench/README.md measures what). A kept buffer is outside the budget,
-	// bounded by the soft memory limit.
+	// buffers keeps released buffers for the next large body, a pool for
+	// each of bufferSizes, outside the budget: a new one costs page faults.
 	buffers []sync.Pool
 
 	longQueue, noRoom, slowRead, stalled, tooSlow atomic.Uint64

@@ -34,11 +34,8 @@ func (b *Budget) buffer(size int64) []byte {
 
 // release gives back a large body: the room it held, and its buffer for
 // the next one. Nothing may use body after; nothing decoded from it does,
-// as the UniversalDeserializer's decoders copy what they keep, whatever
-// the body's format: every string, and every byte slice
-// (runtime.RawExtension's UnmarshalJSON and UnmarshalCBOR in
-// k8s.io/apimachinery/pkg/runtime/extension.go append to their own; the
-// generated protobuf code does the same).
+// as the UniversalDeserializer's decoders copy every string and byte slice
+// they keep (docs/operations.md, "Memory").
 func (b *Budget) release(body []byte) {
 	size := int64(cap(body))
 	b.free.release(size)

@@ -54,10 +54,9 @@ func (e *errLongQueue) Error() string {
 	return fmt.Sprintf("the %d bytes of large reviews waiting ahead of it would keep it waiting about %s, longer than the time it has left", e.ahead, e.wait.Round(time.Millisecond))
 }
 
-// reserve takes n bytes of room, n at most the capacity, waiting its turn and
-// then for room until ctx ends; or refuses at once (*errLongQueue): a line
-// that outlasts its deadlines serves every body too late (bench/README.md,
-// "What the hardening's lines buy").
+// reserve takes n bytes of room, n at most the capacity, waiting its turn
+// and then for room until ctx ends; or refuses at once (*errLongQueue): a
+// line that outlasts its deadlines serves every body too late.
 func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
 	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {
