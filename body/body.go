@@ -120,6 +120,8 @@ func (e *Error) Error() string { return e.Message }
 //     BusyStatus, never 400 or 408, which blame the client.
 //   - Otherwise: 413 over MaxBytes, 411 without a Content-Length, 400
 //     when unreadable. A body not read whole closes its connection.
+//   - The clock is the connection's read deadline: serve with ConnContext,
+//     or have every wrapper of w Unwrap.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
 	readBy, _ := ctx.Deadline()
 	if !readBy.IsZero() {
@@ -137,23 +139,28 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	case r.ContentLength < 0:
 		return Body{}, in.stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
 	}
-	if in.length <= MaxSmallBodyBytes {
-		body := make([]byte, in.length)
-		if _, err := in.readFull(body); err != nil {
-			return Body{}, b.failed(w, &in, err)
-		}
-		return Body{bytes: body}, nil
+	if in.length > MaxSmallBodyBytes {
+		return b.readLarge(ctx, w, &in)
 	}
+	body := make([]byte, in.length)
+	if _, err := in.readFull(body); err != nil {
+		return Body{}, b.failed(w, &in, err)
+	}
+	return Body{bytes: body}, nil
+}
 
-	// A large body: its first KiB, room for all of it, then the rest.
+// readLarge reads a body over MaxSmallBodyBytes for Read: its first
+// bytesBeforeReserving bytes, then room in the budget for all of it, then
+// the rest, paced.
+func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *pacedReader) (Body, error) {
 	first := make([]byte, bytesBeforeReserving)
 	if _, err := in.readFull(first); err != nil {
-		return Body{}, b.failed(w, &in, err)
+		return Body{}, b.failed(w, in, err)
 	}
 	size := bufferSize(in.length)
 	waitCtx, cancel := context.WithCancel(ctx)
-	if !readBy.IsZero() {
-		waitCtx, cancel = context.WithDeadline(ctx, readBy)
+	if !in.deadline.IsZero() {
+		waitCtx, cancel = context.WithDeadline(ctx, in.deadline)
 	}
 	err := b.free.reserve(waitCtx, size)
 	cancel()
@@ -161,16 +168,16 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 	switch {
 	case errors.As(err, &long):
 		b.longQueue.Add(1)
-		return Body{}, busy(w, &in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.free.capacity))
+		return Body{}, busy(w, in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.free.capacity))
 	case err != nil:
 		b.noRoom.Add(1)
-		return Body{}, busy(w, &in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.free.capacity))
+		return Body{}, busy(w, in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.free.capacity))
 	}
 	in.paced, in.waited = true, 0
 	body := append(b.buffer(size), first...)[:in.length]
 	if _, err := in.readFull(body[bytesBeforeReserving:]); err != nil {
 		b.release(body)
-		return Body{}, b.failed(w, &in, err)
+		return Body{}, b.failed(w, in, err)
 	}
 	return Body{bytes: body, budget: b}, nil
 }
