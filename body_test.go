@@ -155,7 +155,7 @@ func TestKeptBuffers(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if held := s.bodies.Stats().HeldBytes; held != 0 {
+	if held := s.bodyBudget.Stats().HeldBytes; held != 0 {
 		t.Errorf("%d bytes still held after the answers", held)
 	}
 }

@@ -352,7 +352,7 @@ func TestNewReviewSendsWhatTheAPIServerSends(t *testing.T) {
 // builds it: the default byte budget, and metrics of its own.
 func newTestReviews(logger *slog.Logger) *reviewRoutes {
 	bodies := body.NewBudget(defaultMaxInflightBytes)
-	return &reviewRoutes{logger: logger, metrics: newMetrics(bodies), bodies: bodies}
+	return &reviewRoutes{logger: logger, metrics: newMetrics(bodies), bodyBudget: bodies}
 }
 
 // admissionHandler is the generic path for one admit function, as the

@@ -44,11 +44,11 @@ const maxWebhookTimeout = 30 * time.Second
 
 // routes serves /mutate and /validate with the policy's functions, and
 // the parts' routes, each behind checkClient (requireClient, or nothing).
-// denied, when set, rewrites /validate's denials (-validation-action).
-func routes(rs *reviewRoutes, p policy, denied denialRewriter, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
+// rewriteDenial, when a part sets it, rewrites /validate's denials.
+func routes(rs *reviewRoutes, p policy, rewriteDenial denialRewriter, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", checkClient(rs.handle("/mutate", acceptedAdmissionReviews, admission(mutate(p), nil))))
-	mux.Handle("/validate", checkClient(rs.handle("/validate", acceptedAdmissionReviews, admission(validate(p), denied))))
+	mux.Handle("/validate", checkClient(rs.handle("/validate", acceptedAdmissionReviews, admission(validate(p), rewriteDenial))))
 	for _, r := range extra {
 		mux.Handle(r.Path, checkClient(rs.handle(r.Path, r.Expects, r.Decide)))
 	}
@@ -62,9 +62,9 @@ type denialRewriter func(denial *admissionv1.AdmissionResponse) (*admissionv1.Ad
 // reviewRoutes is what every review route shares: the log, the metrics,
 // and the body reader with its byte budget.
 type reviewRoutes struct {
-	logger  *slog.Logger
-	metrics *metrics // nil: nothing is counted
-	bodies  *body.Budget
+	logger     *slog.Logger
+	metrics    *metrics // nil: nothing is counted
+	bodyBudget *body.Budget
 }
 
 // handle serves a review route, path, the one path every review takes:
@@ -83,7 +83,7 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), timeout)
 		defer cancel()
-		requestBody, err := rs.bodies.Read(ctx, w, r)
+		requestBody, err := rs.bodyBudget.Read(ctx, w, r)
 		if err != nil {
 			rs.sendStatus(w, path, start, err)
 			return
@@ -91,15 +91,16 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 		defer requestBody.Release()
 
 		d, err := decide(ctx, requestBody.Bytes())
-		var answer *part.Error
+		var status *part.Error
+		errors.As(err, &status)
 		switch {
 		case err == nil:
 			rs.sendReview(w, r, path, start, d.Review, d.Verdict, d.Attrs)
-		case errors.As(err, &answer) && answer.Code >= 500 && d.Attrs != nil:
+		case status != nil && status.Code >= 500 && d.Attrs != nil:
 			// Unavailable: failurePolicy decides (docs/error-contract.md).
-			writeStatus(w, answer.Code, answer.Message)
-			rs.logReview(r, path, start, answer.Code, "errored", append(d.Attrs, slog.Int("code", answer.Code)))
-		case answer != nil:
+			writeStatus(w, status.Code, status.Message)
+			rs.logReview(r, path, start, status.Code, "errored", append(d.Attrs, slog.Int("code", status.Code)))
+		case status != nil:
 			rs.sendStatus(w, path, start, err) // not the review expected
 		default:
 			rs.sendFailure(ctx, w, path, start, d.Attrs, err)
@@ -108,9 +109,9 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 }
 
 // admission decides an AdmissionReview with admit, which sees it as v1,
-// and answers in its version, with its uid; denied, when set, rewrites a
-// denial.
-func admission(admit admitFunc, denied denialRewriter) part.Decide {
+// and answers in its version, with its uid; rewriteDenial, when set,
+// rewrites a denial.
+func admission(admit admitFunc, rewriteDenial denialRewriter) part.Decide {
 	return func(ctx context.Context, body []byte) (part.Decision, error) {
 		gvk, req, err := decodeAdmissionReview(body)
 		if err != nil {
@@ -127,9 +128,9 @@ func admission(admit admitFunc, denied denialRewriter) part.Decide {
 			return d, &part.Error{Code: int(resp.Result.Code), Message: resp.Result.Message}
 		}
 		answer, verdict := copyForRequest(resp, req.UID), admissionVerdict(resp)
-		if verdict == "denied" && denied != nil {
+		if verdict == "denied" && rewriteDenial != nil {
 			// What a part sends instead, for this request too.
-			answer, verdict = denied(answer)
+			answer, verdict = rewriteDenial(answer)
 			answer = copyForRequest(answer, req.UID)
 		}
 		if d.Review, err = encodeAdmissionReview(gvk, answer); err != nil {
@@ -140,9 +141,9 @@ func admission(admit admitFunc, denied denialRewriter) part.Decide {
 	}
 }
 
-// checkRequest checks what comes before a review's body: the method, the
-// content type, and the apiserver's ?timeout= (such as "10s"), which it
-// returns, at most maxWebhookTimeout; or a *part.Error to answer with.
+// checkRequest checks the method (setting Allow if wrong), the content
+// type, and the apiserver's ?timeout= (such as "10s"), which it returns,
+// at most and by default maxWebhookTimeout; or a *part.Error to answer.
 func checkRequest(w http.ResponseWriter, r *http.Request, expected string) (time.Duration, error) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)

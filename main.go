@@ -506,7 +506,7 @@ func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handl
 	}
 	return func(stderr io.Writer) http.Handler {
 		env := part.Env{Logger: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }, Offline: true}
-		reviews := &reviewRoutes{logger: env.Logger, bodies: body.NewBudget(defaultMaxInflightBytes)}
+		reviews := &reviewRoutes{logger: env.Logger, bodyBudget: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
 		extra, denied, err := partRoutes(all, env)
 		if err == nil {
@@ -616,7 +616,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
-	reviews := &reviewRoutes{logger: logger, metrics: m, bodies: bodies}
+	reviews := &reviewRoutes{logger: logger, metrics: m, bodyBudget: bodies}
 	checkClient := func(h http.Handler) http.Handler { return h }
 	if clientCAs != nil {
 		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }

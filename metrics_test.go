@@ -60,7 +60,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	bodies := body.NewBudget(body.MaxBytes)
 	m := newMetrics(bodies)
 	m.connections = listener
-	reviews := &reviewRoutes{logger: discardLogger, metrics: m, bodies: bodies}
+	reviews := &reviewRoutes{logger: discardLogger, metrics: m, bodyBudget: bodies}
 	all := plumbingReviews(t)
 	mutating := reviews.admissionRoute("/mutate", patchingAdmit, nil)
 	validating := reviews.admissionRoute("/validate", denyingAdmit, nil)

@@ -7,7 +7,7 @@
 //
 // A route's review is decided by a Decide, which the server's one path
 // for reviews calls with the body it read: check the request, read the
-// body within its budget, Decide, answer and log (main.go's handle).
+// body within its budget, Decide, answer and log (handler.go's handle).
 package part
 
 import (
