@@ -99,9 +99,9 @@ func unavailable(err error) *admissionv1.AdmissionResponse {
 	return errored(http.StatusServiceUnavailable, err)
 }
 
-// objectMetadata is the part of an object's metadata that most policies
-// read; the namespace is req.Namespace. For more, decodeObject decodes
-// only the fields a policy reads.
+// objectMetadata is the metadata most policies read: Name, GenerateName,
+// Labels and Annotations, and Absent when there is none; the namespace is
+// req.Namespace. For more, decodeObject decodes the fields a policy reads.
 type objectMetadata struct {
 	Name         string            `json:"name,omitempty"`
 	GenerateName string            `json:"generateName,omitempty"`

@@ -45,28 +45,24 @@ func Part() part.Part {
 			}
 			return func() {}, nil
 		},
-		Denied: func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
-			if !a.allowsDenials() {
-				return denial, "denied"
-			}
-			return a.warnOrAudit(denial)
-		},
+		Denied: a.rewriteDenial,
 	}
+}
+
+// rewriteDenial is the part's Denied: the answer a sends for a denial, and
+// its verdict; under deny, the denial itself.
+func (a *validationAction) rewriteDenial(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+	if !a.allowsDenials() {
+		return denial, "denied"
+	}
+	return a.warnOrAudit(denial)
 }
 
 // validationAction is what /validate does with a denial of the policy's:
 // the zero value denies it; warn and audit allow it instead, and tell the
 // user (warn), the apiserver's audit log (audit), or both. The policy never
-// knows which. It is /validate's alone: a mutating route refuses because
-// it cannot make the object right, and letting that through would store the
-// object unfixed (MutatingAdmissionPolicy has no validationActions either).
-//
-// Only what the server calls "denied", the policy's decision, is let
-// through.
-// An answer refused with 400 (an object that does not decode) or a 5xx is
-// no decision about the object: it stays a refusal, counted as "errored",
-// under every action, so that what warn and audit count is exactly what
-// deny will refuse. A panic, or no answer, is left to failurePolicy.
+// knows which. Only /validate's denials are let through, never an answer
+// the server calls "errored" (docs/rollout.md says why).
 type validationAction struct {
 	warn, audit bool
 }
@@ -116,16 +112,14 @@ func (a *validationAction) Set(s string) error {
 
 const (
 	// wouldDenyAuditKey is the audit annotation that records a denial
-	// audit let through, stored as "<webhook-name>/would-deny": the whole
-	// must be a qualified name, or the apiserver drops it with only a line
-	// in its own log (Attributes.AddAnnotation, checkKeyFormat). Its value
-	// is the denial's message, the words deny would have sent.
+	// audit let through, stored as "<webhook-name>/would-deny", a
+	// qualified name, as the apiserver requires (docs/rollout.md). Its
+	// value is the denial's message, the words deny would have sent.
 	wouldDenyAuditKey = "would-deny"
 
 	// wouldDenyWarning begins the warning that warn sends for a denial.
-	// The apiserver passes warnings on without naming the webhook
-	// (warning.AddWarning with agent ""), so the text says where it comes
-	// from.
+	// The apiserver passes warnings on without naming the webhook, so the
+	// text says where it comes from.
 	wouldDenyWarning = "the validating webhook would deny this request once enforced: "
 )
 
