@@ -304,11 +304,10 @@ func admissionVerdict(resp *admissionv1.AdmissionResponse) string {
 	}
 }
 
-// sendFailure answers the webhook's own failure to decide, err (the
-// policy's panic, its nil answer, or a review that did not encode), with
-// 500 and a Status naming the review's uid, and logs it, a panic counted.
+// sendFailure logs the webhook's own failure to decide, err (the policy's
+// panic, counted, its nil answer, or a review that did not encode), and
+// answers it with 500 and a Status naming the review's uid.
 func (rs *reviewRoutes) sendFailure(ctx context.Context, w http.ResponseWriter, path string, start time.Time, attrs []slog.Attr, err error) {
-	rs.sendStatus(w, path, start, &part.Error{Code: http.StatusInternalServerError, Message: "the webhook failed while deciding the review" + uidOf(attrs) + "; its log has the details"})
 	var panicked *part.Panic
 	switch {
 	case errors.As(err, &panicked):
@@ -319,6 +318,7 @@ func (rs *reviewRoutes) sendFailure(ctx context.Context, w http.ResponseWriter, 
 	default:
 		rs.logger.LogAttrs(ctx, slog.LevelError, "the webhook failed", append(attrs, slog.Any("err", err))...)
 	}
+	rs.sendStatus(w, path, start, &part.Error{Code: http.StatusInternalServerError, Message: "the webhook failed while deciding the review" + uidOf(attrs) + "; its log has the details"})
 }
 
 // uidOf is " <uid>" for a message, from a review's log attributes; "" for
