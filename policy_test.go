@@ -20,7 +20,10 @@ package main
 //     groups...) sends one as another user.
 //     post(admissionHandler(discardLogger, validate(p)), "/validate",
 //     body) answers it, checkReview reads the answer as the apiserver
-//     does, policyWithDefaults(t) is the policy run with no flags, and
+//     does and returns it as a reviewIn, whose Response has the JSON's
+//     names (Status, where an AdmissionResponse from calling validate(p)
+//     directly has Result), policyWithDefaults(t) is the policy run with
+//     no flags, and
 //     policyReading(t, objects...) one whose views of the cluster hold
 //     objects (cluster/).
 //   - parsePolicyFlags and checkFlagError read the policy's flags.

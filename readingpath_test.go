@@ -54,12 +54,12 @@ func TestReadingPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newModuleIndex(t)
+	m, deleted := newModuleIndex(t), deletedParts(t)
 	listed, contract := map[*declaration]bool{}, map[*declaration]bool{}
 	var start []*declaration
 	for _, e := range entries {
-		if dir, _, _ := strings.Cut(e.file, "/"); e.part && !fileExists(dir) {
-			continue // a part the copier deleted
+		if dir, _, _ := strings.Cut(e.file, "/"); deleted[dir] {
+			continue // a part the copier deleted, whose row may stay
 		}
 		d := m.lookup(filepath.Dir(e.file), e.name)
 		if d == nil || d.file != filepath.FromSlash(e.file) {
@@ -117,17 +117,9 @@ func TestReadingPath(t *testing.T) {
 	}
 }
 
-// pathEntry is a declaration the table lists; part is true for one of an
-// optional part, a folder README.md's "Make it yours" lists, whose row a
-// copier who deleted the part may keep.
 type pathEntry struct {
-	file, name     string
-	contract, part bool
-}
-
-func fileExists(name string) bool {
-	_, err := os.Stat(name)
-	return err == nil
+	file, name string
+	contract   bool
 }
 
 // readingPathTable reads the table after README.md's <!-- reading path -->.
@@ -138,10 +130,6 @@ func readingPathTable(readme string) ([]pathEntry, error) {
 	}
 	row := regexp.MustCompile("^\\| \\[`([^`]+)`\\]\\([^)]*\\) \\| (.+) \\|$")
 	name := regexp.MustCompile("`([^`]+)`( \\(contract\\))?")
-	parts := map[string]bool{}
-	for _, m := range regexp.MustCompile("(?m)^\\| \\[`([a-z]+)/`\\]").FindAllStringSubmatch(readme, -1) {
-		parts[m[1]] = true
-	}
 	var entries []pathEntry
 	rows := 0
 	for line := range strings.Lines(table) {
@@ -158,8 +146,7 @@ func readingPathTable(readme string) ([]pathEntry, error) {
 		}
 		rows++
 		for _, n := range name.FindAllStringSubmatch(m[2], -1) {
-			dir, _, _ := strings.Cut(m[1], "/")
-			entries = append(entries, pathEntry{file: m[1], name: n[1], contract: n[2] != "", part: parts[dir]})
+			entries = append(entries, pathEntry{file: m[1], name: n[1], contract: n[2] != ""})
 		}
 	}
 	if len(entries) == 0 {
@@ -180,9 +167,10 @@ type declaration struct {
 	object           types.Object // the first name it declares
 }
 
-// moduleIndex is this module's packages, type-checked from source; every
-// other package is an empty stand-in, as only this module's declarations
-// are counted.
+// moduleIndex is this module's packages, type-checked from source, with
+// the standard library's types, so that this module's generic types
+// instantiated with them resolve; every other package is an empty
+// stand-in, as only this module's declarations are counted.
 type moduleIndex struct {
 	t       *testing.T
 	module  string
@@ -217,8 +205,9 @@ func (m *moduleIndex) lookup(dir, name string) *declaration {
 }
 
 // Import is the type checker's importer: this module's packages are
-// checked from source, and any other is an empty stand-in, whose uses the
-// checker leaves unresolved (its errors are ignored).
+// checked from source, the standard library's come from the go command's
+// export data, and any other is an empty stand-in, whose uses the checker
+// leaves unresolved (its errors are ignored).
 func (m *moduleIndex) Import(importPath string) (*types.Package, error) {
 	if dir, ok := strings.CutPrefix(importPath, m.module+"/"); ok {
 		if p := m.check(dir); p != nil {
