@@ -56,7 +56,7 @@ func routes(rs *reviewRoutes, p policy, rewriteDenial denialRewriter, extra []pa
 }
 
 // denialRewriter makes a denial of /validate's into the answer sent
-// instead, with its verdict (part.Part's Denied).
+// instead, with its verdict (part.Part's RewriteDenial).
 type denialRewriter func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
 
 // reviewRoutes is what every review route shares: the log, the metrics,
@@ -332,11 +332,11 @@ func uidOf(attrs []slog.Attr) string {
 	return ""
 }
 
-// legibleWarning is w as the apiserver will pass it on: it drops, without
+// legibleWarning is w in a form the apiserver passes on: it drops, without
 // a word, a warning that is not valid UTF-8 or has a control character,
-// newlines and tabs included (docs/error-contract.md, "Warnings"), so each becomes
-// a space or U+FFFD here, and one longer than maxWarningRunes is cut with
-// "…".
+// newlines and tabs included (docs/error-contract.md, "Warnings"), so here
+// each becomes U+FFFD or a space, and a warning longer than
+// maxWarningRunes is cut with "…".
 func legibleWarning(w string) string {
 	if utf8.ValidString(w) && !strings.ContainsFunc(w, unicode.IsControl) && utf8.RuneCountInString(w) <= maxWarningRunes {
 		return w

@@ -237,9 +237,9 @@ type config struct {
 	// parts are the optional parts (main.go's parts), and what they add
 	// to the server once its flags are parsed: routes, and what becomes
 	// of /validate's denials (nil: they are sent).
-	parts  []part.Part
-	routes []part.Route
-	denied denialRewriter
+	parts         []part.Part
+	routes        []part.Route
+	rewriteDenial denialRewriter
 }
 
 // replaced is a policy flag that replaced its defaults.
@@ -470,7 +470,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	}
 	logger := slog.New(logHandler)
 	env := part.Env{Logger: logger, Getenv: getenv, ClientCertificates: cfg.clientCAFile != ""}
-	if cfg.routes, cfg.denied, err = partRoutes(cfg.parts, env); err != nil {
+	if cfg.routes, cfg.rewriteDenial, err = partRoutes(cfg.parts, env); err != nil {
 		return usageError{err}
 	}
 	// The parts run until the server has shut down, its last reviews
@@ -506,22 +506,22 @@ func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handl
 	}
 	return func(stderr io.Writer) http.Handler {
 		env := part.Env{Logger: slog.New(slog.DiscardHandler), Getenv: func(string) string { return "" }, Offline: true}
-		reviews := &reviewRoutes{logger: env.Logger, bodyBudget: body.NewBudget(defaultMaxInflightBytes)}
+		rs := &reviewRoutes{logger: env.Logger, bodyBudget: body.NewBudget(defaultMaxInflightBytes)}
 		anyClient := func(h http.Handler) http.Handler { return h }
-		extra, denied, err := partRoutes(all, env)
+		extra, rewriteDenial, err := partRoutes(all, env)
 		if err == nil {
 			_, err = startParts(all, env)
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, "webhook review:", err)
 		}
-		return routes(reviews, *p, denied, extra, anyClient)
+		return routes(rs, *p, rewriteDenial, extra, anyClient)
 	}, nil
 }
 
 // partRoutes asks each part for its route, given env, and for what becomes
 // of /validate's denials.
-func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, denied denialRewriter, err error) {
+func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, rewriteDenial denialRewriter, err error) {
 	for _, pt := range parts {
 		if pt.Route != nil {
 			r, err := pt.Route(env)
@@ -532,11 +532,11 @@ func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, denied den
 				extra = append(extra, r)
 			}
 		}
-		if pt.Denied != nil {
-			denied = pt.Denied
+		if pt.RewriteDenial != nil {
+			rewriteDenial = pt.RewriteDenial
 		}
 	}
-	return extra, denied, nil
+	return extra, rewriteDenial, nil
 }
 
 // startParts starts each part that runs something, and returns what stops
@@ -568,7 +568,7 @@ type server struct {
 	logger      *slog.Logger
 	reviews     *http.Server
 	listener    *limits.Listener
-	bodies      *body.Budget // the review routes', whose refusals the log sums up
+	bodyBudget  *body.Budget // the review routes', whose refusals the log sums up
 	metrics     *http.Server // nil without -metrics-listen
 	metricsLn   net.Listener // its listener
 	reloadables []interface{ reloadIfChanged() }
@@ -610,18 +610,18 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	tlsConfig := newTLSConfig(cfg.tlsMinVersion, cfg.http2, keyPair, clientCAs)
 	listener := limits.NewListener(rawLn, tlsConfig, maxConnections)
-	m.connections = listener
-	s := &server{cfg: cfg, logger: logger, listener: listener, bodies: bodies, serving: &atomic.Bool{},
+	m.listener = listener
+	s := &server{cfg: cfg, logger: logger, listener: listener, bodyBudget: bodies, serving: &atomic.Bool{},
 		reloadables: []interface{ reloadIfChanged() }{keyPair}}
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
-	reviews := &reviewRoutes{logger: logger, metrics: m, bodyBudget: bodies}
+	rs := &reviewRoutes{logger: logger, metrics: m, bodyBudget: bodies}
 	checkClient := func(h http.Handler) http.Handler { return h }
 	if clientCAs != nil {
 		checkClient = func(h http.Handler) http.Handler { return requireClient(logger, m, cfg.allowedClientNames, h) }
 	}
-	mux := routes(reviews, *cfg.policy, cfg.denied, cfg.routes, checkClient)
+	mux := routes(rs, *cfg.policy, cfg.rewriteDenial, cfg.routes, checkClient)
 	mux.HandleFunc("GET /ping", s.ping)
 	s.reviews = &http.Server{
 		Handler:           s.closeWhenDraining(mux),
@@ -687,10 +687,9 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte("pong"))
 }
 
-// closeWhenDraining serves h, and once shutdown begins closes each
-// connection after its answer, so that clients move to other replicas
-// while everything that arrives is still answered (docs/operations.md,
-// "Shutdown").
+// closeWhenDraining serves h, and once shutdown begins (s.serving false)
+// closes each connection after its answer, so that clients move to other
+// replicas while all that arrives is still answered (docs/operations.md).
 func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.serving.Load() {
@@ -733,7 +732,7 @@ func (s *server) serve(ctx context.Context) error {
 		s.logger.Info("a policy flag replaced its defaults", "flag", "-"+r.flag, "defaults", r.defaults)
 	}
 
-	defer logRefusals(s.logger, s.bodies.Stats, refusalSummaryInterval)()
+	defer logRefusals(s.logger, s.bodyBudget.Stats, refusalSummaryInterval)()
 
 	// Certificates are re-read on a timer and on SIGHUP, until shutdown.
 	stopReloading := reload.Poll(certPollInterval, func() { s.logger.Info("SIGHUP: re-reading certificates") }, func() {

@@ -35,8 +35,8 @@ type metrics struct {
 
 	clientsRefused *promtext.CounterVec // requests without an allowed client certificate, by reason
 
-	connections *limits.Listener // the review port's: connections open, waiting, and closed; nil until it is made
-	bodies      *body.Budget     // the byte budget, and bodies refused and cut
+	listener   *limits.Listener // the review port's: connections open, waiting, and closed; nil until it is made
+	bodyBudget *body.Budget     // the byte budget, and bodies refused and cut
 
 	certNotAfter *promtext.GaugeVec   // certificates' expiry, Unix seconds, by certificate
 	reloadErrors *promtext.CounterVec // certificate reloads that failed, by certificate
@@ -55,7 +55,7 @@ func newMetrics(bodies *body.Budget) *metrics {
 		inFlight:       promtext.NewCounterVec("webhook"),
 		latency:        promtext.NewHistogramVec(latencyBuckets, "webhook"),
 		clientsRefused: promtext.NewCounterVec("reason"),
-		bodies:         bodies,
+		bodyBudget:     bodies,
 		certNotAfter:   promtext.NewGaugeVec("certificate"),
 		reloadErrors:   promtext.NewCounterVec("certificate"),
 	}
@@ -137,8 +137,8 @@ func (m *metrics) write(w io.Writer) {
 	family(w, "webhook_panics_total", "counter", "Admit and authorize functions that panicked, by route; each was answered with HTTP 500.")
 	m.panics.Write(w, "webhook_panics_total")
 
-	if m.bodies != nil {
-		b := m.bodies.Stats()
+	if m.bodyBudget != nil {
+		b := m.bodyBudget.Stats()
 		family(w, "webhook_inflight_budget_bytes", "gauge", "The most bytes of large review bodies held at once (-max-inflight-bytes).")
 		sample(w, "webhook_inflight_budget_bytes", "", float64(b.BudgetBytes))
 		family(w, "webhook_inflight_bytes", "gauge", "Bytes of large review bodies held now, as read and while answered.")
@@ -159,8 +159,8 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_request_bodies_cut_total", `reason="stalled"`, float64(b.Cut[body.Stalled]))
 		sample(w, "webhook_request_bodies_cut_total", `reason="too_slow"`, float64(b.Cut[body.TooSlow]))
 	}
-	if m.connections != nil {
-		l := m.connections.Stats()
+	if m.listener != nil {
+		l := m.listener.Stats()
 		family(w, "webhook_connections_open", "gauge", "Connections open to the review port.")
 		sample(w, "webhook_connections_open", "", float64(l.Open))
 		family(w, "webhook_connections_limit", "gauge", "The most connections the review port holds open at once.")

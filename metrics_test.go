@@ -59,7 +59,7 @@ func TestMetricsCountReviews(t *testing.T) {
 	defer srv.Close()
 	bodies := body.NewBudget(body.MaxBytes)
 	m := newMetrics(bodies)
-	m.connections = listener
+	m.listener = listener
 	reviews := &reviewRoutes{logger: discardLogger, metrics: m, bodyBudget: bodies}
 	all := plumbingReviews(t)
 	mutating := reviews.admissionRoute("/mutate", patchingAdmit, nil)

@@ -141,10 +141,10 @@ var tls12CipherSuites = []uint16{
 	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
 }
 
-// newTLSConfig serves the current key pair and, when clientCAs is set,
-// verifies a client certificate if one is given: only requested at the
-// handshake, as kubelet probes /ping without one, so requireClient decides
-// per route. A certificate that does not verify fails the handshake.
+// newTLSConfig serves pair's current key pair, which must be loaded, and,
+// when clientCAs is set, verifies a client certificate if one is given:
+// only requested at the handshake, as kubelet probes /ping without one, so
+// requireClient decides per route. One that does not verify fails it.
 func newTLSConfig(minVersion uint16, http2 bool, pair *reloadable[tls.Certificate], clientCAs *reloadable[x509.CertPool]) *tls.Config {
 	cfg := &tls.Config{
 		MinVersion:   minVersion,

@@ -23,10 +23,10 @@ import (
 )
 
 // admitFunc decides on one admission request, never returning nil. It sees
-// neither HTTP nor globals. Its ctx ends at the apiserver's ?timeout=, up
-// to a second after the apiserver gives up (docs/error-contract.md). The
-// answer it returns is never written to, so one may serve every request.
-// policy.go makes them.
+// neither HTTP nor globals. Its ctx ends ?timeout= after the request's
+// header arrived; the apiserver, counting from before it dialed, gives up
+// sooner (docs/error-contract.md). The answer it returns is never written
+// to, so one may serve every request. policy.go makes them.
 type admitFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse
 
 // allowed admits the request unchanged.

@@ -30,8 +30,8 @@ const (
 //   - No connection is closed to make room for another, whatever its
 //     timing: a newcomer without a place waits, holding only its socket.
 //   - Places go first to the newcomers of the address holding the fewest
-//     connections, in the order they came, and no address holds more than
-//     three quarters of them.
+//     connections, each address's in the order they came, and no address
+//     holds more than three quarters of them.
 //   - It closes a connection only when its handshake fails or lasts
 //     HandshakeTimeout ("handshake"), and when MaxWaiting wait, the newest
 //     of the address with the most waiting ("shed").

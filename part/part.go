@@ -54,10 +54,10 @@ type Part struct {
 	// server as a bad flag does.
 	Route func(env Env) (Route, error)
 
-	// Denied rewrites what becomes of /validate's denials (the policy's
+	// RewriteDenial rewrites what becomes of /validate's denials (the policy's
 	// answer, never written to): the answer sent instead and its verdict.
 	// It is not called for an answer that allows.
-	Denied func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
+	RewriteDenial func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
 
 	// Metrics writes its series, in Prometheus's text format, at each
 	// scrape of -metrics-listen.

@@ -45,11 +45,11 @@ func Part() part.Part {
 			}
 			return func() {}, nil
 		},
-		Denied: a.rewriteDenial,
+		RewriteDenial: a.rewriteDenial,
 	}
 }
 
-// rewriteDenial is the part's Denied: the answer a sends for a denial, and
+// rewriteDenial is the part's RewriteDenial: the answer a sends for a denial, and
 // its verdict; under deny, the denial itself.
 func (a *validationAction) rewriteDenial(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
 	if !a.allowsDenials() {

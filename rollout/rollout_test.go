@@ -66,13 +66,13 @@ func TestValidationActionFlag(t *testing.T) {
 		if err != nil {
 			t.Fatalf("-validation-action %q: %v", tc.value, err)
 		}
-		if _, verdict := p.Denied(denial("no")); verdict != tc.wantVerdict {
+		if _, verdict := p.RewriteDenial(denial("no")); verdict != tc.wantVerdict {
 			t.Errorf("-validation-action %q: got verdict %q, want %q", tc.value, verdict, tc.wantVerdict)
 		}
 	}
 	if p, err := started(t); err != nil {
 		t.Fatal(err)
-	} else if out, verdict := p.Denied(denial("no")); verdict != "denied" || out.Allowed {
+	} else if out, verdict := p.RewriteDenial(denial("no")); verdict != "denied" || out.Allowed {
 		t.Errorf("with no flag: got %+v, %q; want the denial as it is", out, verdict)
 	}
 }
@@ -97,7 +97,7 @@ func TestValidationActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := denial(message)
-		out, _ := p.Denied(in)
+		out, _ := p.RewriteDenial(in)
 		if tc.action == "deny" {
 			if out != in {
 				t.Errorf("deny: got %+v, want the denial itself", out)
@@ -129,7 +129,7 @@ func TestDenialsOwnWarningsKept(t *testing.T) {
 	shared.Warnings[0] = "the policy's own warning"
 	shared.AuditAnnotations = map[string]string{"reason": "the policy's own annotation"}
 	for range 2 {
-		out, _ := p.Denied(shared)
+		out, _ := p.RewriteDenial(shared)
 		if want := []string{"the policy's own warning", wouldDenyWarning + "no"}; !reflect.DeepEqual(out.Warnings, want) {
 			t.Errorf("got warnings %q, want %q", out.Warnings, want)
 		}
@@ -140,7 +140,7 @@ func TestDenialsOwnWarningsKept(t *testing.T) {
 	if shared.Allowed || len(shared.Warnings) != 1 || len(shared.AuditAnnotations) != 1 || shared.Warnings[:2][1] != "" {
 		t.Errorf("the policy's answer was changed: %+v", shared)
 	}
-	out, verdict := p.Denied(&admissionv1.AdmissionResponse{})
+	out, verdict := p.RewriteDenial(&admissionv1.AdmissionResponse{})
 	if want := []string{wouldDenyWarning + "the policy gave no reason"}; !reflect.DeepEqual(out.Warnings, want) || verdict != "warned_and_audited" {
 		t.Errorf("a denial without a message: got warnings %q, verdict %q; want %q, warned_and_audited", out.Warnings, verdict, want)
 	}
