@@ -49,8 +49,8 @@ func Part() part.Part {
 	}
 }
 
-// rewriteDenial is the part's RewriteDenial: the answer a sends for a denial, and
-// its verdict; under deny, the denial itself.
+// rewriteDenial is the part's RewriteDenial: the answer a sends for a
+// denial, and its verdict; under deny, the denial itself.
 func (a *validationAction) rewriteDenial(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
 	if !a.allowsDenials() {
 		return denial, "denied"

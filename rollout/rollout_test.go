@@ -1,7 +1,7 @@
 package rollout
 
 // What -validation-action makes of a denial of /validate's (Part's
-// Denied). The server sends what Denied returns, for the request it
+// RewriteDenial). The server sends what it returns, for the request it
 // reviewed and with legible warnings, only for an answer it calls
 // "denied": its own tests say so, with a rewriter of their own.
 
