@@ -223,6 +223,8 @@ var (
 	newFixtureOld    = flag.String("old-object", "", "with -new-fixture: the old object's YAML or JSON `file`, for UPDATE and DELETE")
 	newFixtureSub    = flag.String("subresource", "", "with -new-fixture: a request of this subresource (scale, status, eviction, exec, …) of -of's object")
 	newFixtureOf     = flag.String("of", "", "with -subresource: the object whose subresource it is, as `resource/namespace/name` such as apps/v1/deployments/shop/web or v1/pods/shop/web (namespace empty for a kind of cluster scope)")
+	newFixtureUser   = flag.String("user", "", "with -new-fixture: the `name` of the user the request is made as, in place of admin in system:masters")
+	newFixtureGroups = flag.String("groups", "", "with -user: the user's `groups`, separated by commas")
 )
 
 // TestNewFixture writes a fixture made by hand, when asked (-v shows what
@@ -230,6 +232,7 @@ var (
 //
 //	go test -v -run TestNewFixture . -args -new-fixture v1-mykind-create -object mykind.yaml
 //	go test -v -run TestNewFixture . -args -new-fixture v1-pod-exec -operation CONNECT -subresource exec -of v1/pods/shop/web -object exec-options.yaml
+//	go test -v -run TestNewFixture . -args -new-fixture v1-configmap-create-by-jane -object cm.yaml -user jane -groups dev,system:authenticated
 func TestNewFixture(t *testing.T) {
 	if *newFixture == "" {
 		t.Skip("only with -new-fixture NAME")
@@ -252,6 +255,13 @@ func TestNewFixture(t *testing.T) {
 		}
 		resource := strings.Join(parts[:len(parts)-2], "/")
 		body = newSubresourceReview(t, admissionv1.Operation(*newFixtureOp), resource, *newFixtureSub, parts[len(parts)-2], parts[len(parts)-1], read(*newFixtureObject), read(*newFixtureOld))
+	}
+	if *newFixtureUser != "" {
+		var groups []string
+		if *newFixtureGroups != "" {
+			groups = strings.Split(*newFixtureGroups, ",")
+		}
+		body = reviewAs(t, body, *newFixtureUser, groups...)
 	}
 	path := filepath.Join("testdata", *newFixture+".json")
 	if err := os.WriteFile(path, body, 0o644); err != nil {
