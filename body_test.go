@@ -95,14 +95,25 @@ func readAnswer(t *testing.T, conn net.Conn) *httptest.ResponseRecorder {
 // cut since its last line, by reason, in one line, and nothing when there
 // were none.
 func TestRefusalsAreSummedUp(t *testing.T) {
+	// Each tick reads the next of stats; once it is closed, the last
+	// again, as a budget with nothing new: a tick may still come between
+	// the last one and stop.
 	stats := make(chan body.Stats)
+	var latest body.Stats
+	next := func() body.Stats {
+		if s, ok := <-stats; ok {
+			latest = s
+		}
+		return latest
+	}
 	var logs syncBuffer
-	stop := logRefusals(slog.New(slog.NewTextHandler(&logs, nil)), func() body.Stats { return <-stats }, time.Millisecond)
+	stop := logRefusals(slog.New(slog.NewTextHandler(&logs, nil)), next, time.Millisecond)
 	stats <- body.Stats{} // the start
 	stats <- body.Stats{} // nothing since
 	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 3, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
 	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}}
 	stats <- body.Stats{Refused: map[string]uint64{body.SlowRead: 4, body.NoRoom: 1}, Cut: map[string]uint64{body.Stalled: 2}} // the last line is written
+	close(stats)
 	stop()
 	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
 	want := []string{
