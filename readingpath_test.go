@@ -175,15 +175,15 @@ type declaration struct {
 // instantiated with them resolve; every other package is an empty
 // stand-in, as only this module's declarations are counted.
 type moduleIndex struct {
-	t       *testing.T
-	module  string
-	fset    *token.FileSet
-	info    *types.Info
-	checked map[string]*types.Package // by folder
-	standIn map[string]*types.Package // by import path
-	std     types.Importer
-	decls   map[types.Object]*declaration
-	named   map[string]*declaration // dir:name
+	t        *testing.T
+	module   string
+	fset     *token.FileSet
+	info     *types.Info
+	checked  map[string]*types.Package // by folder
+	imported map[string]*types.Package // other modules' stand-ins and the standard library's, by import path
+	std      types.Importer
+	decls    map[types.Object]*declaration
+	named    map[string]*declaration // dir:name
 }
 
 func newModuleIndex(t *testing.T) *moduleIndex {
@@ -194,7 +194,7 @@ func newModuleIndex(t *testing.T) *moduleIndex {
 	first, _, _ := strings.Cut(string(gomod), "\n")
 	m := &moduleIndex{t: t, module: strings.TrimSpace(strings.TrimPrefix(first, "module")), fset: token.NewFileSet(),
 		info:    &types.Info{Defs: map[*ast.Ident]types.Object{}, Uses: map[*ast.Ident]types.Object{}},
-		checked: map[string]*types.Package{}, standIn: map[string]*types.Package{}, decls: map[types.Object]*declaration{},
+		checked: map[string]*types.Package{}, imported: map[string]*types.Package{}, decls: map[types.Object]*declaration{},
 		named: map[string]*declaration{}, std: importer.Default()}
 	m.check(".")
 	return m
@@ -218,18 +218,18 @@ func (m *moduleIndex) Import(importPath string) (*types.Package, error) {
 		}
 		return nil, fmt.Errorf("import cycle through %s", importPath)
 	}
-	if p, ok := m.standIn[importPath]; ok {
+	if p, ok := m.imported[importPath]; ok {
 		return p, nil
 	}
 	if first, _, _ := strings.Cut(importPath, "/"); !strings.Contains(first, ".") {
 		if p, err := m.std.Import(importPath); err == nil {
-			m.standIn[importPath] = p
+			m.imported[importPath] = p
 			return p, nil
 		}
 	}
 	p := types.NewPackage(importPath, path.Base(importPath))
 	p.MarkComplete()
-	m.standIn[importPath] = p
+	m.imported[importPath] = p
 	return p, nil
 }
 
