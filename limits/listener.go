@@ -45,7 +45,6 @@ type Listener struct {
 	perAddress int
 
 	ready chan net.Conn // handshakes done, for Accept
-	wake  chan struct{} // a place or a newcomer came
 	done  chan struct{}
 	once  sync.Once
 	err   error // why Accept stops, once done is closed
@@ -69,10 +68,9 @@ type conn struct {
 // TLS by tlsConfig, or none when it is nil. It accepts from ln at once.
 func NewListener(ln net.Listener, tlsConfig *tls.Config, max int) *Listener {
 	l := &Listener{raw: ln, tlsConfig: tlsConfig, max: max, perAddress: max - max/4,
-		ready: make(chan net.Conn), wake: make(chan struct{}, 1), done: make(chan struct{}),
+		ready: make(chan net.Conn), done: make(chan struct{}),
 		conns: map[*conn]bool{}, held: map[netip.Addr]int{}, waiting: map[netip.Addr][]*conn{}, closed: map[string]uint64{}}
 	go l.acceptAll()
-	go l.keepRoom()
 	return l
 }
 
@@ -146,6 +144,13 @@ func (l *Listener) acceptAll() {
 		}
 		backoff = 0
 		l.mu.Lock()
+		select {
+		case <-l.done: // Close came first, and closed the line
+			l.mu.Unlock()
+			nc.Close()
+			return
+		default:
+		}
 		c := &conn{Conn: nc, l: l, source: sourceOf(nc)}
 		l.waiting[c.source] = append(l.waiting[c.source], c)
 		if l.queued++; l.queued > MaxWaiting {
@@ -160,34 +165,14 @@ func (l *Listener) acceptAll() {
 			q[len(q)-1].Conn.Close()
 			l.closed["shed"]++
 		}
-		l.mu.Unlock()
-		l.signal()
-	}
-}
-
-// keepRoom gives waiting newcomers places as places come free.
-func (l *Listener) keepRoom() {
-	for {
-		l.mu.Lock()
 		l.givePlacesLocked()
 		l.mu.Unlock()
-		select {
-		case <-l.wake:
-		case <-l.done:
-			return
-		}
-	}
-}
-
-func (l *Listener) signal() {
-	select {
-	case l.wake <- struct{}{}:
-	default:
 	}
 }
 
 // givePlacesLocked gives the places free to waiting newcomers, each to
-// the oldest newcomer of the lightest address under its share.
+// the oldest newcomer of the lightest address under its share: called
+// whenever a newcomer comes or a place comes free.
 func (l *Listener) givePlacesLocked() {
 	for len(l.conns) < l.max {
 		var next netip.Addr
@@ -272,7 +257,7 @@ func (c *conn) Close() error {
 		if l.held[c.source]--; l.held[c.source] == 0 {
 			delete(l.held, c.source)
 		}
-		l.signal()
+		l.givePlacesLocked()
 	}
 	l.mu.Unlock()
 	return c.Conn.Close()
