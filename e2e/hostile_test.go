@@ -133,6 +133,7 @@ func runHostiles(ctx context.Context, addr string, caPEM []byte, kinds []hostile
 // places the flood's address leaves to others (80 of 320), so that its
 // newcomers wait for the apiserver's own to come free.
 func TestHostileClients(t *testing.T) {
+	takeLoadTurn(t)
 	bursts := []int{4, 8, 16, 32, 64, 128}
 	const pause = 500 * time.Millisecond
 	scope := newScope(t, "hostile")

@@ -83,6 +83,7 @@ func deploymentRun(t *testing.T, certDir, metricsAddr string) (args, env []strin
 // byte budget (webhook_inflight_waited_total counts them), and the
 // webhook's peak RSS stays under the Deployment's memory limit.
 func TestMemoryUnderBurst(t *testing.T) {
+	takeLoadTurn(t)
 	const (
 		writers = 24
 		// writesEach is each writer's requests, one after another: with 3,

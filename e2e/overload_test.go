@@ -30,6 +30,7 @@ import (
 // real client on a slow link looks the same. The request's review needs
 // more than the rest.
 func TestOverloadAnswer(t *testing.T) {
+	takeLoadTurn(t)
 	const (
 		hookTimeout = 2 // seconds: the apiserver's deadline for each call
 		// padding makes the object's review need more room than the
