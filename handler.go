@@ -29,12 +29,12 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/json" // encoding/json's API, as the apiserver decodes
 
 	"github.com/example/webhook/body"
-	"github.com/example/webhook/convert"
 	"github.com/example/webhook/part"
 )
 
@@ -171,26 +171,23 @@ func decodeAdmissionReview(body []byte) (schema.GroupVersionKind, *admissionv1.A
 	if err != nil {
 		return schema.GroupVersionKind{}, nil, part.DecodeError(body, gvk, err, acceptedAdmissionReviews)
 	}
-	var req *admissionv1.AdmissionRequest
-	switch review := obj.(type) {
-	case *admissionv1.AdmissionReview:
-		req = review.Request
-	case *admissionv1beta1.AdmissionReview:
-		if review.Request != nil {
-			req = convert.RequestFromV1beta1(review.Request)
-		}
-	default: // an unversioned meta kind (part.Decoder)
+	review, ok := obj.(*admissionv1.AdmissionReview)
+	if !ok { // an unversioned meta kind (part.Decoder)
 		return schema.GroupVersionKind{}, nil, part.WrongKind(*gvk, acceptedAdmissionReviews)
 	}
-	if req == nil {
+	if review.Request == nil {
 		return schema.GroupVersionKind{}, nil, fmt.Errorf("%s has no request to admit", gvk.GroupVersion())
 	}
-	return *gvk, req, nil
+	return *gvk, review.Request, nil
 }
 
 // admissionDecoder decodes AdmissionReview in the two versions the
-// apiserver sends.
-var admissionDecoder = part.Decoder(admissionv1.AddToScheme, admissionv1beta1.AddToScheme)
+// apiserver sends, both into v1's type: v1beta1's has the same fields,
+// written the same in JSON, so it needs no conversion either way.
+var admissionDecoder = part.Decoder(admissionv1.AddToScheme, func(s *runtime.Scheme) error {
+	s.AddKnownTypeWithName(admissionv1beta1.SchemeGroupVersion.WithKind("AdmissionReview"), &admissionv1.AdmissionReview{})
+	return nil
+})
 
 // acceptedAdmissionReviews names what the admission routes take, in the
 // messages of what they refuse.
@@ -210,13 +207,9 @@ func copyForRequest(resp *admissionv1.AdmissionResponse, uid types.UID) *admissi
 }
 
 // encodeAdmissionReview encodes an AdmissionReview of resp in the request's
-// version.
+// version (admissionDecoder: v1beta1's is written as v1's).
 func encodeAdmissionReview(gvk schema.GroupVersionKind, resp *admissionv1.AdmissionResponse) ([]byte, error) {
-	typeMeta := metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}
-	if gvk.GroupVersion() == admissionv1beta1.SchemeGroupVersion {
-		return json.Marshal(&admissionv1beta1.AdmissionReview{TypeMeta: typeMeta, Response: convert.ResponseToV1beta1(resp)})
-	}
-	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: typeMeta, Response: resp})
+	return json.Marshal(&admissionv1.AdmissionReview{TypeMeta: metav1.TypeMeta{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind}, Response: resp})
 }
 
 // sendReview answers with a review and 200, and logs and counts it.

@@ -1,59 +1,17 @@
-// Package convert copies the reviews the apiserver may send in v1beta1 to
-// and from v1, the one version the webhook's admit and authorize functions
-// see. The apiserver sends admission.k8s.io/v1beta1 to webhooks that list
-// only "v1beta1" in admissionReviewVersions, and authorization.k8s.io/
-// v1beta1 when an authorizer's subjectAccessReviewVersion is v1beta1. Each
-// has the same fields as v1 (a SubjectAccessReview's spec.groups is spelt
-// "group" in v1beta1's JSON), and k8s.io/api has no conversions between
-// them.
+// Package convert copies the reviews of authorization.k8s.io/v1beta1 to and
+// from v1, the one version the webhook's authorize functions see: the
+// apiserver sends v1beta1 when an authorizer's subjectAccessReviewVersion
+// is v1beta1. It has v1's fields, but spells a SubjectAccessReview's
+// spec.groups "group" in JSON, and k8s.io/api has no conversions between
+// them. An AdmissionReview of admission.k8s.io/v1beta1 needs no copy: it
+// is v1's, field for field and in JSON (TestAdmissionReviewV1beta1IsV1),
+// so the webhook decodes it into v1's type.
 package convert
 
 import (
-	admissionv1 "k8s.io/api/admission/v1"
-	admissionv1beta1 "k8s.io/api/admission/v1beta1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	authorizationv1beta1 "k8s.io/api/authorization/v1beta1"
 )
-
-// RequestFromV1beta1 copies an admission.k8s.io/v1beta1 request to v1,
-// field by field.
-func RequestFromV1beta1(in *admissionv1beta1.AdmissionRequest) *admissionv1.AdmissionRequest {
-	return &admissionv1.AdmissionRequest{
-		UID:                in.UID,
-		Kind:               in.Kind,
-		Resource:           in.Resource,
-		SubResource:        in.SubResource,
-		RequestKind:        in.RequestKind,
-		RequestResource:    in.RequestResource,
-		RequestSubResource: in.RequestSubResource,
-		Name:               in.Name,
-		Namespace:          in.Namespace,
-		Operation:          admissionv1.Operation(in.Operation),
-		UserInfo:           in.UserInfo,
-		Object:             in.Object,
-		OldObject:          in.OldObject,
-		DryRun:             in.DryRun,
-		Options:            in.Options,
-	}
-}
-
-// ResponseToV1beta1 copies an admission.k8s.io/v1 response to v1beta1,
-// field by field.
-func ResponseToV1beta1(in *admissionv1.AdmissionResponse) *admissionv1beta1.AdmissionResponse {
-	out := &admissionv1beta1.AdmissionResponse{
-		UID:              in.UID,
-		Allowed:          in.Allowed,
-		Result:           in.Result,
-		Patch:            in.Patch,
-		AuditAnnotations: in.AuditAnnotations,
-		Warnings:         in.Warnings,
-	}
-	if in.PatchType != nil {
-		pt := admissionv1beta1.PatchType(*in.PatchType)
-		out.PatchType = &pt
-	}
-	return out
-}
 
 // SpecFromV1beta1 copies an authorization.k8s.io/v1beta1
 // SubjectAccessReview's spec to v1, field by field, as the apiserver's own

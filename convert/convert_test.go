@@ -2,6 +2,7 @@ package convert
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -18,16 +19,25 @@ import (
 // updated, and fails the test until the conversion copies it. Nothing is
 // set by hand, so nothing can be forgotten here either.
 
-func TestRequestFromV1beta1(t *testing.T) {
-	var in admissionv1beta1.AdmissionRequest
-	fill(reflect.ValueOf(&in).Elem(), "request")
-	compareJSON(t, "request", &in, RequestFromV1beta1(&in), nil)
-}
-
-func TestResponseToV1beta1(t *testing.T) {
-	var in admissionv1.AdmissionResponse
-	fill(reflect.ValueOf(&in).Elem(), "response")
-	compareJSON(t, "response", &in, ResponseToV1beta1(&in), nil)
+// TestAdmissionReviewV1beta1IsV1 holds the premise on which the webhook
+// decodes an admission.k8s.io/v1beta1 AdmissionReview into v1's type, and
+// answers it with v1's (handler.go, admissionDecoder): each version's,
+// every field set, decodes into the other's type and encodes as it was.
+func TestAdmissionReviewV1beta1IsV1(t *testing.T) {
+	for _, c := range []struct{ in, out any }{
+		{&admissionv1beta1.AdmissionReview{}, &admissionv1.AdmissionReview{}},
+		{&admissionv1.AdmissionReview{}, &admissionv1beta1.AdmissionReview{}},
+	} {
+		fill(reflect.ValueOf(c.in).Elem(), "review")
+		b, err := json.Marshal(c.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, c.out); err != nil {
+			t.Fatal(err)
+		}
+		compareJSON(t, fmt.Sprintf("%T", c.in), c.in, c.out, nil)
+	}
 }
 
 func TestSpecFromV1beta1(t *testing.T) {
@@ -120,7 +130,7 @@ func fill(v reflect.Value, path string) {
 // TestFillSetsEverything: fill leaves no field zero, the premise of the
 // tests above.
 func TestFillSetsEverything(t *testing.T) {
-	for _, v := range []any{&admissionv1beta1.AdmissionRequest{}, &admissionv1.AdmissionResponse{}, &authorizationv1beta1.SubjectAccessReviewSpec{}, &authorizationv1.SubjectAccessReviewStatus{}} {
+	for _, v := range []any{&admissionv1beta1.AdmissionReview{}, &admissionv1.AdmissionReview{}, &authorizationv1beta1.SubjectAccessReviewSpec{}, &authorizationv1.SubjectAccessReviewStatus{}} {
 		rv := reflect.ValueOf(v).Elem()
 		fill(rv, "x")
 		checkSet(t, rv, rv.Type().Name())
