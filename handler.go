@@ -127,12 +127,11 @@ func admission(admit admitFunc, rewriteDenial denialRewriter) part.Decide {
 		case resp.Result != nil && resp.Result.Code >= 500 && resp.Result.Code <= 599:
 			return d, &part.Error{Code: int(resp.Result.Code), Message: resp.Result.Message}
 		}
-		answer, verdict := copyForRequest(resp, req.UID), admissionVerdict(resp)
+		verdict := admissionVerdict(resp)
 		if verdict == "denied" && rewriteDenial != nil {
-			// What a part sends instead, for this request too.
-			answer, verdict = rewriteDenial(answer)
-			answer = copyForRequest(answer, req.UID)
+			resp, verdict = rewriteDenial(resp) // what a part sends instead
 		}
+		answer := copyForRequest(resp, req.UID)
 		if d.Review, err = encodeAdmissionReview(gvk, answer); err != nil {
 			return d, fmt.Errorf("encoding the review: %w", err)
 		}
