@@ -57,22 +57,24 @@ func TestBurstServedOnBusyCores(t *testing.T) {
 	burstServed(t, "burst-busy", burstOptions{timeout: 30})
 }
 
-// loadTurnLock is the machine's one lock for the tests that load it to its
-// limit (takeLoadTurn).
-const loadTurnLock = "/run/lock/webhook-e2e-load.lock"
-
 // takeLoadTurn waits for, and holds until t ends, the machine's turn for a
 // test that loads it to its limit: a burst, a flood, a budget held full.
 // Each such test's deadlines assume the CPU of a machine running it alone;
 // two runs at once (two clones, or CI beside a developer) would otherwise
-// load it together, each with half of it (docs/testing.md). The kernel
-// drops the lock if the process dies.
+// load it together, each with half of it (docs/testing.md). The turn is a
+// lock in the cache directory the runs share, as buildOnce's are; the
+// kernel drops it if the process dies.
 func takeLoadTurn(t *testing.T) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(loadTurnLock), 0o755); err != nil {
+	cache, err := os.UserCacheDir()
+	if err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.OpenFile(loadTurnLock, os.O_CREATE|os.O_RDWR, 0o644)
+	path := filepath.Join(cache, "webhook-e2e", "load.lock")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ func takeLoadTurn(t *testing.T) {
 		t.Logf("another run on this machine is in a load test; waiting for its turn to end")
 		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 			lock.Close()
-			t.Fatalf("locking %s: %v", loadTurnLock, err)
+			t.Fatalf("locking %s: %v", path, err)
 		}
 	}
 	t.Cleanup(func() { lock.Close() }) // closing drops the lock
