@@ -130,12 +130,12 @@ func (a validationAction) allowsDenials() bool { return a.warn || a.audit }
 
 // warnOrAudit turns resp, a denial, into the answer a says instead, and
 // returns its verdict: "warned", "audited" or "warned_and_audited". It is
-// a new answer, not a copy of resp: allowed, for resp's request (its
-// uid), without the denial's status or any patch (which a validating
-// webhook may not return), carrying the policy's warnings and audit
-// annotations, copied before anything is added to them, and the denial's
-// message as a warning, an audit annotation, or both. The server makes
-// its warnings legible, as it does every answer's.
+// a new answer, not a copy of resp: allowed, with resp's uid, without the
+// denial's status or any patch (which a validating webhook may not
+// return), carrying the policy's warnings and audit annotations, copied
+// before anything is added to them, and the denial's message as a warning,
+// an audit annotation, or both. The server sets the request's uid and
+// makes its warnings legible, as it does for every answer.
 func (a validationAction) warnOrAudit(resp *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
 	message := "the policy gave no reason"
 	if resp.Result != nil && resp.Result.Message != "" {
