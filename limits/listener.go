@@ -112,7 +112,8 @@ func (l *Listener) Close() error {
 func (l *Listener) stop(err error) { l.once.Do(func() { l.err = err; close(l.done) }) }
 
 // Stats is what a Listener holds, and has closed by reason ("shed", and
-// "handshake" for one that failed), for the metrics.
+// "handshake" for one that failed or took HandshakeTimeout), for the
+// metrics.
 type Stats struct {
 	Max, Open, Waiting int
 	Closed             map[string]uint64
@@ -214,12 +215,15 @@ func (l *Listener) handshake(c *conn) {
 	err := tc.HandshakeContext(ctx)
 	cancel()
 	l.mu.Lock()
-	if _, open := l.conns[c]; !open { // closed by Close
+	select {
+	case <-l.done: // Close closed it, or closes it next
 		err = net.ErrClosed
-	} else if err != nil {
-		l.closed["handshake"]++
-	} else {
-		l.conns[c] = true
+	default:
+		if err != nil { // failed, or timed out (tls closed c)
+			l.closed["handshake"]++
+		} else {
+			l.conns[c] = true
+		}
 	}
 	l.mu.Unlock()
 	if err != nil {

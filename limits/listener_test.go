@@ -457,3 +457,35 @@ func TestCloseClosesWaiting(t *testing.T) {
 		t.Errorf("Accept after Close: got %v, want net.ErrClosed", err)
 	}
 }
+
+// TestSilentHandshakeCounted: a client that connects and never says hello
+// is closed at HandshakeTimeout, its place given back, and counted as a
+// handshake that failed ("handshake"); one closed by the listener's Close
+// is not counted.
+func TestSilentHandshakeCounted(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, 4)
+	silent, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	s.waitFor(t, "the silent client in its handshake", func(st Stats) bool { return st.Open == 1 })
+	s.waitFor(t, "the silent client closed and counted", func(st Stats) bool { return st.Open == 0 && st.Closed["handshake"] == 1 })
+	silent.SetReadDeadline(time.Now().Add(patience))
+	if _, err := silent.Read(make([]byte, 1)); err == nil {
+		t.Error("the silent client's connection is still open, want it closed")
+	}
+
+	atClose, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer atClose.Close()
+	s.waitFor(t, "a second silent client in its handshake", func(st Stats) bool { return st.Open == 1 })
+	s.listener.Close()
+	s.waitFor(t, "the second client closed by Close", func(st Stats) bool { return st.Open == 0 })
+	if got := s.listener.Stats().Closed["handshake"]; got != 1 {
+		t.Errorf("%d handshakes counted as failed, want 1: a connection that Close closed is not one", got)
+	}
+}
