@@ -198,9 +198,11 @@ const acceptedAdmissionReviews = "an AdmissionReview of admission.k8s.io/v1 or a
 func copyForRequest(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
 	answer := *resp
 	answer.UID = uid
-	answer.Warnings = nil
-	for _, w := range resp.Warnings {
-		answer.Warnings = append(answer.Warnings, legibleWarning(w))
+	if len(resp.Warnings) > 0 {
+		answer.Warnings = make([]string, len(resp.Warnings))
+		for i, w := range resp.Warnings {
+			answer.Warnings[i] = legibleWarning(w)
+		}
 	}
 	return &answer
 }
