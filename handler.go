@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -192,16 +193,19 @@ var admissionDecoder = part.Decoder(admissionv1.AddToScheme, func(s *runtime.Sch
 // messages of what they refuse.
 const acceptedAdmissionReviews = "an AdmissionReview of admission.k8s.io/v1 or admission.k8s.io/v1beta1"
 
-// copyForRequest is resp, the policy's answer, as sent for the request
-// whose uid is uid: a copy with the uid set, as a policy may return one
-// answer to every request, and each warning legible (legibleWarning).
+// copyForRequest is resp, the policy's answer, sent for the request whose
+// uid is uid: a copy with the uid set, as a policy may return one answer
+// to every request, and each warning legible (legibleWarning, on a copy).
 func copyForRequest(resp *admissionv1.AdmissionResponse, uid types.UID) *admissionv1.AdmissionResponse {
 	answer := *resp
 	answer.UID = uid
-	if len(resp.Warnings) > 0 {
-		answer.Warnings = make([]string, len(resp.Warnings))
-		for i, w := range resp.Warnings {
-			answer.Warnings[i] = legibleWarning(w)
+	copied := false
+	for i, w := range resp.Warnings {
+		if lw := legibleWarning(w); lw != w {
+			if !copied { // never written into: the policy's
+				answer.Warnings, copied = slices.Clone(resp.Warnings), true
+			}
+			answer.Warnings[i] = lw
 		}
 	}
 	return &answer
