@@ -22,6 +22,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/validate/content"
 	"k8s.io/apimachinery/pkg/util/json"
 
 	"github.com/example/webhook/cluster/kubeclient"
@@ -47,8 +48,8 @@ type View[T any] struct {
 	// apiserver asks the apiserver itself: nil for a view filled once,
 	// which answers every lookup from what it was filled with.
 	apiserver *apiserverReads
-	gets      sharing[fetched[T]]
-	lists     sharing[[]listed[T]]
+	gets      sharing[objectKey, fetched[T]]
+	lists     sharing[string, []listed[T]]
 
 	mu      sync.RWMutex
 	content *viewContent[T]
@@ -190,7 +191,11 @@ func (v *View[T]) GetLatest(ctx context.Context, namespace, name string) (T, boo
 		var zero T
 		return zero, false, err
 	}
-	got, shared, err := v.gets.do(ctx, objectKey{namespace, name}.String(), func(ctx context.Context) (fetched[T], error) {
+	if !possibleName(namespace, name) {
+		var zero T
+		return zero, false, nil // nothing to ask: a path without a name is a list
+	}
+	got, shared, err := v.gets.do(ctx, objectKey{namespace, name}, func(ctx context.Context) (fetched[T], error) {
 		if err := v.apiserver.take("get"); err != nil {
 			return fetched[T]{}, err
 		}
@@ -209,6 +214,17 @@ func (v *View[T]) GetLatest(ctx context.Context, namespace, name string) (T, boo
 		return got.obj, false, fmt.Errorf("the webhook asked the apiserver for %s %s, and could not learn it: %w", v.kind.Kind, objectKey{namespace, name}, err)
 	}
 	return got.obj, got.found, nil
+}
+
+// possibleName reports whether an object may be named name in namespace
+// ("" for a kind of cluster scope). The apiserver stores no object whose
+// name or namespace is empty or not a path segment: ".", "..", or one with
+// "/" or "%" (k8s.io/apiserver v0.37.2,
+// pkg/registry/generic/registry/store.go, NamespaceKeyFunc). A GET of one
+// is never needed, and would be another request: without a name, a list.
+func possibleName(namespace, name string) bool {
+	return name != "" && len(content.IsPathSegmentName(name)) == 0 &&
+		(namespace == "" || len(content.IsPathSegmentName(namespace)) == 0)
 }
 
 // List returns what the policy keeps of every object in namespace, or in
@@ -583,9 +599,9 @@ func keyOf(object []byte) (objectKey, error) {
 // already under way may answer as of a moment before the write the lookup
 // must see, so the lookups that arrive meanwhile share the next one, sent
 // when it ends. Of each key, one request at a time is under way.
-type sharing[R any] struct {
+type sharing[K comparable, R any] struct {
 	mu    sync.Mutex
-	calls map[string]*sharedCall[R] // by key: the one under way, or the next, not yet sent
+	calls map[K]*sharedCall[R] // by key: the one under way, or the next, not yet sent
 }
 
 type sharedCall[R any] struct {
@@ -603,14 +619,14 @@ type sharedCall[R any] struct {
 // request. send runs with the context of the lookup that sends it; one
 // that fails because that context ended is sent again for a lookup whose
 // own has not.
-func (s *sharing[R]) do(ctx context.Context, key string, send func(context.Context) (R, error)) (val R, shared bool, err error) {
+func (s *sharing[K, R]) do(ctx context.Context, key K, send func(context.Context) (R, error)) (val R, shared bool, err error) {
 	s.mu.Lock()
 	c := s.calls[key]
 	switch {
 	case c == nil:
 		c = &sharedCall[R]{done: make(chan struct{})}
 		if s.calls == nil {
-			s.calls = map[string]*sharedCall[R]{}
+			s.calls = map[K]*sharedCall[R]{}
 		}
 		s.calls[key] = c
 	case c.sending:
@@ -661,7 +677,7 @@ func (s *sharing[R]) do(ctx context.Context, key string, send func(context.Conte
 // giveUp is a lookup that waited for c and gives up: a request not yet
 // sent that no lookup waits for any longer is forgotten, so that lookups
 // of made-up keys that give up leave nothing behind.
-func (s *sharing[R]) giveUp(key string, c *sharedCall[R]) {
+func (s *sharing[K, R]) giveUp(key K, c *sharedCall[R]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c.waiting--

@@ -112,6 +112,9 @@ func (r Resource) path(namespace, name string) string {
 // answers as of now, not from its watch cache). An object that does not
 // exist is an error for which apierrors.IsNotFound is true.
 func (c *Client) Get(ctx context.Context, r Resource, namespace, name string) ([]byte, error) {
+	if name == "" {
+		return nil, fmt.Errorf("a GET of %s needs a name: without one it would be a list", r)
+	}
 	resp, err := c.get(ctx, r.path(namespace, name), nil)
 	if err != nil {
 		return nil, err

@@ -309,6 +309,14 @@ func TestGetNotFound(t *testing.T) {
 	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `configmaps "missing" not found`) {
 		t.Errorf("GET missing: got %v, want NotFound with the apiserver's message", err)
 	}
+	// Without a name, the path would be the whole namespace's: a list.
+	sent := len(f.requested())
+	if b, err := c.Get(context.Background(), configMaps, "ns", ""); err == nil {
+		t.Errorf("GET of no name: got %s, want an error", b)
+	}
+	if n := len(f.requested()) - sent; n != 0 {
+		t.Errorf("a GET of no name sent %d requests, want none", n)
+	}
 }
 
 // TestReflector runs a Reflector against the fake: it lists at "0", is
