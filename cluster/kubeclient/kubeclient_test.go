@@ -429,6 +429,12 @@ func (l *logBuffer) lines(s string) []string {
 // startReflector runs a Reflector of configmaps against f into a new
 // mapStore until the test ends, logging into the returned buffer.
 func startReflector(t *testing.T, f *fakeAPIServer) (*Reflector, *mapStore, *logBuffer) {
+	return startReflectorSilentAfter(t, f, SilentAfter)
+}
+
+// startReflectorSilentAfter is startReflector with a Reflector that takes
+// a watch for silent after silentAfter.
+func startReflectorSilentAfter(t *testing.T, f *fakeAPIServer, silentAfter time.Duration) (*Reflector, *mapStore, *logBuffer) {
 	t.Helper()
 	c, err := New(f.config(t, "t"), "test")
 	if err != nil {
@@ -436,6 +442,7 @@ func startReflector(t *testing.T, f *fakeAPIServer) (*Reflector, *mapStore, *log
 	}
 	store, logs := &mapStore{}, &logBuffer{}
 	r := NewReflector(c, configMaps, store, slog.New(slog.NewTextHandler(logs, nil)))
+	r.silentAfter = silentAfter
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); r.Run(ctx) }()
@@ -470,6 +477,42 @@ func TestVeryShortWatch(t *testing.T) {
 	}
 	if got := logs.lines("a very short watch"); len(got) != 1 || !strings.Contains(got[0], "is stale") {
 		t.Errorf("got log lines %q, want one saying the view is stale, with the very short watch", got)
+	}
+}
+
+// TestSilentWatch: a watch that stays open but delivers nothing, not even
+// a bookmark, counts as current for silentAfter at most: then it is
+// closed, and opened again from the same resourceVersion, with no list,
+// and what the new watch delivers reaches the store.
+func TestSilentWatch(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	const silentAfter = 3 * time.Second
+	r, store, logs := startReflectorSilentAfter(t, f, silentAfter)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}`
+	bookmarked := time.Now()
+	waitUntil(t, "the silent watch to be closed", func() bool { return len(logs.lines("delivered nothing")) == 1 })
+	if silent := time.Since(bookmarked); silent < silentAfter {
+		t.Errorf("the watch was closed %s after it last delivered, want %s", silent.Round(time.Millisecond), silentAfter)
+	}
+	waitUntil(t, "the watch to be opened again", func() bool { return r.Health().Watches == 2 && r.Health().Current })
+	f.event("ADDED", "b")
+	waitUntil(t, "the new watch's event", func() bool { return slices.Contains(store.names(), "b") })
+	var lists, watches []string
+	for _, req := range f.requested() {
+		switch {
+		case strings.HasPrefix(req, "LIST"):
+			lists = append(lists, req)
+		case strings.HasPrefix(req, "WATCH"):
+			watches = append(watches, req)
+		}
+	}
+	if len(lists) != 1 || len(watches) < 2 || watches[1] != "WATCH rv=1 limit= continue=" {
+		t.Errorf("got lists %q and watches %q, want the first list alone, and the watch opened again from the bookmark's resourceVersion", lists, watches)
+	}
+	if h := r.Health(); h.Failures != 0 || h.Err != nil {
+		t.Errorf("got %+v, want no failure: a quiet watch may be one served from etcd, which sends no bookmarks", h)
 	}
 }
 

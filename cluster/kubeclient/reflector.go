@@ -94,6 +94,18 @@ const (
 // stale for most of a minute after every watch it opens.
 const EstablishedAfter = time.Second
 
+// SilentAfter is how long an open watch may deliver nothing, not even a
+// bookmark, before it is taken for one that stopped and opened again: the
+// apiserver's watch cache sends each watch a bookmark about once a minute
+// (k8s.io/apiserver v0.37.2, pkg/storage/cacher/cacher.go,
+// defaultBookmarkFrequency, and DefaultEventFreshDuration, a minute and
+// 15 s). An HTTP/2 ping proves the connection alive, not the stream: a
+// proxy whose upstream died, or an apiserver whose watch is stuck, would
+// keep it open and silent until its timeout, 5 to 10 minutes on. (A watch
+// served from etcd, with no watch cache, has no bookmarks: a quiet one is
+// opened again each SilentAfter, with no list.)
+const SilentAfter = time.Minute + 15*time.Second
+
 // Reflector keeps a Store in step with one resource of the apiserver, as
 // client-go's reflector keeps an informer's: it lists the resource, then
 // watches it from the list's resourceVersion, with bookmarks, so that the
@@ -103,7 +115,8 @@ const EstablishedAfter = time.Second
 //   - The first list is at resourceVersion "0", served from the
 //     apiserver's watch cache (relistResourceVersion), 500 objects a page
 //     where the apiserver pages it (it does not from its cache).
-//   - A watch that ends at its timeout is opened again from the last
+//   - A watch that ends at its timeout, or that delivers nothing for
+//     SilentAfter and is closed, is opened again from the last
 //     resourceVersion seen, an object's or a bookmark's, with no list.
 //   - A watch that ends within EstablishedAfter having delivered nothing
 //     is an error: a "very short watch", followed by the backoff and a
@@ -127,6 +140,8 @@ type Reflector struct {
 	resource Resource
 	store    Store
 	logger   *slog.Logger
+	// silentAfter is SilentAfter, shorter in tests.
+	silentAfter time.Duration
 
 	lists, watches, failures atomic.Int64
 
@@ -145,7 +160,7 @@ type Reflector struct {
 // NewReflector returns a Reflector of resource into store, logging to
 // logger; Run starts it.
 func NewReflector(client *Client, resource Resource, store Store, logger *slog.Logger) *Reflector {
-	return &Reflector{client: client, resource: resource, store: store, logger: logger.With("resource", resource.String())}
+	return &Reflector{client: client, resource: resource, store: store, logger: logger.With("resource", resource.String()), silentAfter: SilentAfter}
 }
 
 // Health says how current the store is.
@@ -244,8 +259,9 @@ var errVeryShortWatch = fmt.Errorf("a very short watch: the apiserver ended it w
 
 // watch watches from *resourceVersion until the watch ends, applying each
 // event to the store and keeping *resourceVersion the last one seen. It
-// returns nil when the apiserver ends the watch at its timeout, and an
-// error when it ends within EstablishedAfter having delivered nothing.
+// returns nil when the apiserver ends the watch at its timeout, or when it
+// delivers nothing for silentAfter and watch closes it, and an error when
+// it ends within EstablishedAfter having delivered nothing.
 func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	r.watches.Add(1)
 	// As client-go's, the clock starts before the request: a proxy may
@@ -281,10 +297,17 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 			<-timerDone
 		}
 	}()
+	var silent atomic.Bool
+	silence := time.AfterFunc(r.silentAfter, func() { silent.Store(true); cancel() })
+	defer silence.Stop()
 	events := 0
 	defer func() { r.watchEnded(id) }()
 	for {
 		event, err := w.Next()
+		if silent.Load() {
+			r.logger.Info("the watch delivered nothing, not even a bookmark, for "+r.silentAfter.String()+"; watching again", "events", events, "resource_version", *resourceVersion)
+			return nil
+		}
 		if errors.Is(err, io.EOF) {
 			took := time.Since(start)
 			if events == 0 && took < EstablishedAfter {
@@ -304,6 +327,7 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 		events++
 		*resourceVersion = event.ResourceVersion
 		r.current(id, event.Type)
+		silence.Reset(r.silentAfter)
 	}
 }
 
