@@ -15,6 +15,7 @@ package main
 // failurePolicy then decides, as it decides for a webhook it cannot reach.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -377,7 +378,7 @@ func writeStatus(w http.ResponseWriter, code int, message string) {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
 		Status:   metav1.StatusFailure,
 		Code:     int32(code),
-		Reason:   reasonForCode(int32(code)),
+		Reason:   cmp.Or(reasonsForCodes[int32(code)], metav1.StatusReasonInternalError),
 		Message:  message,
 	})
 	if err != nil {
@@ -391,15 +392,8 @@ func writeStatus(w http.ResponseWriter, code int, message string) {
 	_, _ = w.Write(out)
 }
 
-// reasonForCode is the reason Kubernetes clients switch on for each code
-// the webhook answers with: StatusReasonInternalError for any other.
-func reasonForCode(code int32) metav1.StatusReason {
-	if reason, ok := reasonsForCodes[code]; ok {
-		return reason
-	}
-	return metav1.StatusReasonInternalError
-}
-
+// reasonsForCodes is the reason Kubernetes clients switch on for each code
+// the webhook answers with; StatusReasonInternalError is any other's.
 var reasonsForCodes = map[int32]metav1.StatusReason{
 	http.StatusBadRequest:            metav1.StatusReasonBadRequest,
 	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,

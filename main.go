@@ -690,10 +690,15 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 // closeWhenDraining serves h, and once shutdown begins (s.serving false)
 // closes each connection after its answer, so that clients move to other
 // replicas while all that arrives is still answered (docs/operations.md).
+// An HTTP/1 body that h leaves unread, which net/http reads before the
+// answer, ends at body.StallTimeout, not never, answer and shutdown with it.
 func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.serving.Load() {
 			w.Header().Set("Connection", "close")
+		}
+		if r.ProtoMajor == 1 && r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(body.StallTimeout))
 		}
 		h.ServeHTTP(w, r)
 	})

@@ -583,6 +583,64 @@ func TestUnusedConnectionKept(t *testing.T) {
 	}
 }
 
+// TestUnreadBodyAnswered: a request that declares a body and sends none,
+// on a route that answers without reading it, is answered and its
+// connection closed by body.StallTimeout: net/http reads such a body before
+// the answer, and without that bound held the answer, and the shutdown
+// after it, forever. One such request open as shutdown begins does not
+// keep run from returning nil.
+func TestUnreadBodyAnswered(t *testing.T) {
+	addr, _, stop := startRun(t)
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
+	pool.AppendCertsFromPEM(ca)
+	send := func(request string) net.Conn {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	headerOnly := func(method, path, contentType string) string {
+		return method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nContent-Type: " + contentType + "\r\nContent-Length: 100\r\n\r\n"
+	}
+	cases := []struct {
+		request string
+		want    int
+		conn    net.Conn
+	}{
+		{request: headerOnly("POST", "/mutate", "text/plain"), want: http.StatusUnsupportedMediaType},
+		{request: headerOnly("POST", "/validate?timeout=soon", "application/json"), want: http.StatusBadRequest},
+		{request: headerOnly("GET", "/ping", "text/plain"), want: http.StatusOK},
+		{request: headerOnly("POST", "/nowhere", "application/json"), want: http.StatusNotFound},
+	}
+	for i := range cases {
+		cases[i].conn = send(cases[i].request)
+	}
+	for _, tc := range cases {
+		// Far longer than body.StallTimeout, however loaded the machine.
+		_ = tc.conn.SetReadDeadline(time.Now().Add(body.StallTimeout + time.Minute))
+		resp, err := http.ReadResponse(bufio.NewReader(tc.conn), nil)
+		if err != nil {
+			t.Errorf("%.40q: %v, want an answer", tc.request, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want || !resp.Close {
+			t.Errorf("%.40q: got %d, close=%v, want %d and the connection closed", tc.request, resp.StatusCode, resp.Close, tc.want)
+		}
+	}
+	send(headerOnly("POST", "/mutate", "text/plain"))
+	time.Sleep(100 * time.Millisecond) // its header read
+	if err := stop(); err != nil {
+		t.Errorf("run returned %v with a request's body unread as shutdown began, want nil", err)
+	}
+}
+
 // TestClientRefusalsDoNotFloodTheLog: with -client-ca-file, each request
 // without a client certificate is refused and counted, but at most
 // refusalLogBurst of them are logged in a refusalLogInterval, and the next

@@ -7,6 +7,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -81,7 +82,7 @@ func errored(code int32, err error) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{Result: &metav1.Status{
 		Status:  metav1.StatusFailure,
 		Code:    code,
-		Reason:  reasonForCode(code),
+		Reason:  cmp.Or(reasonsForCodes[code], metav1.StatusReasonInternalError),
 		Message: err.Error(),
 	}}
 }
