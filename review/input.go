@@ -979,6 +979,10 @@ func (s *jsonSplitter) skipSpace(br *bufio.Reader) (byte, error) {
 // yamlLine is a YAML error's line, counted from the document's start.
 var yamlLine = regexp.MustCompile(`line (\d+):`)
 
+// yamlValue is a value as the YAML library quotes it in an error ("cannot
+// decode !!str `…` as a !!int"): it may be a Secret's, and is not shown.
+var yamlValue = regexp.MustCompile("`[^`]*`")
+
 // readError says why a unit's text is not an object, in words a user can
 // act on: the line in the file, not in the document; a Helm template for
 // what is one; never the YAML library's own types.
@@ -986,6 +990,7 @@ func readError(u unit, err error) error {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
 	msg = strings.TrimPrefix(msg, "yaml: ")
+	msg = yamlValue.ReplaceAllLiteralString(msg, "(a value, not shown)")
 	msg = yamlLine.ReplaceAllStringFunc(msg, func(m string) string {
 		n, _ := strconv.Atoi(yamlLine.FindStringSubmatch(m)[1])
 		return fmt.Sprintf("line %d:", u.line+n-1)

@@ -183,12 +183,18 @@ func TestBadInput(t *testing.T) {
 		{"no kind", "apiVersion: v1\nmetadata: {name: x}\n", nil, "bad#1: error: line 1: the document has no kind"},
 		{"no apiVersion", "kind: ConfigMap\nmetadata: {name: x}\n", nil, "bad#1: error: line 1: the document has no apiVersion"},
 		{"an item without a kind in a List", `{"apiVersion": "v1", "kind": "List", "items": [{"metadata": {"name": "x"}}]}`, nil, "bad#1[0]: error: line 1: the document has no apiVersion or kind"},
+		// The YAML library quotes the value, which may be a Secret's.
+		{"a value not of its tag's type", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  password: !!int hunter2SECRET\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!int"},
+		{"a value not of its tag's type, in a flow mapping", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {password: !!float hunter2SECRET}\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!float"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			files := map[string]string{"good.yaml": deployment("good", "ns", ""), "bad": tc.content}
 			out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/bad", "-f", "DIR/good.yaml")
 			if code != 2 || !strings.Contains(out, tc.want) || !strings.Contains(out, "good.yaml#1: Deployment ns/good: patched") {
 				t.Errorf("got exit %d:\n%s\nwant 2, %q, and the good document reviewed", code, out, tc.want)
+			}
+			if strings.Contains(out, "SECRET") {
+				t.Errorf("the error shows a value of the document:\n%s", out)
 			}
 		})
 	}
