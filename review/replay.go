@@ -211,6 +211,12 @@ func (p *replayer) replay(ctx context.Context, at logLine, e *auditEvent) replay
 	if _, ok := query["dryRun"]; ok {
 		res.DryRun = true
 	}
+	if e.Verb == "delete" && len(e.RequestObject) > 0 {
+		// With a body, as client-go sends one, the options are the body's
+		// alone, the URI's not read (delete.go).
+		options := deleteOptionsSent(e.RequestObject)
+		res.DryRun = options != nil && len(options.DryRun) > 0
+	}
 	if ref := e.ObjectRef; ref != nil {
 		res.APIGroup, res.APIVersion, res.Resource, res.Subresource, res.Namespace, res.Name = ref.APIGroup, ref.APIVersion, ref.Resource, ref.Subresource, ref.Namespace, ref.Name
 	} else {
@@ -468,8 +474,9 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	}
 	req.options = operationOptions(op, uri.Query())
 	if op == admissionv1.Delete && len(e.RequestObject) > 0 {
-		// The DeleteOptions sent, as the event holds them (delete.go).
-		req.options = e.RequestObject
+		if options := deleteOptionsSent(e.RequestObject); options != nil {
+			req.options, _ = json.Marshal(options)
+		}
 	}
 
 	var object, oldObject *unstructured.Unstructured
@@ -837,6 +844,21 @@ func mergePatch(doc, patch map[string]any) map[string]any {
 		}
 	}
 	return doc
+}
+
+// deleteOptionsSent is what the apiserver sends a webhook as a delete's
+// options, from the DeleteOptions its body held, as the event holds them:
+// in the version the client sent, or meta.k8s.io/__internal, whose fields
+// are v1's. The apiserver sends them as meta.k8s.io/v1 (k8s.io/apiserver
+// v0.37.2, pkg/endpoints/handlers/delete.go). Nil if they do not decode,
+// as the apiserver then refused the request with 400.
+func deleteOptionsSent(requestObject []byte) *metav1.DeleteOptions {
+	var options metav1.DeleteOptions
+	if json.Unmarshal(requestObject, &options) != nil {
+		return nil
+	}
+	options.TypeMeta = metav1.TypeMeta{Kind: "DeleteOptions", APIVersion: "meta.k8s.io/v1"}
+	return &options
 }
 
 // connectObject is a CONNECT's object: the options the apiserver decodes

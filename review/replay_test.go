@@ -314,6 +314,33 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
+			// client-go, and so kubectl delete --dry-run=server, sends dryRun
+			// in the body; the event holds the body as the apiserver decoded
+			// it, in meta.k8s.io/__internal.
+			name: "delete, dry run: dryRun from the DeleteOptions sent, as meta.k8s.io/v1",
+			log: []string{stored, auditEventLine("delete", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"requestObject": map[string]any{"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/__internal", "dryRun": []any{"All"}}})},
+			want: admissionv1.Delete,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !*req.DryRun || !res.DryRun || string(req.Options.Raw) != `{"kind":"DeleteOptions","apiVersion":"meta.k8s.io/v1","dryRun":["All"]}` {
+					t.Errorf("got dryRun %v (%v), options %s; want a dry run, DeleteOptions of meta.k8s.io/v1 with dryRun", *req.DryRun, res.DryRun, req.Options.Raw)
+				}
+			},
+		},
+		{
+			name: "update after a dry-run delete: the version stored before it is still the oldObject",
+			log: []string{stored, auditEventLine("delete", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"requestObject": map[string]any{"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/__internal", "dryRun": []any{"All"}}}),
+				auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject": configMap("ns", "cm", "10", map[string]string{"updated": "yes"})})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"10"`)) {
+					t.Errorf("got oldObject %s (%s), want the version stored before the dry run", req.OldObject.Raw, res.OldObject)
+				}
+			},
+		},
+		{
 			name:    "delete of an object the log never stored: not reviewed",
 			log:     []string{auditEventLine("delete", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), nil)},
 			without: "the object as stored before the delete is unknown",
