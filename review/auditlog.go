@@ -220,10 +220,16 @@ func cmpOr(s, or string) string {
 // event when it comes; otherwise from the last stage read, when the log
 // ends or maxPendingRequests wait. A failed authentication has only
 // ResponseStarted (WithFailedAuthenticationAudit): it is replayed at once.
+// A request replayed early is not replayed again when its later stages
+// come.
 type completer struct {
 	pending map[string]pendingEvent // by auditID
 	order   []string                // auditIDs in the order first read, some already done
-	replay  func(at logLine, e *auditEvent)
+	// early holds the auditIDs of the last maxPendingRequests requests
+	// replayed before their last stage, in earlyOrder.
+	early      map[string]bool
+	earlyOrder []string
+	replay     func(at logLine, e *auditEvent)
 }
 
 type pendingEvent struct {
@@ -232,7 +238,7 @@ type pendingEvent struct {
 }
 
 func newCompleter(replay func(at logLine, e *auditEvent)) *completer {
-	return &completer{pending: map[string]pendingEvent{}, replay: replay}
+	return &completer{pending: map[string]pendingEvent{}, early: map[string]bool{}, replay: replay}
 }
 
 // add takes the next event of the log.
@@ -242,6 +248,9 @@ func (c *completer) add(at logLine, e *auditEvent) {
 	if e.AuditID == "" {
 		c.replay(at, e)
 		return
+	}
+	if c.early[e.AuditID] {
+		return // replayed already, from an earlier stage
 	}
 	if final {
 		delete(c.pending, e.AuditID)
@@ -253,7 +262,13 @@ func (c *completer) add(at logLine, e *auditEvent) {
 	}
 	c.pending[e.AuditID] = pendingEvent{at, e}
 	for len(c.pending) > maxPendingRequests {
-		c.replayOldest()
+		if id := c.replayOldest(); id != "" {
+			c.early[id] = true
+			if c.earlyOrder = append(c.earlyOrder, id); len(c.earlyOrder) > maxPendingRequests {
+				delete(c.early, c.earlyOrder[0])
+				c.earlyOrder = c.earlyOrder[1:]
+			}
+		}
 	}
 	if len(c.order) > 2*maxPendingRequests {
 		// Forget the ids of requests already replayed.
@@ -267,17 +282,19 @@ func (c *completer) add(at logLine, e *auditEvent) {
 	}
 }
 
-// replayOldest replays the request waiting longest from the stage read.
-func (c *completer) replayOldest() {
+// replayOldest replays the request waiting longest from the stage read,
+// and returns its auditID.
+func (c *completer) replayOldest() string {
 	for len(c.order) > 0 {
 		id := c.order[0]
 		c.order = c.order[1:]
 		if p, ok := c.pending[id]; ok {
 			delete(c.pending, id)
 			c.replay(p.at, p.e)
-			return
+			return id
 		}
 	}
+	return ""
 }
 
 // flush replays every request still waiting, at the end of the log.

@@ -722,6 +722,14 @@ func TestCompleter(t *testing.T) {
 	if !slices.Equal(replayed, []string{"0/RequestReceived", "1/RequestReceived"}) || len(c.pending) != maxPendingRequests {
 		t.Errorf("with %d waiting: got %v replayed and %d pending, want the 2 oldest replayed", maxPendingRequests+2, replayed, len(c.pending))
 	}
+	// A request replayed early is not replayed again when its later stages
+	// come; one still waiting is, from its last.
+	c.add(logLine{}, ev("0", stageResponseStarted, 200))
+	c.add(logLine{}, ev("0", stageResponseComplete, 200))
+	c.add(logLine{}, ev("2", stageResponseComplete, 200))
+	if want := []string{"0/RequestReceived", "1/RequestReceived", "2/ResponseComplete"}; !slices.Equal(replayed, want) {
+		t.Errorf("the later stages of a request replayed early: got %v replayed, want %v", replayed, want)
+	}
 }
 
 // TestVersionCache keeps the last stored version of each object within
