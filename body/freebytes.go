@@ -24,17 +24,19 @@ type freeBytes struct {
 	mu     sync.Mutex
 	wanted int64 // by the bodies waiting
 	// pace is the bytes a second room came back over the faster of the
-	// last two whole seconds that bodies waited (0 until one has), and
-	// lastPace the last one's: one slow second, as a collection or a
-	// neighbour's burst makes, refuses no body that the line would serve
-	// in time. waited and given count toward the next second, on a clock
-	// that runs only while a body waits, since waitedSince: time no body
-	// waited is not a slow line.
-	pace, lastPace float64
-	waited         time.Duration
-	given          int64
-	waitedSince    time.Time
+	// last two whole seconds that bodies waited (0 until one has; lastPace
+	// the last one's), so that one slow second (a collection, a burst)
+	// refuses no body the line serves in time. waited and given count
+	// toward the next, on a clock that runs only while bodies wait (since
+	// waitedSince). While they wait, a pace is measured each second: one
+	// measured paceKept ago or more is of a line since moved, and is not used.
+	pace, lastPace        float64
+	waited                time.Duration
+	given                 int64
+	waitedSince, measured time.Time
 }
+
+const paceKept = 5 * time.Second // freeBytes.pace
 
 // init makes capacity bytes of room, to the reserveUnit below.
 func (r *freeBytes) init(capacity int64) {
@@ -59,7 +61,7 @@ func (e *errLongQueue) Error() string {
 // line that outlasts its deadlines serves every body too late.
 func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
-	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 {
+	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 && time.Since(r.measured) < paceKept {
 		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
 			r.mu.Unlock()
 			return &errLongQueue{r.wanted, wait}
@@ -116,7 +118,7 @@ func (r *freeBytes) release(n int64) {
 	r.waited, r.waitedSince, r.given = r.waited+now.Sub(r.waitedSince), now, r.given+n
 	if r.waited >= time.Second {
 		last := float64(r.given) / r.waited.Seconds()
-		r.pace, r.lastPace, r.waited, r.given = max(last, r.lastPace), last, 0, 0
+		r.pace, r.lastPace, r.waited, r.given, r.measured = max(last, r.lastPace), last, 0, 0, now
 	}
 }
 

@@ -78,7 +78,7 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
 	r.mu.Lock()
-	r.pace = 10 * reserveUnit // a second
+	r.pace, r.measured = 10*reserveUnit, time.Now() // a second
 	r.mu.Unlock()
 
 	// 20 units at 10 a second: 2 s of waiting.
@@ -100,6 +100,35 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 	}
 	if err := <-waited; err != nil {
 		t.Errorf("a body with 3 s left behind 2 s of waiting: got %v, want it to wait for its room", err)
+	}
+}
+
+// TestOldPaceRefusesNone: a pace measured longer than paceKept ago, of a
+// line since gone (a hostile body cut after it stalled, while another
+// waited), refuses no body at once: the line it would judge may move in
+// milliseconds.
+func TestOldPaceRefusesNone(t *testing.T) {
+	r := &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
+		t.Fatal(err)
+	}
+	ahead := make(chan error, 1)
+	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r.mu.Lock()
+	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-time.Second)
+	r.mu.Unlock()
+
+	// 20 units at the old pace, 10 a second, would be 2 s of waiting; the
+	// line moves at once.
+	time.AfterFunc(20*time.Millisecond, func() { r.release(100 * reserveUnit) })
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if err := r.reserve(ctx, 10*reserveUnit); err != nil {
+		t.Errorf("behind a line judged by a pace of %s ago: got %v, want its room once the line moved", paceKept+time.Second, err)
+	}
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
 	}
 }
 
