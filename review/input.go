@@ -1102,6 +1102,9 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 		doc = j
 	}
 	if string(doc) == "null" {
+		if u.listKind != "" {
+			return nil, []unreadable{{u.source, fmt.Errorf("the %s's item is null, not an object: kubectl refuses it (invalid object to validate)", u.listKind)}}, ""
+		}
 		return nil, nil, "" // an empty document, or "~"
 	}
 	if len(doc) == 0 || doc[0] != '{' {
@@ -1141,30 +1144,36 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	if err := checkKind(obj.head); err != nil {
 		return nil, []unreadable{{u.source, err}}, ""
 	}
-	if strings.HasSuffix(obj.head.Kind, "List") && u.listKind == "" {
-		return listItems(u, obj)
+	if strings.HasSuffix(obj.head.Kind, "List") {
+		return listItems(u, obj) // a List in a List too, as kubectl flattens it
 	}
 	return []parsedObject{obj}, nil, ""
 }
 
 // listItems are the items of a List read whole, or what it is when it
-// holds none.
+// holds none: items null is no item, as kubectl's decoder reads it (and as
+// `items:` with nothing after it is).
 func listItems(u unit, list parsedObject) ([]parsedObject, []unreadable, string) {
 	var body struct {
-		Items *[]json.RawMessage `json:"items"`
+		Items json.RawMessage `json:"items"`
 	}
-	if err := json.Unmarshal(list.json, &body); err != nil || body.Items == nil {
-		if err != nil {
-			return nil, []unreadable{{u.source, fmt.Errorf("the %s's items are not a list", list.head.Kind)}}, ""
-		}
+	var items []json.RawMessage
+	err := json.Unmarshal(list.json, &body)
+	if err == nil && body.Items == nil {
 		return []parsedObject{list}, nil, "" // a kind named *List, with no items
 	}
-	if len(*body.Items) == 0 {
+	if err == nil {
+		err = json.Unmarshal(body.Items, &items)
+	}
+	if err != nil {
+		return nil, []unreadable{{u.source, fmt.Errorf("the %s's items are not a list", list.head.Kind)}}, ""
+	}
+	if len(items) == 0 {
 		return nil, nil, "an empty " + list.head.Kind
 	}
 	var objs []parsedObject
 	var bad []unreadable
-	for i, item := range *body.Items {
+	for i, item := range items {
 		iu := unit{source: fmt.Sprintf("%s[%d]", u.source, i), file: u.file, line: u.line, raw: item, isJSON: true,
 			listKind: list.head.Kind, listAPIVersion: list.head.APIVersion}
 		o, b := parseUnit(iu)

@@ -240,6 +240,8 @@ func TestEmptyInput(t *testing.T) {
 		{"list.yaml", "apiVersion: v1\nitems: []\nkind: List\n", "an empty List"},
 		{"list-block.yaml", "apiVersion: v1\nitems:\nkind: DeploymentList\n", "an empty DeploymentList"},
 		{"list.json", `{"apiVersion": "v1", "items": [], "kind": "List", "metadata": {"resourceVersion": ""}}`, "an empty List"},
+		// As `items:` with nothing after it, and as kubectl's decoder reads it.
+		{"null-items.json", `{"apiVersion": "v1", "items": null, "kind": "List"}`, "an empty List"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
@@ -316,9 +318,28 @@ items:
 	jsonList := `{"apiVersion":"v1","items":[{"metadata":{"name":"j1","namespace":"ns","annotations":{"a":"}]\"{[\\"}}},` + "\r\n" +
 		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"j2","namespace":"ns"}}],"kind":"SecretList","metadata":{}}` + "\n" +
 		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after","namespace":"ns"}}`
-	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"l.yaml": yamlList, "t.yaml": typedList, "l.json": jsonList},
-		"-f", "DIR/l.yaml", "-f", "DIR/t.yaml", "-f", "DIR/l.json")
+	// A List in a List is flattened, as kubectl's FlattenListVisitor does;
+	// a null item is an error, as kubectl's validation makes it, not
+	// nothing.
+	nestedList := `apiVersion: v1
+kind: List
+items:
+-
+- apiVersion: v1
+  kind: List
+  items:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: inner, namespace: ns}
+`
+	nestedJSON := `{"apiVersion":"v1","kind":"List","items":[null,{"apiVersion":"v1","kind":"ConfigMapList","items":[{"metadata":{"name":"inner-json","namespace":"ns"}}]}]}`
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"l.yaml": yamlList, "t.yaml": typedList, "l.json": jsonList, "n.yaml": nestedList, "n.json": nestedJSON},
+		"-f", "DIR/l.yaml", "-f", "DIR/t.yaml", "-f", "DIR/l.json", "-f", "DIR/n.yaml", "-f", "DIR/n.json")
 	for _, want := range []string{
+		"n.yaml#1[0]: error: line 4: the List's item is null, not an object",
+		"n.yaml#1[1][0]: ConfigMap ns/inner: patched",
+		"n.json#1[0]: error: line 1: the List's item is null, not an object",
+		"n.json#1[1][0]: ConfigMap ns/inner-json: patched",
 		"l.yaml#1[0]: ConfigMap ns/one: patched",
 		"l.yaml#1[1]: error: line 8: the document has no apiVersion or kind",
 		"l.yaml#1[2]: error: not YAML or JSON: line 12:",
