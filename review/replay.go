@@ -1018,6 +1018,13 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	resource := schema.GroupVersionResource{Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource}
 	switch p.subresourceIs(resource, ref.Subresource) {
 	case subresourceOther:
+		// A binding or an eviction writes the object too (its nodeName,
+		// its deletion), and the log holds no version of it after; an
+		// exec or a token does not.
+		_, isConnect := connectSubresources[ref.Resource+"/"+ref.Subresource]
+		if e.Verb != "get" && !isConnect && !(ref.APIGroup == "" && ref.Resource+"/"+ref.Subresource == "serviceaccounts/token") {
+			p.versions.writtenBlind(versionKey(ref.APIGroup, ref.Resource, ref.Namespace, ref.Name), at)
+		}
 		return
 	case subresourceScale:
 		if e.Verb == "update" || e.Verb == "patch" {

@@ -341,6 +341,34 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
+			// The binding sets spec.nodeName and a new resourceVersion
+			// (pod/storage/storage.go, assignPod); the log holds neither.
+			name: "patch after a binding at level Metadata: the version stored before the binding is not its pre-image",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/binding", 201, ref("", "v1", "pods", "ns", "p", "binding"), map[string]any{"level": "Metadata"}),
+				auditEventLine("patch", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+					"requestObject": map[string]any{"metadata": map[string]any{"labels": map[string]any{"a": "b"}}}})},
+			without: "the patch's pre-image",
+		},
+		{
+			// kubectl exec writes nothing of the Pod.
+			name: "update after an exec: the version stored before it is still the oldObject",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/exec?command=sh", 101, ref("", "v1", "pods", "ns", "p", "exec"), map[string]any{"level": "Metadata"}),
+				auditEventLine("update", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3", "labels": map[string]any{"a": "b"}}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"3"`)) {
+					t.Errorf("got oldObject %s (%s), want the version stored before the exec", req.OldObject.Raw, res.OldObject)
+				}
+			},
+		},
+		{
 			name:    "delete of an object the log never stored: not reviewed",
 			log:     []string{auditEventLine("delete", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), nil)},
 			without: "the object as stored before the delete is unknown",
