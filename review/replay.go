@@ -321,6 +321,8 @@ func (p *replayer) authorizeEvent(ctx context.Context, e *auditEvent, user authe
 		return &authorizationResult{NotSent: "the event names no user"}, nil
 	case slices.Contains(user.Groups, systemMasters):
 		return &authorizationResult{NotSent: "system:masters is allowed before any authorizer"}, nil
+	case refusedBeforeAuthorization(e) != "":
+		return &authorizationResult{NotSent: refusedBeforeAuthorization(e) + ": no authorizer was asked of the request"}, nil
 	}
 	spec := authorizationv1.SubjectAccessReviewSpec{User: user.Username, UID: user.UID, Groups: user.Groups}
 	if len(user.Extra) > 0 {
@@ -636,9 +638,29 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 	return nil, nil, "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
 }
 
+// refusedBeforeAuthorization says why e was refused before authorization
+// decided it, if it was: a 403 or 429 without the decision that
+// authorization records. Impersonation (403) and API priority and fairness
+// (429) are the filters before it (k8s.io/apiserver v0.37.2,
+// pkg/server/config.go, DefaultBuildHandlerChain).
+func refusedBeforeAuthorization(e *auditEvent) string {
+	if e.ResponseStatus == nil || e.Annotations[decisionAnnotation] != "" {
+		return ""
+	}
+	switch e.ResponseStatus.Code {
+	case 403:
+		return "refused (403) by impersonation, before authorization"
+	case 429:
+		return "refused (429) by API priority and fairness, before authorization"
+	}
+	return ""
+}
+
 // objectsLeftOut says why an event holds no objects, if it can.
 func objectsLeftOut(e *auditEvent) string {
 	switch {
+	case refusedBeforeAuthorization(e) != "":
+		return refusedBeforeAuthorization(e) + " and admission"
 	case e.Annotations[decisionAnnotation] == "forbid":
 		return "refused by authorization before its object was read: the log holds none"
 	case e.Annotations[truncatedAnnotation] == "true":

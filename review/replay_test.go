@@ -563,6 +563,11 @@ func TestReplaySubjectAccessReviews(t *testing.T) {
 			nil, "system:masters is allowed before any authorizer"},
 		{"not authenticated", auditEventLine("get", "/api/v1/namespaces/ns/configmaps/cm", 401, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{"impersonatedUser": nil, "user": map[string]any{}, "stage": "ResponseStarted"}),
 			nil, "not authenticated"},
+		// Refused before authorization, which records no decision.
+		{"impersonation refused", auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 403, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{"impersonatedUser": nil, "user": map[string]any{"username": "bob"}, "annotations": map[string]any{}}),
+			nil, "refused (403) by impersonation, before authorization"},
+		{"throttled", auditEventLine("get", "/api/v1/namespaces/ns/configmaps/cm", 429, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{"annotations": map[string]any{}}),
+			nil, "refused (429) by API priority and fairness, before authorization"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeWebhook{}
