@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"sync"
 	"time"
@@ -564,10 +565,16 @@ func (v *View[T]) decode(object []byte) (objectKey, T, error) {
 		return key, obj, fmt.Errorf("an object of %s: %w", v.kind, err)
 	}
 	if err := json.Unmarshal(object, &obj); err != nil {
-		return key, obj, fmt.Errorf("%s %s does not decode into the policy's %T: %w", v.kind.Kind, key, obj, err)
+		// Logged, and in the policy's errors: never a value, which a field
+		// decoder quotes (a time's "parsing time \"…\"") and may be a Secret's.
+		msg := quotedValue.ReplaceAllLiteralString(err.Error(), `"…"`)
+		return key, obj, fmt.Errorf("%s %s does not decode into the policy's %T: %s", v.kind.Kind, key, obj, msg)
 	}
 	return key, obj, nil
 }
+
+// quotedValue is a JSON string in a decoder's error.
+var quotedValue = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // keyOf reads an object's metadata.namespace and .name, reading the
 // object only as far as its metadata.

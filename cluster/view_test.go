@@ -136,6 +136,16 @@ func TestViewLookups(t *testing.T) {
 	if got, _ := v.List(""); !slices.Equal(names(got), []string{"web", "db", "cache"}) {
 		t.Errorf("after a failed list: got %v, want the view as it was", names(got))
 	}
+
+	// A field's own decoder quotes the value it refuses: never said.
+	type withTime struct {
+		Data struct{ Rotated time.Time } `json:"data"`
+	}
+	timed := newView[withTime](podKind, nil, nil, nil)
+	_, _, err = timed.decode([]byte(`{"metadata":{"namespace":"a","name":"s"},"data":{"Rotated":"c3VwZXItc2VjcmV0"}}`))
+	if err == nil || strings.Contains(err.Error(), "c3VwZXItc2VjcmV0") || !strings.Contains(err.Error(), "Pod a/s does not decode into the policy's") {
+		t.Errorf("an object whose field does not decode: got %v, want an error naming it, not the value", err)
+	}
 }
 
 // TestViewFreshness: a view answers only once synced, and until it has
