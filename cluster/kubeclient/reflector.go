@@ -128,9 +128,11 @@ const SilentAfter = time.Minute + 15*time.Second
 //     (isExpiredError, isTooLargeResourceVersionError,
 //     setIsLastSyncResourceVersionUnavailable).
 //   - Any other failure is followed, after the backoff, by a list at the
-//     last resourceVersion: a watch that cannot start (the apiserver
-//     unreachable, 429, 5xx) is opened again after the backoff, without
-//     a list (isWatchErrorRetriable).
+//     last resourceVersion; but a watch that cannot start (no answer, or
+//     any refusal but 410) is opened again after the backoff, without a
+//     list, as client-go's is for the apiserver unreachable or 429
+//     (isWatchErrorRetriable): the watch resumes from where it was, or
+//     the apiserver answers 410 and it lists then.
 //
 // Health says how current the store is. Each change of that is logged
 // once: syncing, synced, stale (with the apiserver's error), fresh again,
