@@ -12,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"log"
 	"log/slog"
 	"net"
@@ -796,14 +795,23 @@ func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
 
 // loadOrCreateKeyPair loads the serving certificate, first making a
 // development one when none is configured and the default does not exist,
-// so that a new user's `go run .` serves at once.
+// or is a development one that has expired, so that a new user's `go run .`
+// serves at once, and again after DevValidity.
 func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
-		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
+		made := "no certificate configured: made"
+		if _, err := os.Stat(cfg.certFile); err == nil {
+			old, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
+			made = "the development certificate in tls/ expired: made anew"
+			if err != nil || old.Leaf.Issuer.CommonName != certs.DevCAName || time.Now().Before(old.Leaf.NotAfter) {
+				made = "" // a user's, or one still valid: loaded as it is
+			}
+		}
+		if made != "" {
 			if err := certs.WriteDev("tls", time.Now()); err != nil {
 				return nil, fmt.Errorf("making a development certificate in tls/: %w", err)
 			}
-			logger.Info("no certificate configured: made a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", certs.DevHosts, "valid_for", certs.DevValidity.String())
+			logger.Info(made+" a development CA and a certificate for localhost in tls/; trust tls/ca.crt", "hosts", certs.DevHosts, "valid_for", certs.DevValidity.String())
 		}
 	}
 	pair := newKeyPairReloader(cfg.certFile, cfg.keyFile, logger, m)

@@ -22,6 +22,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/example/webhook/certs"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -402,6 +404,59 @@ func TestRunKeepsExistingCertificate(t *testing.T) {
 	second, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
 	if !bytes.Equal(first, second) || strings.Contains(logs.String(), "made a development CA") {
 		t.Error("a second start replaced the existing development certificate")
+	}
+}
+
+// TestRunRemakesExpiredDevelopmentCertificate: a development certificate
+// that has expired is made anew at start-up, as a new user's `go run .`
+// after DevValidity expects; an expired certificate of the user's own in
+// tls/ is not replaced, and fails as it is.
+func TestRunRemakesExpiredDevelopmentCertificate(t *testing.T) {
+	t.Chdir(t.TempDir())
+	if err := certs.WriteDev("tls", time.Now().Add(-certs.DevValidity-time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	credentials, _ := testCredentials(t)
+	go func() {
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, credentials...), testEnv, nil, io.Discard, logs)
+	}()
+	waitForLog(t, logs, "msg=serving")
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	served, err := tls.LoadX509KeyPair(filepath.Join("tls", "tls.crt"), filepath.Join("tls", "tls.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !time.Now().Before(served.Leaf.NotAfter) || !strings.Contains(logs.String(), "expired: made anew") {
+		t.Errorf("the certificate in tls/ expires %s; log:\n%s\nwant one made anew", served.Leaf.NotAfter, logs)
+	}
+
+	// A user's own, expired: kept, and refused as expired.
+	ca, err := certs.NewCA("my CA", time.Now().Add(-48*time.Hour), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := certs.NewServingCert(ca, certs.DevHosts, time.Now().Add(-48*time.Hour), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join("tls", "tls.crt"), mine.CertPEM)
+	writeFile(t, filepath.Join("tls", "tls.key"), mine.KeyPEM)
+	logs = &syncBuffer{}
+	ctx, cancel = context.WithCancel(context.Background())
+	go func() {
+		done <- run(ctx, append([]string{"-listen", "127.0.0.1:0"}, credentials...), testEnv, nil, io.Discard, logs)
+	}()
+	waitForLog(t, logs, "msg=serving")
+	cancel()
+	<-done
+	if kept, _ := os.ReadFile(filepath.Join("tls", "tls.crt")); !bytes.Equal(kept, mine.CertPEM) {
+		t.Error("a certificate of the user's own in tls/ was replaced")
 	}
 }
 

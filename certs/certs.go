@@ -142,11 +142,15 @@ func Issue(tmpl *x509.Certificate, parent *KeyPair) (*KeyPair, error) {
 	}, nil
 }
 
+// DevCAName is the development CA's Common Name, by which a certificate
+// WriteDev made is told from one a user made.
+const DevCAName = "webhook development CA"
+
 // WriteDev writes a new development CA and a serving certificate
 // for DevHosts into dir as ca.crt, tls.crt and tls.key. The CA's key is not
 // kept, so nothing else can ever be signed by it.
 func WriteDev(dir string, now time.Time) error {
-	ca, err := NewCA("webhook development CA", now, DevValidity)
+	ca, err := NewCA(DevCAName, now, DevValidity)
 	if err != nil {
 		return err
 	}
@@ -284,6 +288,10 @@ func Run(args []string, now time.Time, stdout, stderr io.Writer) error {
 	// that fails leaves -dir as it was.
 	ca, err := loadCA(filepath.Join(*dir, "ca.crt"), filepath.Join(*dir, "ca.key"))
 	newCA := errors.Is(err, fs.ErrNotExist)
+	if _, statErr := os.Stat(filepath.Join(*dir, "ca.crt")); newCA && statErr == nil {
+		// A caBundle made of that ca.crt would not verify what a new CA signs.
+		return fmt.Errorf("certs: %s holds ca.crt without its key, ca.key: a new CA would sign a certificate that the caBundle made of ca.crt does not verify; to change CAs, rotate them (docs/deploy.md, \"Rotate certificates\"), or remove ca.crt too", *dir)
+	}
 	switch {
 	case newCA && *validity > *caValidity:
 		return usageError{fmt.Errorf("certs: -validity %s is longer than -ca-validity %s: a serving certificate cannot outlive the CA that signs it", *validity, *caValidity)}

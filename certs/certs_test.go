@@ -176,6 +176,22 @@ func TestCertsErrors(t *testing.T) {
 	if _, _, err := certsRun(t, "-dir", bad, "-hosts", "a"); err == nil || !strings.Contains(err.Error(), "not a CA") {
 		t.Errorf("got %v, want a refusal of a ca.crt that is not a CA", err)
 	}
+	// A ca.crt without its key, as a user who deleted the key leaves it:
+	// refused, not replaced by a new CA the caBundle does not hold.
+	keyless := t.TempDir()
+	if _, _, err := certsRun(t, "-dir", keyless, "-hosts", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(keyless, "ca.key")); err != nil {
+		t.Fatal(err)
+	}
+	caBefore, _ := os.ReadFile(filepath.Join(keyless, "ca.crt"))
+	if _, _, err := certsRun(t, "-dir", keyless, "-hosts", "a"); err == nil || !strings.Contains(err.Error(), "without its key") {
+		t.Errorf("ca.crt without ca.key: got %v, want a refusal", err)
+	}
+	if caAfter, _ := os.ReadFile(filepath.Join(keyless, "ca.crt")); !bytes.Equal(caBefore, caAfter) {
+		t.Error("the refused run replaced ca.crt")
+	}
 }
 
 // TestCertsForTheAPIServer: -client makes the client certificate the
