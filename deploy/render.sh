@@ -24,6 +24,9 @@
 # Certificates go to OUT/certs (override with CERTS=dir). Run it again to
 # renew the serving certificate: the CA in the certificate directory is
 # kept, so caBundle does not change; kubectl apply -f OUT/03-secret.yaml.
+# A second run into OUT keeps the IMAGE, NAMESPACE and NAME of the first
+# (in OUT/.render-settings) unless given again. The Secret, which holds the
+# serving key, is written readable by its owner alone.
 #
 # Environment: NAMESPACE and NAME, where the webhook runs and what its
 # Deployment, Service, ServiceAccount, Secret (NAME-tls) and the rest are
@@ -38,7 +41,7 @@
 # /etc/kubernetes/pki/webhook-client.crt and .key, as docs/operations.md's Security).
 set -euo pipefail
 
-usage() { sed -n '2,42p' "$0" >&2; exit 2; }
+usage() { sed -n '2,/^set -euo pipefail$/p' "$0" | sed '$d' >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-}
 case $mode in
@@ -57,6 +60,18 @@ out=$(cd "$out" && pwd)
 certs=${CERTS:-$out/certs}
 mkdir -p "$certs"
 certs=$(cd "$certs" && pwd)
+# A renewal renders OUT again: the same Deployment, for the same Service.
+settings=$out/.render-settings
+if [ -f "$settings" ]; then
+  while IFS='=' read -r key value; do
+    case $key in
+      IMAGE|NAMESPACE|NAME)
+        [ -z "${!key:-}" ] && [ -n "$value" ] || continue
+        printf -v "$key" '%s' "$value"
+        echo "render.sh: $key=$value, as $out was rendered with" >&2 ;;
+    esac
+  done < "$settings"
+fi
 image=${IMAGE:-webhook:latest}
 [ -n "${IMAGE:-}" ] || echo "IMAGE is not set: the Deployment runs webhook:latest, which each node must already hold (make image), or set IMAGE to your registry's" >&2
 namespace=${NAMESPACE:-webhook-system}
@@ -66,6 +81,7 @@ for v in "NAMESPACE=$namespace" "NAME=$name"; do
   [[ ${v#*=} =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
     { echo "render.sh: $v: want a DNS label (lowercase letters, digits and '-', at most 63)" >&2; exit 2; }
 done
+printf 'IMAGE=%s\nNAMESPACE=%s\nNAME=%s\n' "${IMAGE:-}" "$namespace" "$name" > "$settings"
 if [ -n "${WEBHOOK:-}" ]; then
   webhook=($WEBHOOK)
 else
@@ -153,7 +169,9 @@ case $mode in
         sed -i 's/^  egress: \[\]$/  egress:\n  # The apiserver, for what the policy reads: its port behind the\n  # kubernetes Service (443), and the port it listens on (often 6443).\n  - ports:\n    - {port: 443, protocol: TCP}\n    - {port: 6443, protocol: TCP}/' "$out/$(numbered networkpolicy.yaml)"
       render_reads
     fi
-    cat > "$out/$(numbered secret.yaml)" <<YAML
+    secret=$out/$(numbered secret.yaml)
+    rm -f "$secret"   # so that umask, not an older file's mode, decides it
+    (umask 077; cat > "$secret") <<YAML
 # The serving certificate and key from \`webhook certs\`; the CA's key stays
 # in $certs and never enters the cluster.
 apiVersion: v1
