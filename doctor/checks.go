@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	pathpkg "path"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,6 +167,11 @@ func checkCABundle(r *report, h *webhookUnderTest, now time.Time) caBundle {
 		if block, rest = pem.Decode(rest); block == nil {
 			break
 		}
+		if block.Type == "CERTIFICATE" && len(block.Headers) > 0 {
+			// x509.CertPool.AppendCertsFromPEM, as client-go loads caBundle.
+			r.warn(check, fmt.Sprintf("PEM block %d is a CERTIFICATE with headers (such as \"Comment: …\"); the apiserver ignores it.", i), "remove the header lines from caBundle.")
+			continue
+		}
 		if block.Type != "CERTIFICATE" {
 			if strings.Contains(block.Type, "PRIVATE KEY") {
 				// Never quoted: it is a secret.
@@ -302,7 +308,11 @@ func urlTarget(r *report, raw, address string) (target, bool) {
 		port = strconv.Itoa(defaultServicePort) // the https default the apiserver dials
 	}
 	hostPort := net.JoinHostPort(u.Hostname(), port)
-	t := target{url: u, serverName: u.Hostname(), dial: cmp.Or(address, hostPort), nextProtos: []string{"http/1.1"}}
+	// client-go joins the path as path.Join does (rest/request.go): no
+	// trailing "/", no "//", "%2F" as "/".
+	posted := *u
+	posted.Path, posted.RawPath = pathpkg.Join("/", u.Path), ""
+	t := target{url: &posted, serverName: u.Hostname(), dial: cmp.Or(address, hostPort), nextProtos: []string{"http/1.1"}}
 	// A loopback URL is the one case where the apiserver offers HTTP/2
 	// (client.go, isLocalHost; every other target gets http/1.1 only,
 	// kubernetes#75791).
@@ -335,7 +345,7 @@ func serviceTarget(r *report, h *webhookUnderTest, address string) (target, bool
 	serverName := s.Name + "." + s.Namespace + ".svc"
 	hostPort := net.JoinHostPort(serverName, strconv.Itoa(int(port)))
 	t := target{
-		url:        &url.URL{Scheme: "https", Host: hostPort, Path: path},
+		url:        &url.URL{Scheme: "https", Host: hostPort, Path: pathpkg.Join("/", path)}, // as client-go joins it
 		serverName: serverName,
 		dial:       address,
 		nextProtos: []string{"http/1.1"},
@@ -1170,6 +1180,7 @@ func lintWebhook(r *report, h *webhookUnderTest) {
 	optIn := !objSelector.Matches(labels.Set{})
 
 	lintFailurePolicy(r, h, sendsIn, optIn)
+	lintTimeout(r, h)
 	lintSideEffects(r, h)
 	lintRules(r, h, sendsIn, optIn)
 	lintReviewVersions(r, h)
@@ -1210,6 +1221,14 @@ func lintFailurePolicy(r *report, h *webhookUnderTest, sendsIn func(string) bool
 			describe(open), metav1.FormatLabelSelector(h.objectSelector)), "to be sure, "+fix)
 	default:
 		r.fail(check, fmt.Sprintf("Fail, and neither namespaceSelector nor objectSelector excludes %s: while the webhook is down, nothing there can be created or changed, which can keep the webhook itself from coming back.", describe(open)), fix)
+	}
+}
+
+// lintTimeout fails a timeoutSeconds the apiserver refuses.
+func lintTimeout(r *report, h *webhookUnderTest) {
+	if h.timeoutSeconds < 1 || h.timeoutSeconds > maxTimeoutSeconds {
+		r.fail("timeoutSeconds", fmt.Sprintf("%d: the apiserver refuses the configuration (\"the timeout value must be between 1 and 30 seconds\"); doctor waited %s.", h.timeoutSeconds, h.timeout),
+			"set timeoutSeconds from 1 to 30 (10 if unset).")
 	}
 }
 

@@ -166,6 +166,10 @@ const (
 	// SetDefaults_MutatingWebhook and SetDefaults_ServiceReference), so a
 	// hand-written file is checked as the stored object would be.
 	defaultTimeoutSeconds = 10
+	// maxTimeoutSeconds is the most the apiserver takes: it refuses a
+	// configuration with a timeoutSeconds outside 1 to 30 (k8s.io/kubernetes
+	// v1.37.2, pkg/apis/admissionregistration/validation/validation.go).
+	maxTimeoutSeconds = 30
 	defaultFailurePolicy  = admissionregistrationv1.Fail
 	defaultReinvocation   = admissionregistrationv1.NeverReinvocationPolicy
 	defaultServicePort    = 443
@@ -189,7 +193,8 @@ type webhookUnderTest struct {
 	namespaceSelector *metav1.LabelSelector
 	objectSelector    *metav1.LabelSelector
 	sideEffects       *admissionregistrationv1.SideEffectClass
-	timeout           time.Duration
+	timeout           time.Duration // timeoutSeconds, within 1 to 30
+	timeoutSeconds    int32
 	reviewVersions    []string
 	reinvocation      admissionregistrationv1.ReinvocationPolicyType // mutating only
 }
@@ -325,11 +330,13 @@ func (h webhookUnderTest) withDefaults(fp *admissionregistrationv1.FailurePolicy
 	if obj == nil {
 		h.objectSelector = &metav1.LabelSelector{}
 	}
-	seconds := int32(defaultTimeoutSeconds)
+	h.timeoutSeconds = int32(defaultTimeoutSeconds)
 	if timeoutSeconds != nil {
-		seconds = *timeoutSeconds
+		h.timeoutSeconds = *timeoutSeconds
 	}
-	h.timeout = time.Duration(seconds) * time.Second
+	// doctor's own waits, within what the apiserver takes (lintTimeout
+	// fails a value outside it).
+	h.timeout = time.Duration(min(max(h.timeoutSeconds, 1), maxTimeoutSeconds)) * time.Second
 	return h
 }
 

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -752,6 +753,15 @@ func TestDoctorConfigurationChecks(t *testing.T) {
 		}, "rules", levelWarn, "leases in kube-node-lease"},
 		{"only v1beta1", func(h *testHook) { h.AdmissionReviewVersions = []string{"v1beta1"} }, "admissionReviewVersions", levelWarn, "v1beta1 has no v1"},
 		{"no known version", func(h *testHook) { h.AdmissionReviewVersions = []string{"v2"} }, "admissionReviewVersions", levelFail, "webhook does not accept known AdmissionReview versions"},
+		{"timeoutSeconds over 30", func(h *testHook) { seconds := int32(45); h.TimeoutSeconds = &seconds }, "timeoutSeconds", levelFail, "45: the apiserver refuses the configuration"},
+		{"timeoutSeconds 0", func(h *testHook) { seconds := int32(0); h.TimeoutSeconds = &seconds }, "timeoutSeconds", levelFail, "0: the apiserver refuses the configuration"},
+		// x509.CertPool.AppendCertsFromPEM, as client-go reads caBundle,
+		// skips a block with headers.
+		{"caBundle's certificate with a header", func(h *testHook) {
+			block, _ := pem.Decode(expiring.certPEM)
+			block.Headers = map[string]string{"Comment": "rotated"}
+			h.ClientConfig.CABundle = append(pem.EncodeToMemory(block), pki.servingCA.certPEM...)
+		}, "caBundle", levelWarn, "PEM block 1 is a CERTIFICATE with headers"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -773,6 +783,25 @@ func TestDoctorConfigurationChecks(t *testing.T) {
 				t.Errorf("no %s %s saying %q", tc.check, tc.level, tc.wantIn)
 			}
 		})
+	}
+}
+
+// TestDoctorPostsWhereTheAPIServerDoes: doctor posts to the path the
+// apiserver's client does, which joins it as path.Join does (client-go
+// rest/request.go): a URL's trailing "/", "//" and "%2F" are not posted as
+// written.
+func TestDoctorPostsWhereTheAPIServerDoes(t *testing.T) {
+	for url, want := range map[string]string{
+		"https://127.0.0.1:8443/validate":  "/validate",
+		"https://127.0.0.1:8443/validate/": "/validate",
+		"https://127.0.0.1:8443//validate": "/validate",
+		"https://127.0.0.1:8443/a%2Fb":     "/a/b",
+		"https://127.0.0.1:8443":           "/",
+	} {
+		target, ok := urlTarget(&report{}, url, "")
+		if !ok || target.url.RequestURI() != want {
+			t.Errorf("url %s: doctor posts to %q, want %q", url, target.url.RequestURI(), want)
+		}
 	}
 }
 
