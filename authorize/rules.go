@@ -74,6 +74,10 @@ func (p *policy) addFlags(flags *flag.FlagSet) {
 // resource; path only in a request for another path, such as /healthz.
 var ruleAttributes = []string{"user", "group", "verb", "apiGroup", "resource", "subresource", "namespace", "name", "path"}
 
+// lowercaseAttributes are those whose values the apiserver only writes in
+// lowercase.
+var lowercaseAttributes = []string{"verb", "apiGroup", "resource", "subresource", "namespace"}
+
 // resourceAttributes are the ruleAttributes of a request for a resource.
 var resourceAttributes = []string{"apiGroup", "resource", "subresource", "namespace", "name"}
 
@@ -159,6 +163,9 @@ func parseDenyRule(s string) (denyRule, error) {
 		}
 		if i := strings.Index(value, "*"); i >= 0 && i != len(value)-1 {
 			return nil, fmt.Errorf("%s=%s: * may only end a value, as a prefix", attribute, value)
+		}
+		if slices.Contains(lowercaseAttributes, attribute) && value != strings.ToLower(value) {
+			return nil, fmt.Errorf("%s=%s: the apiserver's verbs, API groups, resources and namespaces are lowercase, so this would never match; write %s=%s", attribute, value, attribute, strings.ToLower(value))
 		}
 		if attribute == "resource" && strings.Contains(value, "/") {
 			return nil, fmt.Errorf("resource=%s: name a subresource with subresource=, such as resource=deployments,subresource=scale", value)

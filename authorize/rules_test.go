@@ -144,6 +144,9 @@ func TestBadDenyRules(t *testing.T) {
 		{"user=j*ne", []string{"user=j*ne", "* may only end a value"}},
 		{"resource=deployments/scale", []string{"subresource=scale"}},
 		{"path=/healthz,namespace=x", []string{"both path and a resource's attributes"}},
+		// Never matched: the apiserver writes these in lowercase.
+		{"verb=DELETE", []string{"verb=DELETE", "would never match", "verb=delete"}},
+		{"resource=Pods,namespace=prod", []string{"resource=Pods", "resource=pods"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.rule, func(t *testing.T) {
