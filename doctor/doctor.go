@@ -169,10 +169,10 @@ const (
 	// maxTimeoutSeconds is the most the apiserver takes: it refuses a
 	// configuration with a timeoutSeconds outside 1 to 30 (k8s.io/kubernetes
 	// v1.37.2, pkg/apis/admissionregistration/validation/validation.go).
-	maxTimeoutSeconds = 30
-	defaultFailurePolicy  = admissionregistrationv1.Fail
-	defaultReinvocation   = admissionregistrationv1.NeverReinvocationPolicy
-	defaultServicePort    = 443
+	maxTimeoutSeconds    = 30
+	defaultFailurePolicy = admissionregistrationv1.Fail
+	defaultReinvocation  = admissionregistrationv1.NeverReinvocationPolicy
+	defaultServicePort   = 443
 
 	// yamlLookahead is how far the YAML-or-JSON decoder looks to tell the
 	// two apart; the first character decides.
