@@ -28,8 +28,8 @@ type freeBytes struct {
 	// the last one's), so that one slow second (a collection, a burst)
 	// refuses no body the line serves in time. waited and given count
 	// toward the next, on a clock that runs only while bodies wait (since
-	// waitedSince). While they wait, a pace is measured each second: one
-	// measured paceKept ago or more is of a line since moved, and is not used.
+	// waitedSince). A pace measured paceKept ago, with under a second of
+	// waiting since (a line since moved, or emptied), is not used.
 	pace, lastPace        float64
 	waited                time.Duration
 	given                 int64
@@ -61,7 +61,7 @@ func (e *errLongQueue) Error() string {
 // line that outlasts its deadlines serves every body too late.
 func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
-	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 && time.Since(r.measured) < paceKept {
+	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 && (time.Since(r.measured) < paceKept || r.waited+time.Since(r.waitedSince) >= time.Second) {
 		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
 			r.mu.Unlock()
 			return &errLongQueue{r.wanted, wait}

@@ -132,6 +132,35 @@ func TestOldPaceRefusesNone(t *testing.T) {
 	}
 }
 
+// TestOldPaceOfAStuckLine: a pace measured longer than paceKept ago still
+// refuses at once while bodies have waited a second or more since with
+// no room coming back, which measures nothing new: that line is the one
+// a long queue is refused for.
+func TestOldPaceOfAStuckLine(t *testing.T) {
+	r := &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
+		t.Fatal(err)
+	}
+	ahead := make(chan error, 1)
+	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r.mu.Lock()
+	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-time.Second)
+	r.waitedSince = time.Now().Add(-2 * time.Second) // waiting for 2 s, nothing back
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	var long *errLongQueue
+	if err := r.reserve(ctx, 10*reserveUnit); !errors.As(err, &long) {
+		t.Errorf("behind a line stuck for 2 s, judged by a pace of %s ago: got %v, want it refused at once as a long queue", paceKept+time.Second, err)
+	}
+	r.release(100 * reserveUnit)
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestPaceIsOfTheLine: the pace that refuses a body at once is measured
 // only while bodies wait: room held for a second that no body waited for
 // is not a slow line. (With the pace measured from the last time the line
