@@ -868,6 +868,18 @@ func mergePatch(doc, patch map[string]any) map[string]any {
 	return doc
 }
 
+// evictionDryRun reports whether e is an eviction whose deleteOptions ask
+// for a dry run, as kubectl drain --dry-run=server sends it: the Pod is
+// not written. (The eviction's own admission is no dry run: its URI has no
+// dryRun.)
+func evictionDryRun(e *auditEvent) bool {
+	var eviction struct {
+		DeleteOptions *metav1.DeleteOptions `json:"deleteOptions"`
+	}
+	return e.ObjectRef.Subresource == "eviction" && json.Unmarshal(e.RequestObject, &eviction) == nil &&
+		eviction.DeleteOptions != nil && len(eviction.DeleteOptions.DryRun) > 0
+}
+
 // deleteOptionsSent is what the apiserver sends a webhook as a delete's
 // options, from the DeleteOptions its body held, as the event holds them:
 // in the version the client sent, or meta.k8s.io/__internal, whose fields
@@ -1044,7 +1056,7 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 		// its deletion), and the log holds no version of it after; an
 		// exec or a token does not.
 		_, isConnect := connectSubresources[ref.Resource+"/"+ref.Subresource]
-		if e.Verb != "get" && !isConnect && !(ref.APIGroup == "" && ref.Resource+"/"+ref.Subresource == "serviceaccounts/token") {
+		if e.Verb != "get" && !isConnect && !(ref.APIGroup == "" && ref.Resource+"/"+ref.Subresource == "serviceaccounts/token") && !evictionDryRun(e) {
 			p.versions.writtenBlind(versionKey(ref.APIGroup, ref.Resource, ref.Namespace, ref.Name), at)
 		}
 		return

@@ -353,6 +353,23 @@ func TestReplayOperations(t *testing.T) {
 			without: "the patch's pre-image",
 		},
 		{
+			// kubectl drain --dry-run=server: the eviction's deleteOptions.
+			name: "update after a dry-run eviction: the version stored before it is still the oldObject",
+			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/eviction", 201, ref("", "v1", "pods", "ns", "p", "eviction"), map[string]any{
+					"requestObject": map[string]any{"kind": "Eviction", "apiVersion": "policy/v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}, "deleteOptions": map[string]any{"dryRun": []any{"All"}}}}),
+				auditEventLine("update", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3", "labels": map[string]any{"a": "b"}}}})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"3"`)) {
+					t.Errorf("got oldObject %s (%s), want the version stored before the dry-run eviction", req.OldObject.Raw, res.OldObject)
+				}
+			},
+		},
+		{
 			// kubectl exec writes nothing of the Pod.
 			name: "update after an exec: the version stored before it is still the oldObject",
 			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
