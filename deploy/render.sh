@@ -24,8 +24,8 @@
 # Certificates go to OUT/certs (override with CERTS=dir). Run it again to
 # renew the serving certificate: the CA in the certificate directory is
 # kept, so caBundle does not change; kubectl apply -f OUT/03-secret.yaml.
-# A second run into OUT keeps the IMAGE, NAMESPACE and NAME of the first
-# (in OUT/.render-settings) unless given again. The Secret, which holds the
+# A second run into OUT keeps the IMAGE, NAMESPACE, NAME and CERTS of the
+# first (in OUT/.render-settings) unless given again. The Secret, which holds the
 # serving key, is written readable by its owner alone.
 #
 # Environment: NAMESPACE and NAME, where the webhook runs and what its
@@ -57,15 +57,13 @@ case $mode in
 esac
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-certs=${CERTS:-$out/certs}
-mkdir -p "$certs"
-certs=$(cd "$certs" && pwd)
-# A renewal renders OUT again: the same Deployment, for the same Service.
+# A renewal renders OUT again: the same Deployment, for the same Service,
+# with the same CA.
 settings=$out/.render-settings
 if [ -f "$settings" ]; then
   while IFS='=' read -r key value; do
     case $key in
-      IMAGE|NAMESPACE|NAME)
+      IMAGE|NAMESPACE|NAME|CERTS)
         [ -z "${!key:-}" ] && [ -n "$value" ] || continue
         printf -v "$key" '%s' "$value"
         echo "render.sh: $key=$value, as $out was rendered with" >&2 ;;
@@ -81,7 +79,10 @@ for v in "NAMESPACE=$namespace" "NAME=$name"; do
   [[ ${v#*=} =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
     { echo "render.sh: $v: want a DNS label (lowercase letters, digits and '-', at most 63)" >&2; exit 2; }
 done
-printf 'IMAGE=%s\nNAMESPACE=%s\nNAME=%s\n' "${IMAGE:-}" "$namespace" "$name" > "$settings"
+certs=${CERTS:-$out/certs}
+mkdir -p "$certs"
+certs=$(cd "$certs" && pwd)
+printf 'IMAGE=%s\nNAMESPACE=%s\nNAME=%s\nCERTS=%s\n' "${IMAGE:-}" "$namespace" "$name" "${CERTS:+$certs}" > "$settings"
 if [ -n "${WEBHOOK:-}" ]; then
   webhook=($WEBHOOK)
 else
