@@ -65,18 +65,26 @@ func TestRoomGivesUpAtItsDeadline(t *testing.T) {
 	}
 }
 
+// behindOneWaiting is a budget of 100 units, all held, and one body of 10
+// waiting for room: ahead is its result, once r.release(100*reserveUnit).
+func behindOneWaiting(t *testing.T) (r *freeBytes, ahead <-chan error) {
+	t.Helper()
+	r = &NewBudget(100 * reserveUnit).free
+	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan error, 1)
+	go func() { result <- r.reserve(context.Background(), 10*reserveUnit) }()
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	return r, result
+}
+
 // TestLongQueueRefusedAtOnce: behind bodies waiting for room, a body that
 // could not, at the pace room has come back, have its room before its
 // deadline is refused at once; one with the time to wait waits, though
 // the wait is most of its time.
 func TestLongQueueRefusedAtOnce(t *testing.T) {
-	r := &NewBudget(100 * reserveUnit).free
-	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
-		t.Fatal(err)
-	}
-	ahead := make(chan error, 1)
-	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
-	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r, ahead := behindOneWaiting(t)
 	r.mu.Lock()
 	r.pace, r.measured = 10*reserveUnit, time.Now() // a second
 	r.mu.Unlock()
@@ -108,13 +116,7 @@ func TestLongQueueRefusedAtOnce(t *testing.T) {
 // waited), refuses no body at once: the line it would judge may move in
 // milliseconds.
 func TestOldPaceRefusesNone(t *testing.T) {
-	r := &NewBudget(100 * reserveUnit).free
-	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
-		t.Fatal(err)
-	}
-	ahead := make(chan error, 1)
-	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
-	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r, ahead := behindOneWaiting(t)
 	r.mu.Lock()
 	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-time.Second)
 	r.mu.Unlock()
@@ -137,13 +139,7 @@ func TestOldPaceRefusesNone(t *testing.T) {
 // no room coming back, which measures nothing new: that line is the one
 // a long queue is refused for.
 func TestOldPaceOfAStuckLine(t *testing.T) {
-	r := &NewBudget(100 * reserveUnit).free
-	if err := r.reserve(context.Background(), 100*reserveUnit); err != nil {
-		t.Fatal(err)
-	}
-	ahead := make(chan error, 1)
-	go func() { ahead <- r.reserve(context.Background(), 10*reserveUnit) }()
-	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r, ahead := behindOneWaiting(t)
 	r.mu.Lock()
 	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-time.Second)
 	r.waitedSince = time.Now().Add(-2 * time.Second) // waiting for 2 s, nothing back
