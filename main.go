@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"log/slog"
 	"net"
@@ -799,13 +800,11 @@ func (f logWriterFunc) Write(p []byte) (int, error) { return f(p) }
 // serves at once, and again after DevValidity.
 func loadOrCreateKeyPair(cfg config, logger *slog.Logger, m *metrics) (*reloadable[tls.Certificate], error) {
 	if !cfg.certConfigured {
-		made := "no certificate configured: made"
-		if _, err := os.Stat(cfg.certFile); err == nil {
-			old, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile)
+		made := "" // a user's, or one still valid: loaded as it is
+		if _, err := os.Stat(cfg.certFile); errors.Is(err, fs.ErrNotExist) {
+			made = "no certificate configured: made"
+		} else if old, err := tls.LoadX509KeyPair(cfg.certFile, cfg.keyFile); err == nil && old.Leaf.Issuer.CommonName == certs.DevCAName && !time.Now().Before(old.Leaf.NotAfter) {
 			made = "the development certificate in tls/ expired: made anew"
-			if err != nil || old.Leaf.Issuer.CommonName != certs.DevCAName || time.Now().Before(old.Leaf.NotAfter) {
-				made = "" // a user's, or one still valid: loaded as it is
-			}
 		}
 		if made != "" {
 			if err := certs.WriteDev("tls", time.Now()); err != nil {
