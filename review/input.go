@@ -981,7 +981,7 @@ var yamlLine = regexp.MustCompile(`line (\d+):`)
 
 // yamlValue is a value as the YAML library quotes it in an error ("cannot
 // decode !!str `…` as a !!int"): it may be a Secret's, and is not shown.
-var yamlValue = regexp.MustCompile("`.*`") // from the first backtick to the last: a value may hold one
+var yamlValue = regexp.MustCompile("(?s)`.*`") // from the first backtick to the last: a value may hold one, or a newline
 
 // readError says why a unit's text is not an object, in words a user can
 // act on: the line in the file, not in the document; a Helm template for

@@ -186,6 +186,7 @@ func TestBadInput(t *testing.T) {
 		// The YAML library quotes the value, which may be a Secret's.
 		{"a value not of its tag's type", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  password: !!int hunter2SECRET\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!int"},
 		{"a value with backticks, not of its tag's type", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  password: !!int 'x`y`SECRETz'\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!int"},
+		{"a value of two lines, not of its tag's type", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData:\n  password: !!int \"hunter2\\nSECRET\"\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!int"},
 		{"a value not of its tag's type, in a flow mapping", "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {password: !!float hunter2SECRET}\n", nil, "bad#1: error: not YAML or JSON: the document beginning at line 1: cannot decode !!str (a value, not shown) as a !!float"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
