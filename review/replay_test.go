@@ -123,6 +123,12 @@ func TestReplayOperations(t *testing.T) {
 		"spec": map[string]any{"replicas": 1}}
 	storedDeployment := auditEventLine("create", "/apis/apps/v1/namespaces/ns/deployments", 201, ref("apps", "v1", "deployments", "ns", "web", ""), map[string]any{
 		"requestObject": deployment, "responseObject": deployment})
+	// Pod p as stored at resourceVersion 3, and an update of it from there.
+	storedPod := auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+		"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
+		"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}})
+	podUpdate := auditEventLine("update", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
+		"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3", "labels": map[string]any{"a": "b"}}}})
 	// A webhook of Deployments' updates alone, not of their scale.
 	deploymentsOnly := filepath.Join(t.TempDir(), "deployments.yaml")
 	if err := os.WriteFile(deploymentsOnly, []byte(validateConfig(`{apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [deployments]}`, "")), 0o644); err != nil {
@@ -344,9 +350,7 @@ func TestReplayOperations(t *testing.T) {
 			// The binding sets spec.nodeName and a new resourceVersion
 			// (pod/storage/storage.go, assignPod); the log holds neither.
 			name: "patch after a binding at level Metadata: the version stored before the binding is not its pre-image",
-			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
-				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+			log: []string{storedPod,
 				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/binding", 201, ref("", "v1", "pods", "ns", "p", "binding"), map[string]any{"level": "Metadata"}),
 				auditEventLine("patch", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
 					"requestObject": map[string]any{"metadata": map[string]any{"labels": map[string]any{"a": "b"}}}})},
@@ -355,13 +359,10 @@ func TestReplayOperations(t *testing.T) {
 		{
 			// kubectl drain --dry-run=server: the eviction's deleteOptions.
 			name: "update after a dry-run eviction: the version stored before it is still the oldObject",
-			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
-				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+			log: []string{storedPod,
 				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/eviction", 201, ref("", "v1", "pods", "ns", "p", "eviction"), map[string]any{
 					"requestObject": map[string]any{"kind": "Eviction", "apiVersion": "policy/v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}, "deleteOptions": map[string]any{"dryRun": []any{"All"}}}}),
-				auditEventLine("update", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3", "labels": map[string]any{"a": "b"}}}})},
+				podUpdate},
 			want: admissionv1.Update,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
 				if !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"3"`)) {
@@ -372,12 +373,9 @@ func TestReplayOperations(t *testing.T) {
 		{
 			// kubectl exec writes nothing of the Pod.
 			name: "update after an exec: the version stored before it is still the oldObject",
-			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
-				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+			log: []string{storedPod,
 				auditEventLine("create", "/api/v1/namespaces/ns/pods/p/exec?command=sh", 101, ref("", "v1", "pods", "ns", "p", "exec"), map[string]any{"level": "Metadata"}),
-				auditEventLine("update", "/api/v1/namespaces/ns/pods/p", 200, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3", "labels": map[string]any{"a": "b"}}}})},
+				podUpdate},
 			want: admissionv1.Update,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
 				if !bytes.Contains(req.OldObject.Raw, []byte(`"resourceVersion":"3"`)) {
@@ -448,9 +446,7 @@ func TestReplayOperations(t *testing.T) {
 		},
 		{
 			name: "ephemeral containers: the Pod, its old version from the log",
-			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/pods", 201, ref("", "v1", "pods", "ns", "p", ""), map[string]any{
-				"requestObject":  map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns"}},
-				"responseObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"}}}),
+			log: []string{storedPod,
 				auditEventLine("update", "/api/v1/namespaces/ns/pods/p/ephemeralcontainers", 200, ref("", "v1", "pods", "ns", "p", "ephemeralcontainers"), map[string]any{
 					"requestObject": map[string]any{"kind": "Pod", "apiVersion": "v1", "metadata": map[string]any{"name": "p", "namespace": "ns", "resourceVersion": "3"},
 						"spec": map[string]any{"ephemeralContainers": []any{map[string]any{"name": "debug", "image": "busybox"}}}}})},
