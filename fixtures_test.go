@@ -373,7 +373,7 @@ func admissionHandler(logger *slog.Logger, admit admitFunc) http.Handler {
 
 // admissionRoute is an admission route as routes makes it: admit's
 // answers, a denial rewritten by denied when it is set.
-func (rs *reviewRoutes) admissionRoute(path string, admit admitFunc, denied denialRewriter) http.Handler {
+func (rs *reviewRoutes) admissionRoute(path string, admit admitFunc, denied part.RewriteDenial) http.Handler {
 	return rs.handle(path, acceptedAdmissionReviews, admission(admit, denied))
 }
 

@@ -47,7 +47,7 @@ const maxWebhookTimeout = 30 * time.Second
 // routes serves /mutate and /validate with the policy's functions, and
 // the parts' routes, each behind checkClient (requireClient, or nothing).
 // rewriteDenial, when a part sets it, rewrites /validate's denials.
-func routes(rs *reviewRoutes, p policy, rewriteDenial denialRewriter, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
+func routes(rs *reviewRoutes, p policy, rewriteDenial part.RewriteDenial, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", checkClient(rs.handle("/mutate", acceptedAdmissionReviews, admission(mutate(p), nil))))
 	mux.Handle("/validate", checkClient(rs.handle("/validate", acceptedAdmissionReviews, admission(validate(p), rewriteDenial))))
@@ -56,10 +56,6 @@ func routes(rs *reviewRoutes, p policy, rewriteDenial denialRewriter, extra []pa
 	}
 	return mux
 }
-
-// denialRewriter makes a denial of /validate's into the answer sent
-// instead, with its verdict (part.Part's RewriteDenial).
-type denialRewriter func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
 
 // reviewRoutes is what every review route shares: the log, the metrics,
 // and the body reader with its byte budget.
@@ -113,7 +109,7 @@ func (rs *reviewRoutes) handle(path, expects string, decide part.Decide) http.Ha
 // admission decides an AdmissionReview with admit, which sees it as v1,
 // and answers in its version, with its uid; rewriteDenial, when set,
 // rewrites a denial.
-func admission(admit admitFunc, rewriteDenial denialRewriter) part.Decide {
+func admission(admit admitFunc, rewriteDenial part.RewriteDenial) part.Decide {
 	return func(ctx context.Context, body []byte) (part.Decision, error) {
 		gvk, req, err := decodeAdmissionReview(body)
 		if err != nil {

@@ -239,7 +239,7 @@ type config struct {
 	// of /validate's denials (nil: they are sent).
 	parts         []part.Part
 	routes        []part.Route
-	rewriteDenial denialRewriter
+	rewriteDenial part.RewriteDenial
 }
 
 // replaced is a policy flag that replaced its defaults.
@@ -521,7 +521,7 @@ func offlineServer(flags *flag.FlagSet) (build func(stderr io.Writer) http.Handl
 
 // partRoutes asks each part for its route, given env, and for what becomes
 // of /validate's denials.
-func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, rewriteDenial denialRewriter, err error) {
+func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, rewriteDenial part.RewriteDenial, err error) {
 	for _, pt := range parts {
 		if pt.Route != nil {
 			r, err := pt.Route(env)
@@ -532,8 +532,8 @@ func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, rewriteDen
 				extra = append(extra, r)
 			}
 		}
-		if pt.RewriteDenial != nil {
-			rewriteDenial = pt.RewriteDenial
+		if pt.Denials != nil {
+			rewriteDenial = pt.Denials()
 		}
 	}
 	return extra, rewriteDenial, nil

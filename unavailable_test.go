@@ -11,6 +11,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/example/webhook/part"
 )
 
 // TestUnavailableLetsFailurePolicyDecide: an answer whose code is a 5xx,
@@ -29,7 +31,7 @@ func TestUnavailableLetsFailurePolicyDecide(t *testing.T) {
 		answer *admissionv1.AdmissionResponse
 		code   int
 		reason metav1.StatusReason
-		denied denialRewriter
+		denied part.RewriteDenial
 	}{
 		{"unavailable", unavailable(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, nil},
 		{"unavailable with a rewriter of denials", unavailable(errors.New(why)), http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, func(*admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {

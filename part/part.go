@@ -54,15 +54,18 @@ type Part struct {
 	// server as a bad flag does.
 	Route func(env Env) (Route, error)
 
-	// RewriteDenial rewrites what becomes of /validate's denials (the policy's
-	// answer, never written to): the answer sent instead and its verdict.
-	// It is not called for an answer that allows.
-	RewriteDenial func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
+	// Denials, asked once the flags are parsed, is what becomes of
+	// /validate's denials: nil, and each is sent as the policy made it.
+	Denials func() RewriteDenial
 
 	// Metrics writes its series, in Prometheus's text format, at each
 	// scrape of -metrics-listen.
 	Metrics func(w io.Writer)
 }
+
+// RewriteDenial turns a denial of /validate's (the policy's answer, never
+// written to) into the answer sent instead, and returns its verdict.
+type RewriteDenial func(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string)
 
 // Env is what the server tells a part of itself.
 type Env struct {

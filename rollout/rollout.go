@@ -45,17 +45,13 @@ func Part() part.Part {
 			}
 			return func() {}, nil
 		},
-		RewriteDenial: a.rewriteDenial,
+		Denials: func() part.RewriteDenial {
+			if !a.allowsDenials() {
+				return nil // deny: no review of /validate's meets this part
+			}
+			return a.warnOrAudit
+		},
 	}
-}
-
-// rewriteDenial is the part's RewriteDenial: the answer a sends for a
-// denial, and its verdict; under deny, the denial itself.
-func (a *validationAction) rewriteDenial(denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
-	if !a.allowsDenials() {
-		return denial, "denied"
-	}
-	return a.warnOrAudit(denial)
 }
 
 // validationAction is what /validate does with a denial of the policy's:

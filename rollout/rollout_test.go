@@ -1,7 +1,7 @@
 package rollout
 
 // What -validation-action makes of a denial of /validate's (Part's
-// RewriteDenial). The server sends what it returns, for the request it
+// Denials). The server sends what it returns, for the request it
 // reviewed and with legible warnings, only for an answer it calls
 // "denied": its own tests say so, with a rewriter of their own.
 
@@ -32,6 +32,15 @@ func started(t *testing.T, args ...string) (part.Part, error) {
 	}
 	_, err := p.Start(part.Env{Logger: slog.New(slog.DiscardHandler)})
 	return p, err
+}
+
+// rewrite is what the server sends for denial under p, and its verdict:
+// the denial itself, "denied", when p rewrites none.
+func rewrite(p part.Part, denial *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) {
+	if r := p.Denials(); r != nil {
+		return r(denial)
+	}
+	return denial, "denied"
 }
 
 // denial is a policy's denial of the request "uid-1", with message.
@@ -66,14 +75,16 @@ func TestValidationActionFlag(t *testing.T) {
 		if err != nil {
 			t.Fatalf("-validation-action %q: %v", tc.value, err)
 		}
-		if _, verdict := p.RewriteDenial(denial("no")); verdict != tc.wantVerdict {
+		if _, verdict := rewrite(p, denial("no")); verdict != tc.wantVerdict {
 			t.Errorf("-validation-action %q: got verdict %q, want %q", tc.value, verdict, tc.wantVerdict)
 		}
 	}
-	if p, err := started(t); err != nil {
-		t.Fatal(err)
-	} else if out, verdict := p.RewriteDenial(denial("no")); verdict != "denied" || out.Allowed {
-		t.Errorf("with no flag: got %+v, %q; want the denial as it is", out, verdict)
+	for _, args := range [][]string{nil, {"-validation-action", "deny"}} {
+		if p, err := started(t, args...); err != nil {
+			t.Fatal(err)
+		} else if p.Denials() != nil {
+			t.Errorf("%q: the part rewrites denials, want it to leave them to the server", args)
+		}
 	}
 }
 
@@ -97,7 +108,7 @@ func TestValidationActions(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := denial(message)
-		out, _ := p.RewriteDenial(in)
+		out, _ := rewrite(p, in)
 		if tc.action == "deny" {
 			if out != in {
 				t.Errorf("deny: got %+v, want the denial itself", out)
@@ -129,7 +140,7 @@ func TestDenialsOwnWarningsKept(t *testing.T) {
 	shared.Warnings[0] = "the policy's own warning"
 	shared.AuditAnnotations = map[string]string{"reason": "the policy's own annotation"}
 	for range 2 {
-		out, _ := p.RewriteDenial(shared)
+		out, _ := rewrite(p, shared)
 		if want := []string{"the policy's own warning", wouldDenyWarning + "no"}; !reflect.DeepEqual(out.Warnings, want) {
 			t.Errorf("got warnings %q, want %q", out.Warnings, want)
 		}
@@ -140,7 +151,7 @@ func TestDenialsOwnWarningsKept(t *testing.T) {
 	if shared.Allowed || len(shared.Warnings) != 1 || len(shared.AuditAnnotations) != 1 || shared.Warnings[:2][1] != "" {
 		t.Errorf("the policy's answer was changed: %+v", shared)
 	}
-	out, verdict := p.RewriteDenial(&admissionv1.AdmissionResponse{})
+	out, verdict := rewrite(p, &admissionv1.AdmissionResponse{})
 	if want := []string{wouldDenyWarning + "the policy gave no reason"}; !reflect.DeepEqual(out.Warnings, want) || verdict != "warned_and_audited" {
 		t.Errorf("a denial without a message: got warnings %q, verdict %q; want %q, warned_and_audited", out.Warnings, verdict, want)
 	}
