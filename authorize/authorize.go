@@ -22,7 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/json"
 
-	"github.com/example/webhook/convert"
+	"github.com/example/webhook/authorize/convert"
 	"github.com/example/webhook/part"
 )
 
