@@ -44,9 +44,11 @@ import (
 // may set; the apiserver never waits longer.
 const maxWebhookTimeout = 30 * time.Second
 
-// routes serves /mutate and /validate with the policy's functions, and
-// the parts' routes, each behind checkClient (requireClient, or nothing).
-// rewriteDenial, when a part sets it, rewrites /validate's denials.
+// routes serves /mutate and /validate, each a review route (handle) that
+// decides with admission of the policy's function, mutate's or validate's;
+// and the parts' routes; each behind checkClient (requireClient, or
+// nothing). rewriteDenial, when a part sets it, rewrites /validate's
+// denials.
 func routes(rs *reviewRoutes, p policy, rewriteDenial part.RewriteDenial, extra []part.Route, checkClient func(http.Handler) http.Handler) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("/mutate", checkClient(rs.handle("/mutate", acceptedAdmissionReviews, admission(mutate(p), nil))))

@@ -89,14 +89,9 @@ const (
 	// server stops: the longest a review can take.
 	shutdownTimeout = maxWebhookTimeout
 
-	// With -http2, one stream per connection, as HTTP/1.1 has one request:
-	// the connection cap then bounds the streams, and with them the small
-	// bodies read outside the budget (with kube-apiserver's own setting of
-	// 100 streams, a flood held far more: bench/README.md). Go's HTTP/2
-	// client, the apiserver's, opens another connection when one's streams
-	// are taken. The windows and frames are the smallest HTTP/2 allows, so
-	// that a connection holds no more of a client's unread data than an
-	// HTTP/1.1 one: one small body, body.MaxSmallBodyBytes.
+	// With -http2, one stream per connection and the smallest windows and
+	// frames HTTP/2 allows, so that the connection cap bounds what a client
+	// holds as with HTTP/1.1 (docs/operations.md, "Security").
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
@@ -623,27 +618,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	mux := routes(rs, *cfg.policy, cfg.rewriteDenial, cfg.routes, checkClient)
 	mux.HandleFunc("GET /ping", s.ping)
-	s.reviews = &http.Server{
-		Handler:           s.closeWhenDraining(mux),
-		ReadHeaderTimeout: readHeaderTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		ErrorLog:          serverErrorLog(logger),
-		TLSConfig:         tlsConfig, // for net/http's HTTP/2; the listener does the handshakes
-		ConnContext:       body.ConnContext,
-	}
-	if cfg.http2 {
-		s.reviews.HTTP2 = &http.HTTP2Config{
-			MaxConcurrentStreams:          http2MaxConcurrentStreams,
-			MaxReadFrameSize:              http2MaxReadFrameSize,
-			MaxReceiveBufferPerConnection: http2ReceiveBufferBytes,
-			MaxReceiveBufferPerStream:     http2StreamBufferBytes,
-		}
-	} else {
-		// A non-nil, empty map is how net/http is told not to speak HTTP/2.
-		s.reviews.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
-	}
+	s.reviews = reviewServer(s.closeWhenDraining(mux), tlsConfig, cfg.http2, serverErrorLog(logger))
 
 	if cfg.metricsListen != "" {
 		rawMetricsLn, err := net.Listen("tcp", cfg.metricsListen)
@@ -685,6 +660,34 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("pong"))
+}
+
+// reviewServer is the review port's server of handler: the timeouts above,
+// the body reader's clock (body.ConnContext), and HTTP/2 with http2 alone.
+// The listener, not it, does the TLS handshakes.
+func reviewServer(handler http.Handler, tlsConfig *tls.Config, http2 bool, errorLog *log.Logger) *http.Server {
+	s := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: readHeaderTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          errorLog,
+		TLSConfig:         tlsConfig, // for net/http's HTTP/2
+		ConnContext:       body.ConnContext,
+	}
+	if !http2 {
+		// A non-nil, empty map is how net/http is told not to speak HTTP/2.
+		s.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+		return s
+	}
+	s.HTTP2 = &http.HTTP2Config{
+		MaxConcurrentStreams:          http2MaxConcurrentStreams,
+		MaxReadFrameSize:              http2MaxReadFrameSize,
+		MaxReceiveBufferPerConnection: http2ReceiveBufferBytes,
+		MaxReceiveBufferPerStream:     http2StreamBufferBytes,
+	}
+	return s
 }
 
 // closeWhenDraining serves h, and once shutdown begins (s.serving false)
