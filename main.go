@@ -98,31 +98,19 @@ const (
 	http2StreamBufferBytes    = body.MaxSmallBodyBytes
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
-	// body.MaxSmallBodyBytes) held at once, as read and until answered.
-	// Decoding a review takes about three times its size, and the heap
-	// grows to twice what is live before a collection, so this, with
-	// maxConnections, keeps the shipped Deployment under its 64Mi limit
-	// under any load (bench/README.md measures it), while body.MaxBytes
-	// always fits.
+	// body.MaxSmallBodyBytes) held at once, as read and until answered:
+	// with maxConnections, what keeps the shipped Deployment under its
+	// 64Mi limit under any load (docs/operations.md, "Memory"), while
+	// body.MaxBytes always fits.
 	defaultMaxInflightBytes = 8 << 20
 
 	// memoryLimitBase is, with -max-inflight-bytes, the Go runtime's soft
-	// memory limit when GOMEMLIMIT is not set: 40 MiB by default, as the
-	// Deployment sets it from requests.memory. Near the limit the runtime
-	// collects sooner and returns freed pages to the kernel, where without
-	// one the heap grows to twice what is live and keeps what it freed.
-	// What a flood can hold, with default flags:
-	//   connections       connectionBytes                       20 MiB
-	//   small bodies      one of body.MaxSmallBodyBytes per
-	//                     connection at most                     5 MiB
-	//   newcomers         limits.MaxWaiting sockets waiting for a
-	//                     place, about 1 KiB each                 4 MiB
-	//   the runtime's own                                       ~3 MiB
-	// 32 MiB. Large bodies' buffers are all in the budget, which the limit
-	// adds. Buffers kept for the next large body (body.Budget's) are not
-	// in it: like garbage, the GC frees them near the limit, within two
-	// collections. The kernel counts the binary's own pages too: a flood
-	// peaks near the limit plus those (bench/README.md).
+	// memory limit when GOMEMLIMIT is not set, as the Deployment sets it
+	// from requests.memory: what a flood can hold outside the budget, its
+	// connections, their small bodies, the newcomers waiting for a place
+	// and the runtime's own, which docs/operations.md ("Memory") adds up.
+	// Near the limit the runtime collects sooner and returns freed pages to
+	// the kernel, where without one the heap grows to twice what is live.
 	memoryLimitBase = 32 << 20
 )
 

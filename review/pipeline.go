@@ -2,9 +2,9 @@ package review
 
 // Reviewing the objects of the input as they are read, on every CPU, and
 // writing each verdict in the input's order as soon as it and those before
-// it are done: the first verdict of a 50 MB List within a second, in
-// memory bounded by the largest object and what is read ahead of the
-// verdict written (maxAheadBytes).
+// it are done, so that a large List's first verdict comes before its last
+// object is read, in memory bounded by the largest object and what is
+// read ahead of the verdict written (maxAheadBytes).
 
 import (
 	"context"

@@ -13,8 +13,8 @@ const (
 	// defaultVersionCacheBytes is how much of the stored versions replay
 	// keeps by default (-audit-cache-bytes): a few tens of thousands of
 	// objects of a few KB, which covers the objects a week's log writes
-	// more than once in most clusters, and half a peak RSS that stays
-	// under 200 MiB (bench/README.md).
+	// more than once in most clusters, and half of replay's peak memory
+	// (bench/README.md).
 	defaultVersionCacheBytes = 64 << 20
 
 	// versionOverheadBytes is what one kept version costs beside its JSON
