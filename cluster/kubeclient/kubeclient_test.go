@@ -34,6 +34,9 @@ type fakeAPIServer struct {
 	events    chan string    // watch events to send, as JSON
 	refuse    map[string]int // the next request of a kind, LIST or WATCH, is answered with this code
 	watchGone bool           // the next watch sends an ERROR event of 410 and ends
+	// watchesGone: every watch does, as one of an apiserver that lags
+	// behind the one that served the list.
+	watchesGone bool
 	// watchEmpty: every watch is answered 200 and ended at once, with
 	// nothing sent, as by a proxy that cannot hold a stream.
 	watchEmpty bool
@@ -89,7 +92,7 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.tokens = append(f.tokens, strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
 	code, refused := f.refuse[kind]
 	delete(f.refuse, kind)
-	gone := kind == "WATCH" && f.watchGone
+	gone := kind == "WATCH" && (f.watchGone || f.watchesGone)
 	f.watchGone = f.watchGone && !gone
 	empty, gate := f.watchEmpty, f.listGate
 	if kind == "WATCH" && f.refuseWatches > 0 {
@@ -482,8 +485,10 @@ func TestVeryShortWatch(t *testing.T) {
 
 // TestSilentWatch: a watch that stays open but delivers nothing, not even
 // a bookmark, counts as current for silentAfter at most: then it is
-// closed, and opened again from the same resourceVersion, with no list,
-// and what the new watch delivers reaches the store.
+// closed, and the store listed again from etcd (resourceVersion ""), so
+// that what the watch never delivered reaches it, and watched from that
+// list. Before, the watch was opened again from where it was: a store fed
+// by watches that all stay silent counted as current and never changed.
 func TestSilentWatch(t *testing.T) {
 	f := newFakeAPIServer(t)
 	f.add("a")
@@ -492,13 +497,13 @@ func TestSilentWatch(t *testing.T) {
 	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
 	f.events <- `{"type":"BOOKMARK","object":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"resourceVersion":"1"}}}`
 	bookmarked := time.Now()
+	f.add("b") // in the apiserver, and never in a watch
 	waitUntil(t, "the silent watch to be closed", func() bool { return len(logs.lines("delivered nothing")) == 1 })
 	if silent := time.Since(bookmarked); silent < silentAfter {
 		t.Errorf("the watch was closed %s after it last delivered, want %s", silent.Round(time.Millisecond), silentAfter)
 	}
+	waitUntil(t, "the list that follows", func() bool { return slices.Contains(store.names(), "b") })
 	waitUntil(t, "the watch to be opened again", func() bool { return r.Health().Watches == 2 && r.Health().Current })
-	f.event("ADDED", "b")
-	waitUntil(t, "the new watch's event", func() bool { return slices.Contains(store.names(), "b") })
 	var lists, watches []string
 	for _, req := range f.requested() {
 		switch {
@@ -508,11 +513,66 @@ func TestSilentWatch(t *testing.T) {
 			watches = append(watches, req)
 		}
 	}
-	if len(lists) != 1 || len(watches) < 2 || watches[1] != "WATCH rv=1 limit= continue=" {
-		t.Errorf("got lists %q and watches %q, want the first list alone, and the watch opened again from the bookmark's resourceVersion", lists, watches)
+	if want := []string{"LIST rv=0 limit=500 continue=", "LIST rv= limit=500 continue="}; !slices.Equal(lists, want) || len(watches) != 2 || watches[1] != "WATCH rv=2 limit= continue=" {
+		t.Errorf("got lists %q and watches %q, want lists %q, and the second watch from the second list's resourceVersion, 2", lists, watches, want)
 	}
 	if h := r.Health(); h.Failures != 0 || h.Err != nil {
 		t.Errorf("got %+v, want no failure: a quiet watch may be one served from etcd, which sends no bookmarks", h)
+	}
+}
+
+// TestWatchesAllGoneBackOff: an apiserver whose every watch is answered
+// 200, then 410 (one that lags behind the one that served the list), is
+// listed again only after the backoff, as client-go's reflector waits
+// between each ListAndWatch, not in a loop: before, 3,668 lists in 2 s.
+func TestWatchesAllGoneBackOff(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	f.mu.Lock()
+	f.watchesGone = true
+	f.mu.Unlock()
+	startReflector(t, f)
+	time.Sleep(2 * time.Second)
+	lists := 0
+	for _, req := range f.requested() {
+		if strings.HasPrefix(req, "LIST") {
+			lists++
+		}
+	}
+	// The first list, then one a backoff (0.8 s at least) after each 410.
+	if lists > 3 {
+		t.Errorf("in 2 s: %d lists, want 3 at most, each after the backoff", lists)
+	}
+}
+
+// TestListAgeFromItsSnapshot: a list is as of its first request, its
+// snapshot, however long it takes to arrive, and the store's age counts
+// from then: before, from its end, so that with no watch after it the
+// store was older than its age said by the list's length.
+func TestListAgeFromItsSnapshot(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	f.refuseWatches = 1000
+	listed := make(chan time.Time, 1)
+	inner := f.Config.Handler
+	f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			inner.ServeHTTP(w, r)
+			return
+		}
+		listed <- time.Now()
+		rec := httptest.NewRecorder()
+		inner.ServeHTTP(rec, r) // the snapshot
+		time.Sleep(2 * time.Second)
+		w.WriteHeader(rec.Code)
+		w.Write(rec.Body.Bytes())
+	})
+	r, _, _ := startReflector(t, f)
+	asked := <-listed
+	waitUntil(t, "the list", func() bool { return r.Health().Synced })
+	now := time.Now()
+	if h := r.Health(); h.Age(now) < now.Sub(asked) {
+		t.Errorf("the store holds a snapshot taken %s ago, and its age is %s", now.Sub(asked).Round(time.Millisecond), h.Age(now).Round(time.Millisecond))
 	}
 }
 

@@ -38,8 +38,8 @@ type Health struct {
 	// or a bookmark, or stayed open EstablishedAfter without an error.
 	Current bool
 	// Heard is when the store was last known to be as current as the
-	// apiserver: the end of a list, an event or a bookmark, or the end of
-	// an established watch. A watch merely answered (200) is not heard
+	// apiserver: the start of a list (its snapshot) once it is whole, an
+	// event or a bookmark, or the end of an established watch. A watch merely answered (200) is not heard
 	// from: an apiserver that cannot serve its resourceVersion answers
 	// 200, then an ERROR event.
 	Heard time.Time
@@ -103,7 +103,7 @@ const EstablishedAfter = time.Second
 // proxy whose upstream died, or an apiserver whose watch is stuck, would
 // keep it open and silent until its timeout, 5 to 10 minutes on. (A watch
 // served from etcd, with no watch cache, has no bookmarks: a quiet one is
-// opened again each SilentAfter, with no list.)
+// followed by a list each SilentAfter.)
 const SilentAfter = time.Minute + 15*time.Second
 
 // Reflector keeps a Store in step with one resource of the apiserver, as
@@ -115,9 +115,10 @@ const SilentAfter = time.Minute + 15*time.Second
 //   - The first list is at resourceVersion "0", served from the
 //     apiserver's watch cache (relistResourceVersion), 500 objects a page
 //     where the apiserver pages it (it does not from its cache).
-//   - A watch that ends at its timeout, or that delivers nothing for
-//     SilentAfter and is closed, is opened again from the last
+//   - A watch that ends at its timeout is opened again from the last
 //     resourceVersion seen, an object's or a bookmark's, with no list.
+//   - A watch that delivers nothing for SilentAfter is closed, and
+//     followed by a list at "" (from etcd, as of now).
 //   - A watch that ends within EstablishedAfter having delivered nothing
 //     is an error: a "very short watch", followed by the backoff and a
 //     list.
@@ -202,9 +203,15 @@ func (r *Reflector) Run(ctx context.Context) {
 			return
 		case err == nil: // the watch's timeout
 			listFrom = resourceVersion
+		case errors.Is(err, errSilentWatch):
+			listFrom, list = "", true
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 			r.relisting("the apiserver no longer serves the watch's resourceVersion "+resourceVersion, err)
 			listFrom, list = resourceVersion, true
+			// After the backoff, as client-go's reflector waits between
+			// each ListAndWatch (RunWithContext): an apiserver whose every
+			// watch ends 410 is not listed in a loop.
+			sleep(ctx, delay.next())
 		case errors.Is(err, errWatchNotStarted):
 			r.failed(ctx, err, "watch")
 			sleep(ctx, delay.next())
@@ -222,6 +229,9 @@ func (r *Reflector) Run(ctx context.Context) {
 // would go to etcd instead.
 func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 	r.lists.Add(1)
+	// The list is as of its first page's request, its snapshot: its age
+	// counts from then, however long its pages take.
+	asked := time.Now()
 	opts := ListOptions{ResourceVersion: from}
 	if from == "0" || from == "" {
 		opts.Limit = listPageSize
@@ -241,7 +251,7 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 	}
 	r.mu.Lock()
 	first := !r.health.Synced
-	r.health.Synced, r.health.Heard, r.health.Objects = true, time.Now(), objects
+	r.health.Synced, r.health.Heard, r.health.Objects = true, asked, objects
 	r.mu.Unlock()
 	if first {
 		r.logger.Info("the view of the cluster is synced", "objects", objects, "resource_version", rv)
@@ -254,6 +264,12 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 // from the same resourceVersion.
 var errWatchNotStarted = errors.New("the watch did not start")
 
+// errSilentWatch is a watch that delivered nothing, not even a bookmark,
+// for silentAfter: it is closed, and the store listed again from etcd
+// (resourceVersion ""), so that a watch that stopped without a word, and
+// the next one, cannot keep a store that receives nothing current.
+var errSilentWatch = errors.New("the watch delivered nothing, not even a bookmark")
+
 // errVeryShortWatch is a watch that ended within EstablishedAfter having
 // delivered nothing (client-go's VeryShortWatchError): an apiserver, or a
 // proxy before it, that cannot serve it.
@@ -261,9 +277,10 @@ var errVeryShortWatch = fmt.Errorf("a very short watch: the apiserver ended it w
 
 // watch watches from *resourceVersion until the watch ends, applying each
 // event to the store and keeping *resourceVersion the last one seen. It
-// returns nil when the apiserver ends the watch at its timeout, or when it
-// delivers nothing for silentAfter and watch closes it, and an error when
-// it ends within EstablishedAfter having delivered nothing.
+// returns nil when the apiserver ends the watch at its timeout,
+// errSilentWatch when it delivers nothing for silentAfter and watch
+// closes it, and an error when it ends within EstablishedAfter having
+// delivered nothing.
 func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	r.watches.Add(1)
 	// As client-go's, the clock starts before the request: a proxy may
@@ -307,8 +324,8 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	for {
 		event, err := w.Next()
 		if silent.Load() {
-			r.logger.Info("the watch delivered nothing, not even a bookmark, for "+r.silentAfter.String()+"; watching again", "events", events, "resource_version", *resourceVersion)
-			return nil
+			r.logger.Info("the watch delivered nothing, not even a bookmark, for "+r.silentAfter.String()+"; listing again", "events", events, "resource_version", *resourceVersion)
+			return errSilentWatch
 		}
 		if errors.Is(err, io.EOF) {
 			took := time.Since(start)
