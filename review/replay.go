@@ -1072,7 +1072,10 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 		return
 	}
 	stored, _ := objectFrom(e.ResponseObject)
-	if stored != nil && (stored.GetKind() == "Status" || stored.GetName() == "") {
+	if stored != nil && (stored.GetKind() == "Status" || stored.GetName() == "" || stored.GroupVersionKind().Group == metav1.GroupName) {
+		// Not the object: a Status, or what its client asked for in its
+		// place (Accept's as=PartialObjectMetadata, as the garbage
+		// collector's metadata client asks, or as=Table).
 		stored = nil
 	}
 	namespace := ref.Namespace
@@ -1083,7 +1086,7 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	key := versionKey(ref.APIGroup, ref.Resource, namespace, name)
 	switch {
 	case stored != nil:
-		p.versions.put(key, e.ResponseObject, at)
+		p.versions.put(key, e.ResponseObject, stored.GetResourceVersion(), at)
 	case e.Verb == "delete":
 		p.versions.remove(key)
 	case e.Verb != "get":
@@ -1130,7 +1133,7 @@ func (p *replayer) rememberScale(at logLine, e *auditEvent, ref *objectReference
 	if err != nil {
 		return
 	}
-	p.versions.put(key, raw, at)
+	p.versions.put(key, raw, obj.GetResourceVersion(), at)
 }
 
 // rememberNamespace keeps the labels of a Namespace a write or a get of it

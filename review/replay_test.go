@@ -195,6 +195,40 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
+			// The garbage collector reads through the metadata client
+			// (Accept: as=PartialObjectMetadata), and the log holds what
+			// was sent: metadata, no data.
+			name: "update after a get answered as PartialObjectMetadata: the version before it",
+			log: []string{stored, auditEventLine("get", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"responseObject": map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": map[string]any{"name": "cm", "namespace": "ns", "resourceVersion": "10"}}}),
+				auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject": configMap("ns", "cm", "10", nil)})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if !bytes.Contains(req.OldObject.Raw, []byte(`"kind":"ConfigMap"`)) || !strings.HasSuffix(res.OldObject, ":1") {
+					t.Errorf("got oldObject %s from %q; want the ConfigMap stored at line 1", req.OldObject.Raw, res.OldObject)
+				}
+			},
+		},
+		{
+			// Two updates overlap, and the first to be stored is logged
+			// last: the apiserver's current version is the newer.
+			name: "update after an older version was logged after a newer one: the newer",
+			log: []string{stored,
+				auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject": configMap("ns", "cm", "11", nil), "responseObject": configMap("ns", "cm", "12", map[string]string{"owner": "set"})}),
+				auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject": configMap("ns", "cm", "10", nil), "responseObject": configMap("ns", "cm", "11", nil)}),
+				auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+					"requestObject": configMap("ns", "cm", "12", nil)})},
+			want: admissionv1.Update,
+			check: func(t *testing.T, _ *admissionv1.AdmissionRequest, res replayResult) {
+				if !strings.HasSuffix(res.OldObject, ":2") {
+					t.Errorf("the last update's oldObject: got %q, want the version 12 stored at line 2", res.OldObject)
+				}
+			},
+		},
+		{
 			name: "update whose earlier version is not in the log",
 			log: []string{auditEventLine("update", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
 				"requestObject": configMap("ns", "cm", "10", nil)})},
@@ -783,12 +817,12 @@ func TestCompleter(t *testing.T) {
 // it let go.
 func TestVersionCache(t *testing.T) {
 	version := func(n int) []byte { return bytes.Repeat([]byte("x"), n) }
-	c := newVersionCache(3 * (100 + versionOverheadBytes + 5))
+	c := newVersionCache(3 * (100 + versionOverheadBytes + 6))
 	for _, k := range []string{"k/a", "k/b", "k/c"} {
-		c.put(k, version(100), logLine{"f", 1})
+		c.put(k, version(100), "1", logLine{"f", 1})
 	}
-	c.put("k/a", version(100), logLine{"f", 2}) // stored again: now the most recent
-	c.put("k/d", version(100), logLine{"f", 3})
+	c.put("k/a", version(100), "2", logLine{"f", 2}) // stored again: now the most recent
+	c.put("k/d", version(100), "3", logLine{"f", 3})
 	if v, dropped, _ := c.get("k/b"); v != nil || !dropped {
 		t.Errorf("k/b: got %v, dropped %v; want it dropped, the least recently stored", v, dropped)
 	}
@@ -801,13 +835,19 @@ func TestVersionCache(t *testing.T) {
 	if c.bytes > c.maxBytes || c.len() != 3 || c.droppedCount != 1 {
 		t.Errorf("got %d bytes of %d, %d versions, %d dropped; want at most the limit, 3, 1", c.bytes, c.maxBytes, c.len(), c.droppedCount)
 	}
-	c.put("k/huge", version(int(c.maxBytes)), logLine{"f", 4})
+	c.put("k/huge", version(int(c.maxBytes)), "4", logLine{"f", 4})
 	if v, dropped, _ := c.get("k/huge"); v != nil || !dropped || c.len() != 3 {
 		t.Errorf("a version larger than the cache: got %v, dropped %v, %d kept; want it not kept, the others kept", v, dropped, c.len())
 	}
 	c.remove("k/a")
 	if v, dropped, _ := c.get("k/a"); v != nil || dropped {
 		t.Errorf("a deleted object: got %v, dropped %v; want it forgotten", v, dropped)
+	}
+	// Of two versions the apiserver's rules cannot order, neither is kept.
+	c.put("k/e", version(10), "5", logLine{"f", 5})
+	c.put("k/e", version(10), "5a", logLine{"f", 6})
+	if v, _, writtenAt := c.get("k/e"); v != nil || writtenAt == nil || writtenAt.line != 6 {
+		t.Errorf("k/e: got %+v, written at %v; want neither version, written at line 6", v, writtenAt)
 	}
 
 	// Through replay: an update whose earlier version the cache dropped

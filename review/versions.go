@@ -7,6 +7,8 @@ package review
 import (
 	"container/list"
 	"hash/maphash"
+
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
 const (
@@ -17,9 +19,10 @@ const (
 	// (bench/README.md).
 	defaultVersionCacheBytes = 64 << 20
 
-	// versionOverheadBytes is what one kept version costs beside its JSON
-	// and its key: its list element, its map entry and its record.
-	versionOverheadBytes = 160
+	// versionOverheadBytes is what one kept version costs beside its JSON,
+	// its key and its resourceVersion: its list element, its map entry and
+	// its record.
+	versionOverheadBytes = 176
 
 	// maxDroppedKeys bounds how many dropped objects replay remembers, to
 	// say of an UPDATE that finds no earlier version whether the cache
@@ -31,9 +34,10 @@ const (
 // storedVersion is an object as the apiserver stored it, and where the log
 // showed it.
 type storedVersion struct {
-	key string
-	raw []byte // JSON, as the event held it
-	at  logLine
+	key             string
+	raw             []byte // JSON, as the event held it
+	resourceVersion string // its metadata's
+	at              logLine
 }
 
 // versionCache keeps the last stored version of each object, least
@@ -60,15 +64,27 @@ func newVersionCache(maxBytes int64) *versionCache {
 }
 
 func (c *versionCache) cost(v *storedVersion) int64 {
-	return int64(len(v.raw)+len(v.key)) + versionOverheadBytes
+	return int64(len(v.raw)+len(v.key)+len(v.resourceVersion)) + versionOverheadBytes
 }
 
-// put keeps raw as the stored version of key, replacing the one before,
-// and lets the oldest go while the cache holds more than maxBytes. A
-// version larger than the whole cache is not kept.
-func (c *versionCache) put(key string, raw []byte, at logLine) {
+// put keeps raw, of resourceVersion, as the stored version of key,
+// replacing the one before, and lets the oldest go while the cache holds
+// more than maxBytes. A version larger than the whole cache is not kept.
+// One older than the version kept, which a log shows after it when
+// requests overlap or several apiservers write it, is not kept either; of
+// two the apiserver's rules cannot order, neither is (writtenBlind).
+func (c *versionCache) put(key string, raw []byte, resourceVersion string, at logLine) {
+	if e, ok := c.byKey[key]; ok {
+		switch order, err := resourceversion.CompareResourceVersion(resourceVersion, e.Value.(*storedVersion).resourceVersion); {
+		case err != nil:
+			c.writtenBlind(key, at)
+			return
+		case order < 0:
+			return
+		}
+	}
 	c.remove(key)
-	v := &storedVersion{key: key, raw: raw, at: at}
+	v := &storedVersion{key: key, raw: raw, resourceVersion: resourceVersion, at: at}
 	if c.cost(v) > c.maxBytes {
 		c.drop(key)
 		return
