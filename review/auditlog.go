@@ -201,7 +201,37 @@ func parseEvent(line []byte) (*auditEvent, error) {
 	case e.Verb == "":
 		return nil, errors.New("not an audit event: it has no verb")
 	}
+	if e.ObjectRef != nil {
+		e.ObjectRef.Namespace = requestNamespace(e.RequestURI, e.ObjectRef.Namespace)
+	}
 	return &e, nil
+}
+
+// requestNamespace is the namespace of the request to requestURI as the
+// apiserver read it from the path ("" for a cluster-scoped resource:
+// k8s.io/apiserver pkg/endpoints/request/requestinfo.go, NewRequestInfo),
+// or logged, the objectRef's, for a path that is not an API one. The
+// objectRef's may be the object's: audit's LogRequestObject fills an
+// empty one from the object (pkg/audit/request.go), and a Helm chart's
+// ClusterRole may name a namespace, which the apiserver then clears.
+func requestNamespace(requestURI, logged string) string {
+	path, _, _ := strings.Cut(requestURI, "?")
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) > 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) > 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return logged
+	}
+	if parts[0] == "watch" { // the deprecated /watch/ paths
+		parts = parts[1:]
+	}
+	if len(parts) > 1 && parts[0] == "namespaces" {
+		return parts[1]
+	}
+	return ""
 }
 
 func cmpOr(s, or string) string {

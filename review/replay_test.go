@@ -170,6 +170,20 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
+			// As a Helm chart's ClusterRole with namespace: {{ .Release.Namespace }}:
+			// audit filled objectRef.namespace from the object, and the
+			// apiserver cleared the object's.
+			name: "create of a cluster-scoped object that names a namespace: none",
+			log: []string{auditEventLine("create", "/apis/rbac.authorization.k8s.io/v1/clusterroles", 201, ref("rbac.authorization.k8s.io", "v1", "clusterroles", "monitoring", "reader", ""), map[string]any{
+				"requestObject": map[string]any{"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": map[string]any{"name": "reader", "namespace": "monitoring"}}})},
+			want: admissionv1.Create,
+			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
+				if req.Namespace != "" || res.Namespace != "" {
+					t.Errorf("got namespace %q (result %q), want none: a ClusterRole's request has none", req.Namespace, res.Namespace)
+				}
+			},
+		},
+		{
 			name: "create with generateName: no name yet",
 			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 201, ref("", "v1", "configmaps", "ns", "", ""), map[string]any{
 				"requestObject": map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": map[string]any{"generateName": "cm-"}}})},
@@ -1256,5 +1270,25 @@ func TestReplayNamespaceEvidence(t *testing.T) {
 	_, summary, _ := replayRun(t, &fakeWebhook{}, []string{event("team", "bad-g", 409, nil, "conflict"), relabel}, "-config", configFile, "-namespaces", namespaces)
 	if !strings.Contains(summary, "a patch of the Namespace team, after 1 request whose verdict its labels from -namespaces decided") {
 		t.Errorf("the summary does not say the namespace was written after its listed labels were used:\n%s", summary)
+	}
+}
+
+// TestRequestNamespace reads a request's namespace from its path, as the
+// apiserver's RequestInfo does, whatever the objectRef says.
+func TestRequestNamespace(t *testing.T) {
+	for _, tc := range []struct{ uri, logged, want string }{
+		{"/api/v1/namespaces/ns/configmaps/cm?dryRun=All", "ns", "ns"},
+		{"/apis/rbac.authorization.k8s.io/v1/clusterroles", "monitoring", ""},
+		{"/apis/apps/v1/namespaces/ns/deployments/web/scale", "ns", "ns"},
+		{"/api/v1/namespaces/ns", "ns", "ns"},
+		{"/api/v1/watch/namespaces/ns/pods", "ns", "ns"},
+		{"/api/v1/watch", "", ""},
+		{"/api/v1/nodes/n1", "x", ""},
+		{"/healthz", "x", "x"},
+		{"", "x", "x"},
+	} {
+		if got := requestNamespace(tc.uri, tc.logged); got != tc.want {
+			t.Errorf("requestNamespace(%q, %q) = %q, want %q", tc.uri, tc.logged, got, tc.want)
+		}
 	}
 }
