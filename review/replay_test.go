@@ -184,6 +184,14 @@ func TestReplayOperations(t *testing.T) {
 			},
 		},
 		{
+			// kubectl delete --dry-run=server logs the same line: client-go
+			// sends dryRun in the body, which level Metadata leaves out.
+			name: "delete at level Metadata: not reviewed, whether a dry run unknown",
+			log: []string{stored, auditEventLine("delete", "/api/v1/namespaces/ns/configmaps/cm", 200, ref("", "v1", "configmaps", "ns", "cm", ""), map[string]any{
+				"level": "Metadata"})},
+			without: "whether it was a dry run is unknown",
+		},
+		{
 			name: "create with generateName: no name yet",
 			log: []string{auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 201, ref("", "v1", "configmaps", "ns", "", ""), map[string]any{
 				"requestObject": map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": map[string]any{"generateName": "cm-"}}})},
