@@ -153,6 +153,9 @@ func TestReplayOperations(t *testing.T) {
 				if req.Name != "cm" || req.Namespace != "ns" || req.Resource.Resource != "configmaps" || req.Kind.Kind != "ConfigMap" || bytes.Contains(req.Object.Raw, []byte(`"seen"`)) {
 					t.Errorf("got %s %s/%s of %s, object %s; want ConfigMap ns/cm of configmaps, as sent", req.Kind.Kind, req.Namespace, req.Name, req.Resource.Resource, req.Object.Raw)
 				}
+				if !bytes.Contains(req.Object.Raw, []byte(`"namespace":"ns"`)) {
+					t.Errorf("got object %s, want it in namespace ns, as the apiserver sets it before admission", req.Object.Raw)
+				}
 				if string(req.Options.Raw) != `{"kind":"CreateOptions","apiVersion":"meta.k8s.io/v1"}` || *req.DryRun {
 					t.Errorf("got options %s, dryRun %v; want CreateOptions, no dry run", req.Options.Raw, *req.DryRun)
 				}
@@ -178,8 +181,8 @@ func TestReplayOperations(t *testing.T) {
 				"requestObject": map[string]any{"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1", "metadata": map[string]any{"name": "reader", "namespace": "monitoring"}}})},
 			want: admissionv1.Create,
 			check: func(t *testing.T, req *admissionv1.AdmissionRequest, res replayResult) {
-				if req.Namespace != "" || res.Namespace != "" {
-					t.Errorf("got namespace %q (result %q), want none: a ClusterRole's request has none", req.Namespace, res.Namespace)
+				if req.Namespace != "" || res.Namespace != "" || bytes.Contains(req.Object.Raw, []byte(`"namespace"`)) {
+					t.Errorf("got namespace %q (result %q), object %s; want none: a ClusterRole's request has none, and the apiserver clears its object's", req.Namespace, res.Namespace, req.Object.Raw)
 				}
 			},
 		},
