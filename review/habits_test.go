@@ -204,3 +204,12 @@ func TestManifestProgress(t *testing.T) {
 		t.Errorf("progress wrote %q", got)
 	}
 }
+
+// TestStdinTwice: -f - given twice is bad usage, as kubectl's "standard
+// input cannot be used for multiple arguments", not stdin reviewed twice.
+func TestStdinTwice(t *testing.T) {
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, deployment("web", "shop", ""), nil, "-f", "-", "-f", "-")
+	if code != 2 || !strings.Contains(out, "-f - is given twice") {
+		t.Errorf("got exit %d:\n%s\nwant 2, saying -f - is given twice", code, out)
+	}
+}

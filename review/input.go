@@ -93,7 +93,7 @@ type inputFile struct {
 type inputs struct {
 	files    []inputFile
 	problems []unit
-	spooled  string // stdin's copy, removed by close
+	spooled  []string // the copies of stdin and of pipes, removed by close
 	// plans are the first pass's, by file name and document number.
 	plans map[string]map[int]listPlan
 	// skippedFiles are the files -skip-file left out.
@@ -112,33 +112,29 @@ type expansion struct {
 
 // expandInputs lists the files of paths: a file, a directory (its *.yaml,
 // *.yml and *.json, and with -R those of the directories below it), or "-"
-// for stdin, which it copies to a temporary file to be read twice. A path
-// that does not exist is an error, as kubectl's "the path does not exist":
-// bad usage, not a document that cannot be read.
+// for stdin. Stdin, and a file that is not a regular one (a named pipe,
+// or /dev/fd/63 of a shell's <(helm template …)), it copies to a temporary
+// file, to be read twice, as kubectl reads each once. A path that does not
+// exist is an error, as kubectl's "the path does not exist": bad usage,
+// not a document that cannot be read; so is stdin given twice, as
+// kubectl's "standard input cannot be used for multiple arguments".
 func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, error) {
 	in := &inputs{plans: map[string]map[int]listPlan{}}
+	stdinRead := false
 	for _, path := range paths {
 		if path == "-" {
-			if in.spooled == "" {
-				if stdin == nil {
-					return nil, errors.New("-f -: there is no stdin to read")
-				}
-				f, err := os.CreateTemp("", "webhook-review-stdin-")
-				if err != nil {
-					return nil, fmt.Errorf("-f -: copying stdin: %w", err)
-				}
-				in.spooled = f.Name()
-				n, err := io.Copy(f, stdin)
-				in.bytes += n
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err != nil {
-					in.close()
-					return nil, fmt.Errorf("-f -: copying stdin: %w", err)
-				}
+			switch {
+			case stdinRead:
+				in.close()
+				return nil, errors.New("-f - is given twice: stdin can be read once")
+			case stdin == nil:
+				in.close()
+				return nil, errors.New("-f -: there is no stdin to read")
 			}
-			in.files = append(in.files, inputFile{name: "stdin", path: in.spooled})
+			stdinRead = true
+			if err := in.spool("stdin", stdin); err != nil {
+				return nil, fmt.Errorf("-f -: copying stdin: %w", err)
+			}
 			continue
 		}
 		info, err := os.Stat(path)
@@ -152,6 +148,18 @@ func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, erro
 		if !info.IsDir() {
 			if how.skipped(filepath.Base(path), "") {
 				in.skippedFiles = append(in.skippedFiles, path)
+				continue
+			}
+			if !info.Mode().IsRegular() {
+				f, err := os.Open(path)
+				if err == nil {
+					err = in.spool(path, f)
+					f.Close()
+				}
+				if err != nil {
+					in.close()
+					return nil, fmt.Errorf("-f %s: copying it: %w", path, err)
+				}
 				continue
 			}
 			in.files = append(in.files, inputFile{name: path, path: path})
@@ -239,10 +247,30 @@ func (how expansion) skipped(name, rel string) bool {
 	return false
 }
 
-// close removes stdin's copy.
+// spool copies r, the input name, to a temporary file, and adds it.
+func (in *inputs) spool(name string, r io.Reader) error {
+	f, err := os.CreateTemp("", "webhook-review-input-")
+	if err != nil {
+		return err
+	}
+	in.spooled = append(in.spooled, f.Name())
+	n, err := io.Copy(f, r)
+	in.bytes += n
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		in.close()
+		return err
+	}
+	in.files = append(in.files, inputFile{name: name, path: f.Name()})
+	return nil
+}
+
+// close removes the copies of stdin and pipes.
 func (in *inputs) close() {
-	if in.spooled != "" {
-		os.Remove(in.spooled)
+	for _, path := range in.spooled {
+		os.Remove(path)
 	}
 }
 
