@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
@@ -176,7 +177,7 @@ func TestRecursiveAndSkipped(t *testing.T) {
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {
 	png := "\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR{{ x }}\n"
-	for name, content := range map[string]string{"logo.yaml": png, "utf16.yaml": "\xff\xfea\x00p\x00i\x00"} {
+	for name, content := range map[string]string{"logo.yaml": png, "utf16.yaml": "a\x00p\x00i\x00"} { // UTF-16 without a byte-order mark
 		out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{name: content, "ok.yaml": deployment("ok", "ns", "")}, "-f", "DIR/"+name, "-f", "DIR/ok.yaml")
 		if code != exitUsage || !strings.Contains(out, name+"#1: error: line 1: not text (") || strings.Contains(out, "Helm") || strings.Count(out, name+"#") != 1 ||
 			!strings.Contains(out, "ok.yaml#1: Deployment ns/ok: patched") {
@@ -185,6 +186,40 @@ func TestNotText(t *testing.T) {
 	}
 	if notText([]byte("kind: ConfigMap # é ü 日本")) != "" || notText([]byte("a: é")[:5]) != "" {
 		t.Error("UTF-8 text, or text whose last character the peek cut, is said to be not text")
+	}
+}
+
+// TestByteOrderMark: a file that begins with a byte-order mark is read
+// as kubectl reads it (FileVisitor's unicode.BOMOverride): past UTF-8's,
+// as JSON when JSON follows, every document of it; UTF-16, either way
+// round, as text. Before, the mark made JSON read as YAML, which took
+// the first object alone, and UTF-16 was not text.
+func TestByteOrderMark(t *testing.T) {
+	utf16Text := func(s string, bigEndian bool) string {
+		var b strings.Builder
+		for _, u := range append([]uint16{0xfeff}, utf16.Encode([]rune(s))...) {
+			if bigEndian {
+				b.WriteByte(byte(u >> 8))
+				b.WriteByte(byte(u))
+			} else {
+				b.WriteByte(byte(u))
+				b.WriteByte(byte(u >> 8))
+			}
+		}
+		return b.String()
+	}
+	twoJSON := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"}}` + "\n" +
+		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns","annotations":{"u":"http:\/\/x"}}}` + "\n"
+	for name, content := range map[string]string{
+		"utf8.json":    "\xef\xbb\xbf" + twoJSON,
+		"utf16le.yaml": utf16Text(deployment("a", "ns", "")+"---\n"+deployment("b", "ns", ""), false),
+		"utf16be.yaml": utf16Text(deployment("a", "ns", "")+"---\n"+deployment("b", "ns", ""), true),
+		"utf16le.json": utf16Text(twoJSON, false),
+	} {
+		out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{name: content}, "-f", "DIR/"+name)
+		if code != 0 || !strings.Contains(out, "2 reviewed: 2 patched") || !strings.Contains(out, "ns/b: patched") {
+			t.Errorf("%s: got exit %d:\n%s\nwant both objects reviewed", name, code, out)
+		}
 	}
 }
 

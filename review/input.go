@@ -43,6 +43,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf16"
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -385,7 +386,7 @@ func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(do
 		return nil
 	}
 	defer fh.Close()
-	br := bufio.NewReaderSize(fh, 64<<10)
+	br := withoutBOM(bufio.NewReaderSize(fh, 64<<10))
 	to := splitTo{name: f.name, plans: plans, emit: emit, item: item, plan: plan}
 	// As YAMLOrJSONDecoder decides: JSON when the first byte that is not
 	// white space is "{"; but not "{{", which no JSON begins with, and a
@@ -401,6 +402,63 @@ func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(do
 	}
 	s := &yamlSplitter{splitTo: to}
 	return s.run(br)
+}
+
+// withoutBOM is br past a byte-order mark, as kubectl reads every file
+// (k8s.io/cli-runtime, pkg/resource/visitor.go, FileVisitor.Visit:
+// unicode.BOMOverride): UTF-8's is skipped, and a file that begins with
+// UTF-16's, as PowerShell 5's > writes one, is read as UTF-8.
+func withoutBOM(br *bufio.Reader) *bufio.Reader {
+	start, _ := br.Peek(3)
+	switch {
+	case bytes.HasPrefix(start, []byte("\xef\xbb\xbf")):
+		br.Discard(3)
+	case bytes.HasPrefix(start, []byte("\xff\xfe")), bytes.HasPrefix(start, []byte("\xfe\xff")):
+		br.Discard(2)
+		return bufio.NewReaderSize(&utf16Reader{r: br, bigEndian: start[0] == 0xfe}, 64<<10)
+	}
+	return br
+}
+
+// utf16Reader reads UTF-16 text from r as UTF-8.
+type utf16Reader struct {
+	r         io.Reader
+	bigEndian bool
+	out       []byte // decoded, not yet read
+}
+
+func (u *utf16Reader) Read(p []byte) (int, error) {
+	for len(u.out) == 0 {
+		r, err := u.unit()
+		if err != nil {
+			return 0, err
+		}
+		if utf16.IsSurrogate(r) {
+			low, err := u.unit()
+			if err != nil && err != io.EOF {
+				return 0, err
+			}
+			r = utf16.DecodeRune(r, low)
+		}
+		u.out = utf8.AppendRune(u.out[:0], r)
+	}
+	n := copy(p, u.out)
+	u.out = u.out[n:]
+	return n, nil
+}
+
+// unit reads one 16-bit unit; half of one at the end is U+FFFD.
+func (u *utf16Reader) unit() (rune, error) {
+	var b [2]byte
+	switch _, err := io.ReadFull(u.r, b[:]); {
+	case err == io.ErrUnexpectedEOF:
+		return utf8.RuneError, nil
+	case err != nil:
+		return 0, err
+	case u.bigEndian:
+		return rune(b[0])<<8 | rune(b[1]), nil
+	}
+	return rune(b[1])<<8 | rune(b[0]), nil
 }
 
 // notText says why the start of a file is not text, as kubectl's YAML
