@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -246,5 +247,27 @@ func TestStdinTwice(t *testing.T) {
 	out, _, code, _ := reviewRun(t, &fakeWebhook{}, deployment("web", "shop", ""), nil, "-f", "-", "-f", "-")
 	if code != 2 || !strings.Contains(out, "-f - is given twice") {
 		t.Errorf("got exit %d:\n%s\nwant 2, saying -f - is given twice", code, out)
+	}
+}
+
+// TestLargerThanTheAPIServerReads: an object over the 3 MiB of a request
+// body the apiserver reads is refused (413) before any webhook, as the
+// apiserver refuses it; one just under is reviewed. Before, both were.
+// A document past maxDocumentBytes is not decoded at all: before, one of
+// 224 MB took 1.5 GB and 77 s to be refused.
+func TestLargerThanTheAPIServerReads(t *testing.T) {
+	configMap := func(value int) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big, namespace: ns}\ndata:\n  v: " + strings.Repeat("x", value) + "\n"
+	}
+	var huge strings.Builder // in lines of 1 KB: a line over 4 MiB is refused on its own
+	huge.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: huge, namespace: ns}\ndata:\n")
+	for i := 0; huge.Len() <= maxDocumentBytes; i++ {
+		fmt.Fprintf(&huge, "  k%d: %s\n", i, strings.Repeat("x", 1<<10))
+	}
+	files := map[string]string{"over.yaml": configMap(maxRequestBodyBytes), "under.yaml": configMap(maxRequestBodyBytes - 200), "huge.yaml": huge.String()}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/over.yaml", "-f", "DIR/under.yaml", "-f", "DIR/huge.yaml")
+	if code == 0 || !strings.Contains(out, "over.yaml#1: ConfigMap ns/big: error: the object is") || !strings.Contains(out, "(413 Request Entity Too Large) before any webhook") ||
+		!strings.Contains(out, "under.yaml#1: ConfigMap ns/big: patched") || !strings.Contains(out, "huge.yaml#1: error: line 1: the document is") {
+		t.Errorf("got exit %d:\n%s\nwant the larger refused with 413, the other reviewed", code, truncate(out, 2000))
 	}
 }

@@ -1166,12 +1166,22 @@ func parseUnitOrEmpty(u unit) ([]parsedObject, []unreadable, string) {
 	return objs, bad, empty
 }
 
+// maxDocumentBytes is the most text of one document, or of one item of a
+// List, that review decodes: four times the JSON the apiserver reads of a
+// request (maxRequestBodyBytes), room for YAML's indentation and
+// comments. Decoding takes several times the text in memory, and a larger
+// document could only be refused.
+const maxDocumentBytes = 4 * maxRequestBodyBytes
+
 func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	if u.err != nil {
 		return nil, []unreadable{{u.source, u.err}}, ""
 	}
 	if u.empty != "" {
 		return nil, nil, u.empty
+	}
+	if len(u.raw) > maxDocumentBytes {
+		return nil, []unreadable{{u.source, fmt.Errorf("the document is %d bytes, more than review decodes of one (%d): the apiserver refuses an object over %d bytes of JSON (413) before any webhook", len(u.raw), maxDocumentBytes, maxRequestBodyBytes)}}, ""
 	}
 	var doc []byte
 	if u.isJSON {

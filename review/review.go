@@ -521,6 +521,10 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 		res.Verdict, res.Error = "error", headError(obj.metaErr).Error()
 		return res
 	}
+	if n := compactSize(obj.json); n > maxRequestBodyBytes {
+		res.Verdict, res.Error = "error", fmt.Sprintf("the object is %d bytes of JSON, over the %d the apiserver reads of a request body: it refuses it (413 Request Entity Too Large) before any webhook", n, maxRequestBodyBytes)
+		return res
+	}
 	info, err := r.catalog.lookup(obj.gvk())
 	if r.o.subresource != "" && r.op != admissionv1.Connect {
 		return r.reviewSubresource(ctx, obj, res, info, err)
@@ -703,6 +707,24 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 // authenticationUser is the userInfo of -user and -group.
 func authenticationUser(o options) authenticationv1.UserInfo {
 	return authenticationv1.UserInfo{Username: o.user, Groups: o.groups}
+}
+
+// maxRequestBodyBytes is the most of a request's body the apiserver reads
+// (k8s.io/apiserver v0.37.2, pkg/server/config.go, MaxRequestBodyBytes;
+// handlers/rest.go, limitedReadBody): a larger one is refused with 413.
+const maxRequestBodyBytes = 3 << 20
+
+// compactSize is the size of object, JSON, as kubectl sends it: without
+// white space, which only JSON written by hand holds.
+func compactSize(object []byte) int {
+	if len(object) <= maxRequestBodyBytes {
+		return len(object)
+	}
+	var compact bytes.Buffer
+	if json.Compact(&compact, object) != nil {
+		return len(object)
+	}
+	return compact.Len()
 }
 
 // withNamespace is object with metadata.namespace set to namespace: added
