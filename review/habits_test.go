@@ -271,3 +271,31 @@ func TestLargerThanTheAPIServerReads(t *testing.T) {
 		t.Errorf("got exit %d:\n%s\nwant the larger refused with 413, the other reviewed", code, truncate(out, 2000))
 	}
 }
+
+// TestJSONStreamNull: a null between the objects of a JSON stream is
+// skipped, as kubectl's StreamVisitor skips it; before, it ended the file.
+func TestJSONStreamNull(t *testing.T) {
+	cm := func(name string) string {
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"ns"}}`
+	}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"s.json": cm("a") + "\nnull\n" + cm("b") + "\nnull"}, "-f", "DIR/s.json")
+	if code != 0 || !strings.Contains(out, "s.json#2: ConfigMap ns/b: patched") || !strings.Contains(out, "2 reviewed: 2 patched") {
+		t.Errorf("got exit %d:\n%s\nwant both objects reviewed, the nulls skipped", code, out)
+	}
+}
+
+// TestListItemKindOrAPIVersionAlone: a List's item that leaves out both
+// its kind and apiVersion is the List's; one that leaves out only one is
+// an error, as apimachinery's decodeToList fills in both or neither.
+// Before, the missing one was filled in.
+func TestListItemKindOrAPIVersionAlone(t *testing.T) {
+	item := func(head, name string) string {
+		return head + `"metadata":{"name":"` + name + `","namespace":"ns"},"spec":{"selector":{"matchLabels":{"app":"x"}},"template":{"metadata":{"labels":{"app":"x"}},"spec":{"containers":[{"name":"x","image":"nginx"}]}}}}`
+	}
+	list := `{"apiVersion":"apps/v1","kind":"DeploymentList","items":[` + item(`{"apiVersion":"apps/v1",`, "a") + "," + item(`{"kind":"Deployment",`, "b") + "," + item("{", "c") + `]}`
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"l.json": list}, "-f", "DIR/l.json")
+	if code == 0 || !strings.Contains(out, "l.json#1[0]: error: line 1: the document has no kind") || !strings.Contains(out, "l.json#1[1]: error: line 1: the document has no apiVersion") ||
+		!strings.Contains(out, "l.json#1[2]: Deployment ns/c: patched") {
+		t.Errorf("got exit %d:\n%s\nwant the first two errors, the third a Deployment", code, out)
+	}
+}

@@ -802,6 +802,12 @@ func (s *jsonSplitter) run(br *bufio.Reader) error {
 		if err != nil {
 			return err
 		}
+		if rest, _ := br.Peek(4); c == 'n' && (bytes.Equal(rest, []byte("ull")) || len(rest) == 4 && bytes.HasPrefix(rest, []byte("ull")) && !isJSONWordByte(rest[3])) {
+			// A null between objects, which kubectl skips (cli-runtime,
+			// visitor.go, StreamVisitor.Visit), as YAML's empty documents.
+			br.Discard(3)
+			continue
+		}
 		s.doc++
 		source := fmt.Sprintf("%s#%d", s.name, s.doc)
 		if c != '{' && c != '[' {
@@ -817,6 +823,12 @@ func (s *jsonSplitter) run(br *bufio.Reader) error {
 			return err
 		}
 	}
+}
+
+// isJSONWordByte reports whether b may continue a JSON literal such as
+// null: after one, only white space, a delimiter or the end may come.
+func isJSONWordByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9'
 }
 
 // document reads one top-level value, whose first byte c is read.
@@ -1210,16 +1222,18 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	var headErr error
 	obj.metaErr, headErr = readHead(doc, &obj.head)
 	if u.listKind != "" && headErr == nil {
-		// An item of a *List may leave out its kind and apiVersion, which
-		// are then the List's (a DeploymentList's items are Deployments).
+		// An item of a *List may leave out both its kind and apiVersion,
+		// which are then the List's (a DeploymentList's items are
+		// Deployments); one without only one of them is not filled in
+		// (apimachinery's unstructured decodeToList).
 		head := obj.head
 		itemKind := strings.TrimSuffix(u.listKind, "List")
 		var add []string
-		if head.Kind == "" && itemKind != "" {
+		if head.Kind == "" && head.APIVersion == "" && itemKind != "" {
 			add = append(add, `"kind":`+quote(itemKind))
-		}
-		if head.APIVersion == "" && itemKind != "" && u.listAPIVersion != "" {
-			add = append(add, `"apiVersion":`+quote(u.listAPIVersion))
+			if u.listAPIVersion != "" {
+				add = append(add, `"apiVersion":`+quote(u.listAPIVersion))
+			}
 		}
 		if len(add) > 0 {
 			sep := ","
