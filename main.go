@@ -516,7 +516,9 @@ func partRoutes(parts []part.Part, env part.Env) (extra []part.Route, rewriteDen
 			}
 		}
 		if pt.Denials != nil {
-			rewriteDenial = pt.Denials()
+			if r := pt.Denials(); r != nil {
+				rewriteDenial = r
+			}
 		}
 	}
 	return extra, rewriteDenial, nil

@@ -225,7 +225,7 @@ func requestNamespace(requestURI, logged string) string {
 	default:
 		return logged
 	}
-	if parts[0] == "watch" { // the deprecated /watch/ paths
+	if parts[0] == "watch" || parts[0] == "proxy" { // specialVerbs: the deprecated /watch/ and /proxy/ paths
 		parts = parts[1:]
 	}
 	if len(parts) > 1 && parts[0] == "namespaces" {

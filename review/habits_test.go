@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -297,5 +298,30 @@ func TestListItemKindOrAPIVersionAlone(t *testing.T) {
 	if code == 0 || !strings.Contains(out, "l.json#1[0]: error: line 1: the document has no kind") || !strings.Contains(out, "l.json#1[1]: error: line 1: the document has no apiVersion") ||
 		!strings.Contains(out, "l.json#1[2]: Deployment ns/c: patched") {
 		t.Errorf("got exit %d:\n%s\nwant the first two errors, the third a Deployment", code, out)
+	}
+}
+
+// TestUTF16Surrogates: a surrogate that is not half of a pair is U+FFFD,
+// and the unit after it is kept, as golang.org/x/text's decoder (kubectl's)
+// reads them.
+func TestUTF16Surrogates(t *testing.T) {
+	for _, tc := range []struct {
+		units []uint16
+		want  string
+	}{
+		{[]uint16{'x', 0xd83d, 0xde00, 'y'}, "x😀y"},
+		{[]uint16{'x', 0xd800, 'y', '\n'}, "x\ufffdy\n"},
+		{[]uint16{'x', 0xdc00, 'y'}, "x\ufffdy"},
+		{[]uint16{'x', 0xd800, 0xd83d, 0xde00}, "x\ufffd😀"},
+		{[]uint16{'x', 0xd800}, "x\ufffd"},
+	} {
+		var le []byte
+		for _, u := range tc.units {
+			le = append(le, byte(u), byte(u>>8))
+		}
+		got, err := io.ReadAll(&utf16Reader{r: bytes.NewReader(le), next: -1})
+		if err != nil || string(got) != tc.want {
+			t.Errorf("%04x: got %q, %v; want %q", tc.units, got, err, tc.want)
+		}
 	}
 }

@@ -248,17 +248,30 @@ func (how expansion) skipped(name, rel string) bool {
 	return false
 }
 
-// spool copies r, the input name, to a temporary file, and adds it.
+// maxSpooledBytes is the most review copies of stdin or of a pipe.
+const maxSpooledBytes = 1 << 30
+
+// spool copies r, the input name, to a temporary file, and adds it: of
+// one that is not text (a device such as /dev/zero), its first 4 KiB,
+// which say so; of any, at most maxSpooledBytes.
 func (in *inputs) spool(name string, r io.Reader) error {
 	f, err := os.CreateTemp("", "webhook-review-input-")
 	if err != nil {
 		return err
 	}
 	in.spooled = append(in.spooled, f.Name())
-	n, err := io.Copy(f, r)
+	br := bufio.NewReaderSize(r, 4<<10)
+	var from io.Reader = io.LimitReader(br, maxSpooledBytes+1)
+	if start, _ := br.Peek(4 << 10); notText(start) != "" && !bytes.HasPrefix(start, []byte("\xff\xfe")) && !bytes.HasPrefix(start, []byte("\xfe\xff")) {
+		from = bytes.NewReader(start)
+	}
+	n, err := io.Copy(f, from)
 	in.bytes += n
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && n > maxSpooledBytes {
+		err = fmt.Errorf("more than %d bytes: review reads at most that of stdin or a pipe", maxSpooledBytes)
 	}
 	if err != nil {
 		in.close()
@@ -415,16 +428,18 @@ func withoutBOM(br *bufio.Reader) *bufio.Reader {
 		br.Discard(3)
 	case bytes.HasPrefix(start, []byte("\xff\xfe")), bytes.HasPrefix(start, []byte("\xfe\xff")):
 		br.Discard(2)
-		return bufio.NewReaderSize(&utf16Reader{r: br, bigEndian: start[0] == 0xfe}, 64<<10)
+		return bufio.NewReaderSize(&utf16Reader{r: br, bigEndian: start[0] == 0xfe, next: -1}, 64<<10)
 	}
 	return br
 }
 
-// utf16Reader reads UTF-16 text from r as UTF-8.
+// utf16Reader reads UTF-16 text from r as UTF-8; a surrogate that is
+// not half of a pair is U+FFFD, as golang.org/x/text's decoder makes it.
 type utf16Reader struct {
 	r         io.Reader
 	bigEndian bool
 	out       []byte // decoded, not yet read
+	next      rune   // a unit read after a high surrogate, not its pair; -1: none
 }
 
 func (u *utf16Reader) Read(p []byte) (int, error) {
@@ -433,12 +448,20 @@ func (u *utf16Reader) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if utf16.IsSurrogate(r) {
+		if r >= 0xd800 && r < 0xdc00 { // high: a pair's first half
 			low, err := u.unit()
-			if err != nil && err != io.EOF {
+			switch {
+			case err == io.EOF:
+				r = utf8.RuneError
+			case err != nil:
 				return 0, err
+			case low >= 0xdc00 && low < 0xe000:
+				r = utf16.DecodeRune(r, low)
+			default:
+				r, u.next = utf8.RuneError, low
 			}
-			r = utf16.DecodeRune(r, low)
+		} else if utf16.IsSurrogate(r) { // a low one alone
+			r = utf8.RuneError
 		}
 		u.out = utf8.AppendRune(u.out[:0], r)
 	}
@@ -449,6 +472,11 @@ func (u *utf16Reader) Read(p []byte) (int, error) {
 
 // unit reads one 16-bit unit; half of one at the end is U+FFFD.
 func (u *utf16Reader) unit() (rune, error) {
+	if u.next >= 0 {
+		r := u.next
+		u.next = -1
+		return r, nil
+	}
 	var b [2]byte
 	switch _, err := io.ReadFull(u.r, b[:]); {
 	case err == io.ErrUnexpectedEOF:

@@ -46,3 +46,43 @@ func TestNamedPipe(t *testing.T) {
 		t.Fatal("review of a named pipe still running after 20 s: it opened the pipe again")
 	}
 }
+
+// TestPipeNotText: of a pipe that is not text, such as a device like
+// /dev/zero that never ends, review copies only the start that says so:
+// before, it copied all of it, and /dev/zero filled the disk. (A pipe of
+// 64 MiB of NUL bytes stands for the device, so that this test, were the
+// fix undone, copies no more than that.)
+func TestPipeNotText(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "zeros")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		zeros := make([]byte, 1<<20)
+		for range 64 {
+			if _, err := f.Write(zeros); err != nil {
+				return // review stopped reading, as it should
+			}
+		}
+	}()
+	in, err := expandInputs([]string{fifo}, nil, expansion{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.close()
+	if in.bytes > 4<<10 {
+		t.Errorf("copied %d bytes of a pipe of NUL bytes, want 4 KiB at most: what says it is not text", in.bytes)
+	}
+	var got []unit
+	if err := in.each(func(u unit) { got = append(got, u) }, func() bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].err == nil || !strings.Contains(got[0].err.Error(), "not text (a NUL byte at offset 0)") {
+		t.Errorf("got %+v, want one unit, not text", got)
+	}
+}

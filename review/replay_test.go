@@ -1294,6 +1294,7 @@ func TestRequestNamespace(t *testing.T) {
 		{"/api/v1/namespaces/ns", "ns", "ns"},
 		{"/api/v1/watch/namespaces/ns/pods", "ns", "ns"},
 		{"/api/v1/watch", "", ""},
+		{"/api/v1/proxy/namespaces/ns/pods/p", "ns", "ns"},
 		{"/api/v1/nodes/n1", "x", ""},
 		{"/healthz", "x", "x"},
 		{"", "x", "x"},
