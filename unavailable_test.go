@@ -72,3 +72,20 @@ func TestUnavailableLetsFailurePolicyDecide(t *testing.T) {
 		}
 	})
 }
+
+// TestPartRoutesKeepTheRewriter: a part whose Denials is nil, as
+// rollout's is under deny, leaves the rewriter another part set.
+func TestPartRoutesKeepTheRewriter(t *testing.T) {
+	rewrite := func(d *admissionv1.AdmissionResponse) (*admissionv1.AdmissionResponse, string) { return d, "rewritten" }
+	parts := []part.Part{
+		{Name: "sets", Denials: func() part.RewriteDenial { return rewrite }},
+		{Name: "none", Denials: func() part.RewriteDenial { return nil }},
+	}
+	_, got, err := partRoutes(parts, part.Env{})
+	if err != nil || got == nil {
+		t.Fatalf("got %v, %v; want the first part's rewriter", got, err)
+	}
+	if _, verdict := got(&admissionv1.AdmissionResponse{}); verdict != "rewritten" {
+		t.Errorf("got verdict %q, want the first part's rewriter's", verdict)
+	}
+}
