@@ -16,18 +16,7 @@ import (
 // reads each file: before, review opened it again for its second pass,
 // and waited for a writer forever (or, of /dev/fd/63, read nothing).
 func TestNamedPipe(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "manifests")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skip("no named pipes here:", err)
-	}
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			return
-		}
-		defer f.Close()
-		f.WriteString(deployment("web", "shop", ""))
-	}()
+	fifo := namedPipe(t, func(f *os.File) { f.WriteString(deployment("web", "shop", "")) })
 	type outcome struct {
 		out  string
 		code int
@@ -53,23 +42,14 @@ func TestNamedPipe(t *testing.T) {
 // 64 MiB of NUL bytes stands for the device, so that this test, were the
 // fix undone, copies no more than that.)
 func TestPipeNotText(t *testing.T) {
-	fifo := filepath.Join(t.TempDir(), "zeros")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Skip("no named pipes here:", err)
-	}
-	go func() {
-		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-		if err != nil {
-			return
-		}
-		defer f.Close()
+	fifo := namedPipe(t, func(f *os.File) {
 		zeros := make([]byte, 1<<20)
 		for range 64 {
 			if _, err := f.Write(zeros); err != nil {
 				return // review stopped reading, as it should
 			}
 		}
-	}()
+	})
 	in, err := expandInputs([]string{fifo}, nil, expansion{})
 	if err != nil {
 		t.Fatal(err)
@@ -85,4 +65,23 @@ func TestPipeNotText(t *testing.T) {
 	if len(got) != 1 || got[0].err == nil || !strings.Contains(got[0].err.Error(), "not text (a NUL byte at offset 0)") {
 		t.Errorf("got %+v, want one unit, not text", got)
 	}
+}
+
+// namedPipe makes a named pipe, and a writer of it that write feeds once
+// review opens it; it skips the test where there are none.
+func namedPipe(t *testing.T, write func(*os.File)) string {
+	t.Helper()
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	go func() {
+		f, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+		if err != nil {
+			return
+		}
+		defer f.Close()
+		write(f)
+	}()
+	return fifo
 }

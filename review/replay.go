@@ -1082,10 +1082,14 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 		return
 	}
 	stored, _ := objectFrom(e.ResponseObject)
-	if stored != nil && (stored.GetKind() == "Status" || stored.GetName() == "" || stored.GroupVersionKind().Group == metav1.GroupName) {
-		// Not the object: a Status, or what its client asked for in its
-		// place (Accept's as=PartialObjectMetadata, as the garbage
-		// collector's metadata client asks, or as=Table).
+	if stored != nil && (stored.GetKind() == "Status" || stored.GetName() == "") {
+		stored = nil
+	}
+	metadata := stored // what the response says of the object's metadata
+	if stored != nil && stored.GroupVersionKind().Group == metav1.GroupName {
+		// Not the object: what its client asked for in its place
+		// (Accept's as=PartialObjectMetadata, as the garbage collector's
+		// metadata client asks), whose metadata is the object's.
 		stored = nil
 	}
 	namespace := ref.Namespace
@@ -1108,7 +1112,7 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 		p.versions.writtenBlind(key, at)
 	}
 	if ref.Resource == "namespaces" && ref.APIGroup == "" && ref.Subresource == "" {
-		p.rememberNamespace(at, e, stored)
+		p.rememberNamespace(at, e, metadata)
 	}
 }
 

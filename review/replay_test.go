@@ -1171,6 +1171,8 @@ func TestReplayNamespaceLabelledLater(t *testing.T) {
 		{"a merge patch at Request", patchNamespace("Request", map[string]any{"metadata": map[string]any{"labels": map[string]any{"enforced": "true"}}}), true},
 		{"a JSON Patch at Request", patchNamespace("Request", []any{map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]any{"enforced": "true"}}}), true},
 		{"an update at Request", auditEventLine("update", "/api/v1/namespaces/team", 200, nsRef, map[string]any{"level": "Request", "requestObject": namespace(map[string]any{"enforced": "true"})}), true},
+		{"a get answered as PartialObjectMetadata", auditEventLine("get", "/api/v1/namespaces/team", 200, nsRef, map[string]any{
+			"responseObject": map[string]any{"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": map[string]any{"name": "team", "resourceVersion": "2", "labels": map[string]any{"enforced": "true"}}}}), true},
 		{"a patch at Metadata", patchNamespace("Metadata", nil), false},
 		{"a strategic merge patch with a directive", patchNamespace("Request", map[string]any{"metadata": map[string]any{"labels": map[string]any{"$patch": "replace", "enforced": "true"}}}), false},
 	} {
