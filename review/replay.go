@@ -489,9 +489,7 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 	case admissionv1.Create, admissionv1.Update:
 		object, oldObject, why = p.objectOf(res, &req, e, op, code)
 	case admissionv1.Delete:
-		if len(e.RequestObject) == 0 && (e.Level == "Metadata" || e.Level == "None") {
-			// client-go sends a delete's options, dryRun among them, in
-			// its body, which the apiserver then reads alone (delete.go).
+		if deleteOptionsUnlogged(e) {
 			why = "the audit policy records this request at level " + e.Level + ", without the DeleteOptions a client sends in its body: whether it was a dry run is unknown"
 			break
 		}
@@ -646,6 +644,14 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 		return nil, nil, "the patch's pre-image, the version stored before it, is not in the log" + strings.TrimPrefix(res.OldObject, "unknown")
 	}
 	return nil, nil, "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
+}
+
+// deleteOptionsUnlogged reports whether the log left out a delete's
+// DeleteOptions, dryRun among them: client-go sends them in the body,
+// which the apiserver then reads alone (delete.go), and which level
+// Metadata does not record.
+func deleteOptionsUnlogged(e *auditEvent) bool {
+	return len(e.RequestObject) == 0 && (e.Level == "Metadata" || e.Level == "None")
 }
 
 // refusedBeforeAuthorization says why e was refused before authorization
@@ -1101,7 +1107,7 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	switch {
 	case stored != nil:
 		p.versions.put(key, e.ResponseObject, stored.GetResourceVersion(), at)
-	case e.Verb == "delete" && len(e.RequestObject) == 0 && (e.Level == "Metadata" || e.Level == "None"):
+	case e.Verb == "delete" && deleteOptionsUnlogged(e):
 		p.versions.writtenBlind(key, at) // deleted, or a dry run: the log does not say
 	case e.Verb == "delete":
 		p.versions.remove(key)
