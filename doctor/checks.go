@@ -54,8 +54,8 @@ const (
 	// handshake in which it presented a client certificate, for the
 	// webhook's refusal of it (clientCertRefusal): a server checks it
 	// within the handshake's own round trip, microseconds on loopback.
-	// A refusal later than this is still named by the review that
-	// follows, whose connection fails with it.
+	// A refusal later than this is named by the review that follows only
+	// if that call's own error is the alert.
 	clientCertVerdictWait = 500 * time.Millisecond
 
 	// apiserverRequestTimeout is the deadline a write has by default
@@ -125,8 +125,8 @@ func (d *doctor) check(ctx context.Context, hooks []webhookUnderTest) []finding 
 func (d *doctor) checkWebhook(ctx context.Context, r *report, h *webhookUnderTest) {
 	bundle := checkCABundle(r, h, d.now)
 	if t, ok := checkTarget(r, h, d.address); ok {
-		if d.checkTLS(ctx, r, h, t, bundle) {
-			d.checkReviews(ctx, r, h, t)
+		if reachable, refused := d.checkTLS(ctx, r, h, t, bundle); reachable {
+			d.checkReviews(ctx, r, h, t, refused)
 		}
 	}
 	lintWebhook(r, h)
@@ -429,14 +429,16 @@ func (d *doctor) tlsConfig(t target, asked *atomic.Bool) *tls.Config {
 }
 
 // checkTLS connects as the apiserver would and judges the served chain
-// against caBundle. It reports whether there is a webhook to send reviews to.
-func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t target, bundle caBundle) bool {
+// against caBundle. It reports whether there is a webhook to send reviews
+// to, and the webhook's refusal of doctor's client certificate, if it saw
+// one.
+func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t target, bundle caBundle) (reachable bool, refused error) {
 	const check = "tls"
 	if t.dial == "" {
 		s := h.clientConfig.Service
 		r.fail(check, fmt.Sprintf("the apiserver reaches %s through the cluster's network; from here there is nothing to dial.", t.url.Host),
 			fmt.Sprintf("forward a local port to the Service (kubectl port-forward -n %s svc/%s 8443:%s) and run doctor again with -address 127.0.0.1:8443.", s.Namespace, s.Name, t.url.Port()))
-		return false
+		return false, nil
 	}
 	var asked atomic.Bool
 	ctx, cancel := context.WithTimeout(ctx, h.timeout)
@@ -445,17 +447,16 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 	if err != nil {
 		found, fix := describeConnError(err, t.dial, h.timeout)
 		r.fail(check, found, fix)
-		return false
+		return false, nil
 	}
 	state := conn.(*tls.Conn).ConnectionState()
-	var refused error
 	if asked.Load() && d.clientCert != nil {
 		refused = clientCertRefusal(conn.(*tls.Conn))
 	}
 	conn.Close()
 	if len(state.PeerCertificates) == 0 { // crypto/tls refuses this; never index an empty chain
 		r.fail(check, "the webhook served no certificate.", "serve a certificate signed by the CA in caBundle.")
-		return false
+		return false, nil
 	}
 
 	alpn := state.NegotiatedProtocol
@@ -476,7 +477,7 @@ func (d *doctor) checkTLS(ctx context.Context, r *report, h *webhookUnderTest, t
 		r.pass("tls.client", "the webhook did not ask for a client certificate.")
 	}
 	checkServingChain(r, state.PeerCertificates, bundle, t.serverName, d.now)
-	return true
+	return true, refused
 }
 
 // clientCertRefusal waits up to clientCertVerdictWait, after a handshake
@@ -691,8 +692,9 @@ var reviewResponseDecoder = func() runtime.Decoder {
 const maxAnswerBytes = 7 << 20
 
 // checkReviews sends one dry-run review per AdmissionReview version the
-// webhook lists and the apiserver knows.
-func (d *doctor) checkReviews(ctx context.Context, r *report, h *webhookUnderTest, t target) {
+// webhook lists and the apiserver knows. refused is the refusal of doctor's
+// client certificate that the TLS check saw, or nil.
+func (d *doctor) checkReviews(ctx context.Context, r *report, h *webhookUnderTest, t target, refused error) {
 	if h.sideEffects == nil || !isDryRunSafe(*h.sideEffects) {
 		r.warn("review", "not sent: a webhook that may have side effects is not sent reviews, not even a dry-run one (see sideEffects).", "")
 		return
@@ -714,7 +716,7 @@ func (d *doctor) checkReviews(ctx context.Context, r *report, h *webhookUnderTes
 	first := ""
 	for _, v := range h.reviewVersions {
 		if slices.Contains(knownReviewVersions, v) {
-			d.checkReview(ctx, r, h, t, client, v, cmp.Or(first, v), obj)
+			d.checkReview(ctx, r, h, t, client, refused, v, cmp.Or(first, v), obj)
 			first = cmp.Or(first, v)
 		}
 	}
@@ -724,7 +726,7 @@ func (d *doctor) checkReviews(ctx context.Context, r *report, h *webhookUnderTes
 // (mutating/dispatcher.go callAttrMutatingHook), and checks the answer as it
 // does. Problems in a version the apiserver does not send (one listed after
 // sent, the first it knows) are warnings.
-func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest, t target, client *http.Client, version, sent string, obj syntheticObj) {
+func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest, t target, client *http.Client, refused error, version, sent string, obj syntheticObj) {
 	check := "review." + version
 	problem := r.fail
 	note := ""
@@ -762,6 +764,12 @@ func (d *doctor) checkReview(ctx context.Context, r *report, h *webhookUnderTest
 	}
 	took := time.Since(start)
 	if err != nil {
+		if refused != nil {
+			// The call's own error need not say so: net/http reports a
+			// connection the webhook closed with an alert as closed or
+			// reset when its write meets the close first.
+			err = refused
+		}
 		found, fix := describeConnError(err, t.dial, h.timeout)
 		problem(check, found+note, fix)
 		return

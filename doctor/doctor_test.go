@@ -525,6 +525,47 @@ func TestDoctorConnection(t *testing.T) {
 		if f := findingOf(t, rep, "c.example.com", "tls"); f.Level != levelFail || !strings.Contains(f.Found, "refused the client certificate presented") || strings.Contains(f.Fix, "is running") {
 			t.Errorf("TLS 1.2, a client certificate of another CA: got %s %q (%s), want the refusal named", f.Level, f.Found, f.Fix)
 		}
+
+		// The review call's own error need not be the alert: net/http can
+		// report the connection as closed when its write meets the
+		// webhook's close first. Here the TLS check meets the refusal, and
+		// every later connection is closed after the handshake without an
+		// alert, so the call sees only EOF; the refusal must still be named.
+		pair, err := tls.X509KeyPair(kp.certPEM, kp.keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refusing := &tls.Config{Certificates: []tls.Certificate{pair}}
+		trustsOtherCA(refusing)
+		silent := &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequestClientCert}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for first := true; ; first = false {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				config := silent
+				if first {
+					config = refusing
+				}
+				go func() {
+					defer conn.Close()
+					server := tls.Server(conn, config)
+					if server.Handshake() == nil {
+						_, _ = server.Read(make([]byte, 1)) // the refusal, or the request
+					}
+				}()
+			}
+		}()
+		rep, _ = doctorJSON(t, configJSON(t, goodHook("c.example.com", "https://"+ln.Addr().String()+"/validate", pki.servingCA.certPEM)), "-client-cert", certFile, "-client-key", keyFile)
+		if f := findingOf(t, rep, "c.example.com", "review.v1"); f.Level != levelFail || !strings.Contains(f.Found, "refused the client certificate presented") {
+			t.Errorf("review.v1 after a refusal, its call closed without an alert: got %s %q (%s), want the refusal named", f.Level, f.Found, f.Fix)
+		}
 	})
 }
 
