@@ -28,6 +28,7 @@ package review
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -119,7 +120,9 @@ type expansion struct {
 // exist is an error, as kubectl's "the path does not exist": bad usage,
 // not a document that cannot be read; so is stdin given twice, as
 // kubectl's "standard input cannot be used for multiple arguments".
-func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, error) {
+// Copying stops when ctx is done: a pipe with no writer, or a terminal,
+// may never end.
+func expandInputs(ctx context.Context, paths []string, stdin io.Reader, how expansion) (*inputs, error) {
 	in := &inputs{plans: map[string]map[int]listPlan{}}
 	stdinRead := false
 	for _, path := range paths {
@@ -133,7 +136,7 @@ func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, erro
 				return nil, errors.New("-f -: there is no stdin to read")
 			}
 			stdinRead = true
-			if err := in.spool("stdin", stdin); err != nil {
+			if err := in.spool(ctx, "stdin", func() (io.Reader, error) { return stdin, nil }); err != nil {
 				return nil, fmt.Errorf("-f -: copying stdin: %w", err)
 			}
 			continue
@@ -152,12 +155,7 @@ func expandInputs(paths []string, stdin io.Reader, how expansion) (*inputs, erro
 				continue
 			}
 			if !info.Mode().IsRegular() {
-				f, err := os.Open(path)
-				if err == nil {
-					err = in.spool(path, f)
-					f.Close()
-				}
-				if err != nil {
+				if err := in.spool(ctx, path, func() (io.Reader, error) { return os.Open(path) }); err != nil {
 					in.close()
 					return nil, fmt.Errorf("-f %s: copying it: %w", path, err)
 				}
@@ -251,34 +249,80 @@ func (how expansion) skipped(name, rel string) bool {
 // maxSpooledBytes is the most review copies of stdin or of a pipe.
 const maxSpooledBytes = 1 << 30
 
-// spool copies r, the input name, to a temporary file, and adds it: of
-// one that is not text (a device such as /dev/zero), its first 4 KiB,
-// which say so; of any, at most maxSpooledBytes.
-func (in *inputs) spool(name string, r io.Reader) error {
+// spool copies what open gives, the input name, to a temporary file, and
+// adds it: of one that is not text (a device such as /dev/zero), its first
+// 4 KiB, which say so; of any, at most maxSpooledBytes. It returns
+// ctx.Err() when ctx is done first: opening a named pipe waits for a
+// writer, and reading a terminal for its user, and neither ends for a
+// signal. The copy then goes on unseen until the process ends, and removes
+// its file.
+func (in *inputs) spool(ctx context.Context, name string, open func() (io.Reader, error)) error {
+	type copied struct {
+		path string
+		n    int64
+		err  error
+	}
+	done := make(chan copied, 1)
+	abandoned := make(chan struct{})
+	go func() {
+		var c copied
+		c.path, c.n, c.err = spoolFile(open)
+		select {
+		case done <- c:
+		case <-abandoned:
+			if c.path != "" {
+				os.Remove(c.path)
+			}
+		}
+	}()
+	var c copied
+	select {
+	case c = <-done:
+	case <-ctx.Done():
+		close(abandoned)
+		in.close()
+		return ctx.Err()
+	}
+	in.bytes += c.n
+	if c.path != "" {
+		in.spooled = append(in.spooled, c.path)
+	}
+	if c.err != nil {
+		in.close()
+		return c.err
+	}
+	in.files = append(in.files, inputFile{name: name, path: c.path})
+	return nil
+}
+
+// spoolFile copies what open gives to a temporary file, for spool, and
+// returns the file's path (empty when none was made) and how many bytes
+// it holds.
+func spoolFile(open func() (io.Reader, error)) (path string, n int64, err error) {
+	r, err := open()
+	if err != nil {
+		return "", 0, err
+	}
+	if c, ok := r.(io.Closer); ok {
+		defer c.Close()
+	}
 	f, err := os.CreateTemp("", "webhook-review-input-")
 	if err != nil {
-		return err
+		return "", 0, err
 	}
-	in.spooled = append(in.spooled, f.Name())
 	br := bufio.NewReaderSize(r, 4<<10)
 	var from io.Reader = io.LimitReader(br, maxSpooledBytes+1)
 	if start, _ := br.Peek(4 << 10); notText(start) != "" && !bytes.HasPrefix(start, []byte("\xff\xfe")) && !bytes.HasPrefix(start, []byte("\xfe\xff")) {
 		from = bytes.NewReader(start)
 	}
-	n, err := io.Copy(f, from)
-	in.bytes += n
+	n, err = io.Copy(f, from)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil && n > maxSpooledBytes {
 		err = fmt.Errorf("more than %d bytes: review reads at most that of stdin or a pipe", maxSpooledBytes)
 	}
-	if err != nil {
-		in.close()
-		return err
-	}
-	in.files = append(in.files, inputFile{name: name, path: f.Name()})
-	return nil
+	return f.Name(), n, err
 }
 
 // close removes the copies of stdin and pipes.

@@ -5,6 +5,7 @@ package review
 // a replay, from what the log shows the apiserver did.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -17,12 +18,15 @@ import (
 // `kubectl get namespaces -o json` (or -o yaml) writes them. Reviewing
 // manifests, their labels are those of every namespace the input does not
 // hold; replaying, those of a namespace the log has not shown.
-func (r *reviewer) readNamespaces() error {
+func (r *reviewer) readNamespaces(ctx context.Context) error {
 	if len(r.o.namespaceFiles) == 0 {
 		return nil
 	}
-	in, err := expandInputs(r.o.namespaceFiles, nil, expansion{})
-	if err != nil {
+	in, err := expandInputs(ctx, r.o.namespaceFiles, nil, expansion{})
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("stopped before -namespaces was read: %w", err)
+	case err != nil:
 		return usageError("-namespaces: %v", err)
 	}
 	defer in.close()

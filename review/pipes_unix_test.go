@@ -3,6 +3,11 @@
 package review
 
 import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +55,7 @@ func TestPipeNotText(t *testing.T) {
 			}
 		}
 	})
-	in, err := expandInputs([]string{fifo}, nil, expansion{})
+	in, err := expandInputs(context.Background(), []string{fifo}, nil, expansion{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,4 +89,49 @@ func namedPipe(t *testing.T, write func(*os.File)) string {
 		write(f)
 	}()
 	return fifo
+}
+
+// TestStoppedWhileWaitingForInput: a signal ends review while it waits on
+// its input, a named pipe with no writer or a stdin that sends nothing;
+// before, opening the pipe and reading stdin went on waiting, whatever the
+// signal, and review never ended.
+func TestStoppedWhileWaitingForInput(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip("no named pipes here:", err)
+	}
+	silent, feed := io.Pipe()
+	defer feed.Close()
+	manifest := filepath.Join(t.TempDir(), "web.yaml")
+	if err := os.WriteFile(manifest, []byte(deployment("web", "shop", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stdin io.Reader
+		args  []string
+	}{
+		{"named pipe with no writer", nil, []string{"-f", fifo}},
+		{"stdin that sends nothing", silent, []string{"-f", "-"}},
+		{"-namespaces of a named pipe with no writer", nil, []string{"-f", manifest, "-namespaces", fifo}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), tc.args, tc.stdin, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
+			}()
+			time.Sleep(100 * time.Millisecond) // review is waiting on its input by now, or soon after
+			cancel()
+			select {
+			case err := <-done:
+				var exit *ExitError
+				if err == nil || errors.As(err, &exit) && exit.Code == 2 || !errors.Is(err, context.Canceled) {
+					t.Errorf("got %v, want the stop named, not bad usage", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("review still waiting on its input 20 s after it was stopped")
+			}
+		})
+	}
 }

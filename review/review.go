@@ -237,19 +237,22 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		return err
 	}
 	r.op, r.connectQuery = op, query
-	in, err := expandInputs(o.files, stdin, expansion{recursive: o.recursive, skip: o.skipFiles})
-	if err != nil {
+	in, err := expandInputs(ctx, o.files, stdin, expansion{recursive: o.recursive, skip: o.skipFiles})
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("stopped before the input was read: %w", err)
+	case err != nil:
 		return usageError("%v", err)
 	}
 	defer in.close()
-	if err := r.readNamespaces(); err != nil {
+	if err := r.readNamespaces(ctx); err != nil {
 		return err
 	}
 	if err := r.learn(in); err != nil {
 		return usageError("%v", err)
 	}
 	if op == admissionv1.Update {
-		if err := r.readOld(); err != nil {
+		if err := r.readOld(ctx); err != nil {
 			return err
 		}
 	}
@@ -313,7 +316,7 @@ func runReplay(ctx context.Context, flags *flag.FlagSet, o options, stdin io.Rea
 		return err
 	}
 	r.replaying = true
-	if err := r.readNamespaces(); err != nil {
+	if err := r.readNamespaces(ctx); err != nil {
 		return err
 	}
 	if o.apiResources != "" {
@@ -390,9 +393,12 @@ func (r *reviewer) learn(in *inputs) error {
 }
 
 // readOld reads -old, whole: the objects an UPDATE replaces.
-func (r *reviewer) readOld() error {
-	in, err := expandInputs(r.o.old, nil, expansion{recursive: r.o.recursive})
-	if err != nil {
+func (r *reviewer) readOld(ctx context.Context) error {
+	in, err := expandInputs(ctx, r.o.old, nil, expansion{recursive: r.o.recursive})
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("stopped before -old was read: %w", err)
+	case err != nil:
 		return usageError("-old: %v", err)
 	}
 	defer in.close()
