@@ -22,7 +22,9 @@ func TestRoomFirstComeFirstServed(t *testing.T) {
 			order <- "large"
 		}
 	}()
-	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	// Waiting counts a take before it has its turn: the large one has it
+	// once the turn is held, for nothing else takes it yet.
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 && len(r.turn) == 1 })
 	go func() {
 		if r.reserve(context.Background(), 20*reserveUnit) == nil {
 			order <- "small"
