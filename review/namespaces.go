@@ -23,11 +23,8 @@ func (r *reviewer) readNamespaces(ctx context.Context) error {
 		return nil
 	}
 	in, err := expandInputs(ctx, r.o.namespaceFiles, nil, expansion{})
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("stopped before -namespaces was read: %w", err)
-	case err != nil:
-		return usageError("-namespaces: %v", err)
+	if err != nil {
+		return inputError(ctx, "-namespaces: ", err)
 	}
 	defer in.close()
 	if _, err := in.scan(func(unit) []parsedObject { return nil }); err != nil {

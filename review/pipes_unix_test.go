@@ -92,9 +92,10 @@ func namedPipe(t *testing.T, write func(*os.File)) string {
 }
 
 // TestStoppedWhileWaitingForInput: a signal ends review while it waits on
-// its input, a named pipe with no writer or a stdin that sends nothing;
-// before, opening the pipe and reading stdin went on waiting, whatever the
-// signal, and review never ended.
+// its input, a named pipe with no writer or a stdin that sends nothing,
+// with exit 130, as a signal ends it later; before, opening the pipe and
+// reading stdin went on waiting, whatever the signal, and review never
+// ended.
 func TestStoppedWhileWaitingForInput(t *testing.T) {
 	fifo := filepath.Join(t.TempDir(), "pipe")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
@@ -116,18 +117,18 @@ func TestStoppedWhileWaitingForInput(t *testing.T) {
 		{"-namespaces of a named pipe with no writer", nil, []string{"-f", manifest, "-namespaces", fifo}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
+			ctx, cancel := context.WithCancelCause(context.Background())
 			done := make(chan error, 1)
 			go func() {
 				done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), tc.args, tc.stdin, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
 			}()
 			time.Sleep(100 * time.Millisecond) // review is waiting on its input by now, or soon after
-			cancel()
+			cancel(errors.New("stopped for the test"))
 			select {
 			case err := <-done:
 				var exit *ExitError
-				if err == nil || errors.As(err, &exit) && exit.Code == 2 || !errors.Is(err, context.Canceled) {
-					t.Errorf("got %v, want the stop named, not bad usage", err)
+				if !errors.As(err, &exit) || exit.Code != exitInterrupted || !strings.Contains(err.Error(), "interrupted (stopped for the test) before the input was read") {
+					t.Errorf("got %v, want exit 130 and the stop named", err)
 				}
 			case <-time.After(20 * time.Second):
 				t.Fatal("review still waiting on its input 20 s after it was stopped")

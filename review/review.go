@@ -99,6 +99,15 @@ func usageError(format string, a ...any) error {
 	return &ExitError{Code: exitUsage, Err: fmt.Errorf(format, a...)}
 }
 
+// inputError is expandInputs' err, of the input flag prefix names: exit
+// 130 when ctx ended (a signal) before the input was read, else bad usage.
+func inputError(ctx context.Context, prefix string, err error) error {
+	if ctx.Err() != nil {
+		return &ExitError{Code: exitInterrupted, Err: fmt.Errorf("%sinterrupted (%v) before the input was read", prefix, context.Cause(ctx))}
+	}
+	return usageError("%s%v", prefix, err)
+}
+
 // listFlag is a repeatable string flag.
 type listFlag []string
 
@@ -238,11 +247,8 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	}
 	r.op, r.connectQuery = op, query
 	in, err := expandInputs(ctx, o.files, stdin, expansion{recursive: o.recursive, skip: o.skipFiles})
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("stopped before the input was read: %w", err)
-	case err != nil:
-		return usageError("%v", err)
+	if err != nil {
+		return inputError(ctx, "", err)
 	}
 	defer in.close()
 	if err := r.readNamespaces(ctx); err != nil {
@@ -395,11 +401,8 @@ func (r *reviewer) learn(in *inputs) error {
 // readOld reads -old, whole: the objects an UPDATE replaces.
 func (r *reviewer) readOld(ctx context.Context) error {
 	in, err := expandInputs(ctx, r.o.old, nil, expansion{recursive: r.o.recursive})
-	switch {
-	case ctx.Err() != nil:
-		return fmt.Errorf("stopped before -old was read: %w", err)
-	case err != nil:
-		return usageError("-old: %v", err)
+	if err != nil {
+		return inputError(ctx, "-old: ", err)
 	}
 	defer in.close()
 	if _, err := in.scan(func(unit) []parsedObject { return nil }); err != nil {
