@@ -10,6 +10,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -94,9 +95,11 @@ func (l logLine) String() string { return fmt.Sprintf("%s:%d", l.file, l.line) }
 // ("-" for stdin), and calls each with the event of each line that holds
 // one, or with what kept it from being one. A file that cannot be opened
 // is an error at line 0. read, when not nil, is told how many bytes each
-// line took, for progress. It stops, before the next line, once stop
-// says so.
-func readAuditLogs(paths []string, stdin io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int), stop func() bool) {
+// line took, for progress. It stops once ctx is done: before the next
+// line, and, of a file, while it waits to open it or to read it (a named
+// pipe waits for its writer, and for its writer's lines).
+func readAuditLogs(ctx context.Context, paths []string, stdin io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int)) {
+	stop := func() bool { return ctx.Err() != nil }
 	for _, path := range paths {
 		if stop() {
 			return
@@ -107,14 +110,60 @@ func readAuditLogs(paths []string, stdin io.Reader, each func(at logLine, e *aud
 			}
 			continue
 		}
-		f, err := os.Open(path)
+		f, err := openWithin(ctx, path)
 		if err == nil {
+			unblock := context.AfterFunc(ctx, func() { f.Close() })
 			err = readAuditLog(path, f, each, read, stop)
+			unblock()
 			f.Close()
 		}
-		if err != nil {
+		if err != nil && !stop() {
 			each(logLine{file: path}, nil, err)
 		}
+	}
+}
+
+// openWithin opens path, unless ctx ends first: opening a named pipe
+// waits for a writer, and that wait does not end for a signal.
+func openWithin(ctx context.Context, path string) (*os.File, error) {
+	type opened struct {
+		f   *os.File
+		err error
+	}
+	o, err := within(ctx, func() opened {
+		f, err := os.Open(path)
+		return opened{f, err}
+	}, func(o opened) {
+		if o.err == nil {
+			o.f.Close()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return o.f, o.err
+}
+
+// within returns what do returns, or ctx.Err() once ctx ends first: do
+// then goes on unseen, and undo is given what it returns.
+func within[T any](ctx context.Context, do func() T, undo func(T)) (T, error) {
+	done := make(chan T, 1)
+	abandoned := make(chan struct{})
+	go func() {
+		v := do()
+		select {
+		case done <- v:
+		case <-abandoned:
+			undo(v)
+		}
+	}()
+	select {
+	case v := <-done:
+		return v, nil
+	case <-ctx.Done():
+		close(abandoned)
+		var zero T
+		return zero, ctx.Err()
 	}
 }
 

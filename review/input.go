@@ -254,34 +254,24 @@ const maxSpooledBytes = 1 << 30
 // 4 KiB, which say so; of any, at most maxSpooledBytes. It returns
 // ctx.Err() when ctx is done first: opening a named pipe waits for a
 // writer, and reading a terminal for its user, and neither ends for a
-// signal. The copy then goes on unseen until the process ends, and removes
-// its file.
+// signal.
 func (in *inputs) spool(ctx context.Context, name string, open func() (io.Reader, error)) error {
 	type copied struct {
 		path string
 		n    int64
 		err  error
 	}
-	done := make(chan copied, 1)
-	abandoned := make(chan struct{})
-	go func() {
-		var c copied
-		c.path, c.n, c.err = spoolFile(open)
-		select {
-		case done <- c:
-		case <-abandoned:
-			if c.path != "" {
-				os.Remove(c.path)
-			}
+	c, err := within(ctx, func() copied {
+		path, n, err := spoolFile(open)
+		return copied{path, n, err}
+	}, func(c copied) {
+		if c.path != "" {
+			os.Remove(c.path)
 		}
-	}()
-	var c copied
-	select {
-	case c = <-done:
-	case <-ctx.Done():
-		close(abandoned)
+	})
+	if err != nil {
 		in.close()
-		return ctx.Err()
+		return err
 	}
 	in.bytes += c.n
 	if c.path != "" {

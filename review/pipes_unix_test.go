@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -132,6 +133,44 @@ func TestStoppedWhileWaitingForInput(t *testing.T) {
 				}
 			case <-time.After(20 * time.Second):
 				t.Fatal("review still waiting on its input 20 s after it was stopped")
+			}
+		})
+	}
+}
+
+// TestReplayStoppedWhileWaitingForTheLog: a signal ends a replay while it
+// waits on a log that is a named pipe, with no writer yet, or with one
+// that sends nothing (`-audit-log <(ssh host tail -f audit.log)`); before,
+// the open, and then the read, went on waiting whatever the signal.
+func TestReplayStoppedWhileWaitingForTheLog(t *testing.T) {
+	for _, writer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writer %v", writer), func(t *testing.T) {
+			fifo := filepath.Join(t.TempDir(), "pipe")
+			if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+				t.Skip("no named pipes here:", err)
+			}
+			if writer {
+				w, err := os.OpenFile(fifo, os.O_RDWR, 0) // a writer that never writes; RDWR opens at once
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+			}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-audit-log", fifo}, nil, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
+			}()
+			time.Sleep(100 * time.Millisecond) // replay is waiting on the log by now, or soon after
+			cancel(errors.New("stopped for the test"))
+			select {
+			case err := <-done:
+				var exit *ExitError
+				if !errors.As(err, &exit) || exit.Code != exitInterrupted {
+					t.Errorf("got %v, want exit 130", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("replay still waiting on its log 20 s after it was stopped")
 			}
 		})
 	}

@@ -101,7 +101,7 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 		write(res)
 	})
 	out.begin()
-	readAuditLogs(o.auditLogs, stdin, func(at logLine, e *auditEvent, err error) {
+	readAuditLogs(ctx, o.auditLogs, stdin, func(at logLine, e *auditEvent, err error) {
 		progress.event()
 		if err != nil {
 			p.sum.unreadableCount++
@@ -112,7 +112,7 @@ func replayAuditLogs(ctx context.Context, r *reviewer, o options, stdin io.Reade
 			return
 		}
 		c.add(at, e)
-	}, progress.read, func() bool { return ctx.Err() != nil })
+	}, progress.read)
 	if ctx.Err() != nil {
 		// Stopped by a signal: what waits for its ResponseComplete is not
 		// replayed.
