@@ -91,11 +91,14 @@ const (
 
 	// With -http2, one stream per connection and the smallest windows and
 	// frames HTTP/2 allows, so that the connection cap bounds what a client
-	// holds as with HTTP/1.1 (docs/operations.md, "Security").
+	// holds as with HTTP/1.1 (docs/operations.md, "Security"). A stream's
+	// window is no smaller than the 65,535 bytes a client may send before
+	// it has the server's settings (RFC 9113, 6.9.2): net/http resets a
+	// stream past a smaller one, and the apiserver does not retry it.
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = body.MaxSmallBodyBytes
+	http2StreamBufferBytes    = 64 << 10
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
 	// body.MaxSmallBodyBytes) held at once, as read and until answered:

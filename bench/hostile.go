@@ -216,6 +216,37 @@ var http2Kind = hostileKind{name: "HTTP/2, 100 streams each sending 16 KB but th
 		h.waitClosed(ctx, c)
 	}}
 
+// http2LargeKind opens one stream declaring the largest body and sends
+// as much of it as HTTP/2's windows let a client send before the server's
+// settings, 65,535 bytes, the webhook's window for a stream too: each
+// holds that much until its body is cut. Run with -http2.
+var http2LargeKind = hostileKind{name: "HTTP/2, one stream sending 64 KB of a 7 MB body", conns: hostileConns, h2: true,
+	run: func(ctx context.Context, h *hostiles, c net.Conn) {
+		const declared, sent = 7 << 20, 65535
+		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+			return
+		}
+		fr := http2.NewFramer(c, c)
+		if err := fr.WriteSettings(); err != nil {
+			return
+		}
+		var block bytes.Buffer
+		enc := hpack.NewEncoder(&block)
+		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "webhook"}, {":path", "/validate?timeout=30s"},
+			{"content-type", "application/json"}, {"content-length", strconv.Itoa(declared)}} {
+			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+		}
+		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}) != nil {
+			return
+		}
+		for left := sent; left > 0; left -= 16 << 10 { // in frames the webhook reads (http2MaxReadFrameSize)
+			if fr.WriteData(1, false, bytes.Repeat([]byte{' '}, min(left, 16<<10))) != nil {
+				return
+			}
+		}
+		h.waitClosed(ctx, c)
+	}}
+
 // hostiles runs hostile connections against one webhook.
 type hostiles struct {
 	addr        string
@@ -332,7 +363,7 @@ func hostileClients(args []string) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
 	var kinds []hostileKind
-	all := append(slices.Clone(hostileKinds), http2Kind)
+	all := append(slices.Clone(hostileKinds), http2Kind, http2LargeKind)
 	for _, name := range strings.Split(*kindNames, ";") {
 		i := slices.IndexFunc(all, func(k hostileKind) bool { return k.name == name })
 		if i < 0 {
@@ -438,7 +469,7 @@ func runSlowClients(webhookBin string, certArgs []string, certs, bodies string, 
 	}
 	loads = append(loads, slowClientsLoad{kinds: hostileKinds}, slowClientsLoad{kinds: hostileKinds, warm: true})
 	if opts.http2 {
-		loads = []slowClientsLoad{{}, {kinds: []hostileKind{http2Kind}}}
+		loads = []slowClientsLoad{{}, {kinds: []hostileKind{http2Kind}}, {kinds: []hostileKind{http2LargeKind}}}
 	}
 	var results []slowClientsResult
 	for _, l := range loads {
