@@ -19,6 +19,7 @@ type freeBytes struct {
 	turn     chan struct{} // held by the one body taking tokens
 	tokens   chan struct{} // one for each reserveUnit free
 	waiting  atomic.Int64
+	taken    atomic.Int64  // by the body holding the turn, of its take so far
 	short    atomic.Uint64 // bodies that found too little room free, and waited
 
 	mu     sync.Mutex
@@ -28,12 +29,14 @@ type freeBytes struct {
 	// the last one's), so that one slow second (a collection, a burst)
 	// refuses no body the line serves in time. waited and given count
 	// toward the next, on a clock that runs only while bodies wait (since
-	// waitedSince). A pace measured paceKept ago, with under a second of
-	// waiting since (a line since moved, or emptied), is not used.
+	// waitedSince). A pace measured paceKept ago is not used unless the
+	// line now waiting has waited a second (since lineSince): a line
+	// since moved, or emptied, and one a moment old may move at once.
 	pace, lastPace        float64
 	waited                time.Duration
 	given                 int64
 	waitedSince, measured time.Time
+	lineSince             time.Time // when the line last went from empty to waiting
 }
 
 const paceKept = 5 * time.Second // freeBytes.pace
@@ -45,8 +48,8 @@ func (r *freeBytes) init(capacity int64) {
 }
 
 // errLongQueue is a body refused at once: at the pace room lately came
-// back, what the bodies ahead want and its own would take longer than the
-// time it has left.
+// back, the room the bodies ahead and its own lack would take longer than
+// the time it has left.
 type errLongQueue struct {
 	ahead int64
 	wait  time.Duration
@@ -61,14 +64,18 @@ func (e *errLongQueue) Error() string {
 // line that outlasts its deadlines serves every body too late.
 func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
-	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && r.pace > 0 && (time.Since(r.measured) < paceKept || r.waited+time.Since(r.waitedSince) >= time.Second) {
-		if wait := time.Duration(float64(r.wanted+n) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
+	// What the line ahead and this body lack: room free now, and what the
+	// first in line has taken, come back to no one.
+	lacking := r.wanted + n - int64(len(r.tokens))*reserveUnit - r.taken.Load()
+	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && lacking > 0 && r.pace > 0 && (time.Since(r.measured) < paceKept || time.Since(r.lineSince) >= time.Second) {
+		if wait := time.Duration(float64(lacking) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
 			r.mu.Unlock()
 			return &errLongQueue{r.wanted, wait}
 		}
 	}
 	if r.wanted == 0 {
 		r.waitedSince = time.Now()
+		r.lineSince = r.waitedSince
 	}
 	if int64(len(r.tokens))*reserveUnit < n {
 		r.short.Add(1)
@@ -93,14 +100,17 @@ func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	for taken := int64(0); taken < n; taken += reserveUnit {
 		select {
 		case <-r.tokens:
+			r.taken.Add(reserveUnit)
 		case <-ctx.Done():
 			// Back, but not toward the pace: nothing was served.
+			r.taken.Add(-taken)
 			for ; taken > 0; taken -= reserveUnit {
 				r.tokens <- struct{}{}
 			}
 			return ctx.Err()
 		}
 	}
+	r.taken.Add(-n)
 	return nil
 }
 

@@ -136,6 +136,62 @@ func TestOldPaceRefusesNone(t *testing.T) {
 	}
 }
 
+// TestOldPaceNotRevivedByAnEarlierLine: the second of waiting that lets
+// an old pace refuse at once is the line's own: waiting left over from an
+// earlier line, which measured nothing, does not make a line a few
+// milliseconds old a stuck one. (Counted with it, a line that moved 20 ms
+// later was refused as a 2.2 s wait; helper-29.)
+func TestOldPaceNotRevivedByAnEarlierLine(t *testing.T) {
+	r, ahead := behindOneWaiting(t)
+	r.mu.Lock()
+	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-2*time.Second)
+	r.waited = 900 * time.Millisecond                       // an earlier line's, under a second: no pace measured of it
+	r.waitedSince = time.Now().Add(-150 * time.Millisecond) // this line waits a moment
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	time.AfterFunc(20*time.Millisecond, func() { r.release(100 * reserveUnit) })
+	var long *errLongQueue
+	if err := r.reserve(ctx, 10*reserveUnit); errors.As(err, &long) {
+		t.Errorf("behind a line a moment old, judged by a pace of %s ago and an earlier line's waiting: refused at once: %v", paceKept+2*time.Second, err)
+	}
+	if err := <-ahead; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLongQueueCountsOnlyWhatIsLacking: the wait a body is judged by is
+// for the room the line lacks, not all it wants: room free now, and what
+// the first in line has taken, come back to no one. (Counting all it
+// wants, a body with 3 s left behind a line lacking 15 units, 1.5 s at
+// the pace, was refused as a 9.5 s wait; helper-29.)
+func TestLongQueueCountsOnlyWhatIsLacking(t *testing.T) {
+	r := &NewBudget(100 * reserveUnit).free
+	for range 2 { // two bodies being answered, 10 units each: 80 free
+		if err := r.reserve(context.Background(), 10*reserveUnit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := make(chan error, 1)
+	go func() { first <- r.reserve(context.Background(), 85*reserveUnit) }() // lacks 5
+	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 })
+	r.mu.Lock()
+	r.pace, r.measured = 10*reserveUnit, time.Now() // 10 units a second, lately
+	r.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	time.AfterFunc(100*time.Millisecond, func() { r.release(20 * reserveUnit) })
+	var long *errLongQueue
+	if err := r.reserve(ctx, 10*reserveUnit); errors.As(err, &long) {
+		t.Errorf("behind a line lacking 5 units and lacking 10 itself, 1.5 s at the pace, with 3 s left: refused at once: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestOldPaceOfAStuckLine: a pace measured longer than paceKept ago still
 // refuses at once while bodies have waited a second or more since with
 // no room coming back, which measures nothing new: that line is the one
@@ -145,6 +201,7 @@ func TestOldPaceOfAStuckLine(t *testing.T) {
 	r.mu.Lock()
 	r.pace, r.measured = 10*reserveUnit, time.Now().Add(-paceKept-time.Second)
 	r.waitedSince = time.Now().Add(-2 * time.Second) // waiting for 2 s, nothing back
+	r.lineSince = r.waitedSince
 	r.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -221,6 +278,10 @@ func TestOneSlowSecondRefusesNone(t *testing.T) {
 	}
 
 	second(10) // two slow seconds: the line is slow
+	// and lacks all it wants: none is free, as in a line that took it.
+	for len(r.tokens) > 0 {
+		<-r.tokens
+	}
 	var long *errLongQueue
 	if err := r.reserve(ctx, 10*reserveUnit); !errors.As(err, &long) {
 		t.Errorf("behind 11 s of waiting at the last two seconds' pace, with 3 s left: got %v, want it refused at once as a long queue", err)
