@@ -207,10 +207,9 @@ func busy(w http.ResponseWriter, in *pacedReader, why string) *Error {
 	return in.stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
 }
 
-// stop ends a body not read to its end: nothing more is read from its
-// connection, which net/http closes once e is answered. (Should the
-// deadline not be set, "Connection: close" alone keeps net/http from
-// reading the rest.)
+// stop ends a body not read to its end: its connection reads nothing more,
+// and net/http closes it once e is answered ("Connection: close" alone
+// keeps net/http from reading the rest, should the deadline not be set).
 func (c *pacedReader) stop(w http.ResponseWriter, e *Error) *Error {
 	w.Header().Set("Connection", "close")
 	_ = c.setReadDeadline(time.Now())

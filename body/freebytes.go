@@ -29,14 +29,12 @@ type freeBytes struct {
 	// the last one's), so that one slow second (a collection, a burst)
 	// refuses no body the line serves in time. waited and given count
 	// toward the next, on a clock that runs only while bodies wait (since
-	// waitedSince). A pace measured paceKept ago is not used unless the
-	// line now waiting has waited a second (since lineSince): a line
-	// since moved, or emptied, and one a moment old may move at once.
-	pace, lastPace        float64
-	waited                time.Duration
-	given                 int64
-	waitedSince, measured time.Time
-	lineSince             time.Time // when the line last went from empty to waiting
+	// waitedSince). A pace measured paceKept ago is used only once the
+	// line now waiting has waited a second, since lineSince.
+	pace, lastPace                   float64
+	waited                           time.Duration
+	given                            int64
+	waitedSince, measured, lineSince time.Time
 }
 
 const paceKept = 5 * time.Second // freeBytes.pace
@@ -48,8 +46,7 @@ func (r *freeBytes) init(capacity int64) {
 }
 
 // errLongQueue is a body refused at once: at the pace room lately came
-// back, the room the bodies ahead and its own lack would take longer than
-// the time it has left.
+// back, the room the line and it lack would outlast the time it has left.
 type errLongQueue struct {
 	ahead int64
 	wait  time.Duration
@@ -64,9 +61,7 @@ func (e *errLongQueue) Error() string {
 // line that outlasts its deadlines serves every body too late.
 func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 	r.mu.Lock()
-	// What the line ahead and this body lack: room free now, and what the
-	// first in line has taken, come back to no one.
-	lacking := r.wanted + n - int64(len(r.tokens))*reserveUnit - r.taken.Load()
+	lacking := r.wanted + n - int64(len(r.tokens))*reserveUnit - r.taken.Load() // free, or taken, is not waited for
 	if deadline, ok := ctx.Deadline(); ok && r.wanted > 0 && lacking > 0 && r.pace > 0 && (time.Since(r.measured) < paceKept || time.Since(r.lineSince) >= time.Second) {
 		if wait := time.Duration(float64(lacking) / r.pace * float64(time.Second)); wait > time.Until(deadline) {
 			r.mu.Unlock()

@@ -10,8 +10,7 @@ import (
 	"time"
 )
 
-// errPastDeadline is a body not read by its deadline (the request's, less
-// AnswerMargin): the server can no longer answer it in time.
+// errPastDeadline is a body not read by its deadline, too late to answer.
 var errPastDeadline = errors.New("the request body was not read before its deadline")
 
 // cutError is a body cut for its pace: reason is Stalled or TooSlow.
@@ -41,8 +40,7 @@ type pacedReader struct {
 
 // setReadDeadline sets the read deadline of the request's connection, or,
 // without one from ConnContext, of w's; without either (a recorder, a
-// request served in process) there is no connection to read from, and
-// nothing to set.
+// request served in process) there is nothing to set.
 func (c *pacedReader) setReadDeadline(t time.Time) error {
 	if c.conn != nil {
 		return c.conn.SetReadDeadline(t)
@@ -65,14 +63,12 @@ func (c *pacedReader) Read(p []byte) (int, error) {
 		wait, reason = left, TooSlow
 	}
 	n, err := c.readBy(p, time.Now().Add(wait))
-	switch {
-	case !errors.Is(err, os.ErrDeadlineExceeded):
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		return n, err
-	case n > 0:
-		return n, nil
-	default:
+	} else if n == 0 {
 		return 0, &cutError{reason}
 	}
+	return n, nil
 }
 
 // readBy reads into p, waiting until due at the latest, or until the
