@@ -91,14 +91,11 @@ const (
 
 	// With -http2, one stream per connection and the smallest windows and
 	// frames HTTP/2 allows, so that the connection cap bounds what a client
-	// holds as with HTTP/1.1 (docs/operations.md, "Security"). A stream's
-	// window is no smaller than the 65,535 bytes a client may send before
-	// it has the server's settings (RFC 9113, 6.9.2): net/http resets a
-	// stream past a smaller one, and the apiserver does not retry it.
+	// holds as with HTTP/1.1 (docs/operations.md, "Security").
 	http2MaxConcurrentStreams = 1
 	http2MaxReadFrameSize     = 16 << 10
 	http2ReceiveBufferBytes   = 64 << 10 // per connection, the least allowed
-	http2StreamBufferBytes    = 64 << 10
+	http2StreamBufferBytes    = 64 << 10 // what a client may send before it has the settings
 
 	// defaultMaxInflightBytes is the budget of large review bodies (over
 	// body.MaxSmallBodyBytes) held at once, as read and until answered:
@@ -252,7 +249,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
 	showVersion := flags.Bool("version", false, "print the version and exit")
-	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP; off when empty")
+	flags.StringVar(&cfg.metricsListen, "metrics-listen", "", "`address` to serve Prometheus metrics on, at /metrics over plain HTTP, and /ping for probes; off when empty")
 	if err := p.addFlags(flags); err != nil {
 		return config{}, err
 	}
@@ -611,6 +608,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	}
 	mux := routes(rs, *cfg.policy, cfg.rewriteDenial, cfg.routes, checkClient)
 	mux.HandleFunc("GET /ping", s.ping)
+	mux.HandleFunc("GET /livez", live)
 	s.reviews = reviewServer(s.closeWhenDraining(mux), tlsConfig, cfg.http2, serverErrorLog(logger))
 
 	if cfg.metricsListen != "" {
@@ -622,6 +620,10 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		metricsLn := limits.NewListener(rawMetricsLn, nil, maxMetricsConnections)
 		metricsMux := http.NewServeMux()
 		metricsMux.Handle("/metrics", m)
+		// Probes here wait in no line of the review port's, where the
+		// kubelet's connections can share an address with the
+		// apiserver's burst (a webhook on a control-plane node).
+		metricsMux.HandleFunc("GET /ping", s.ping)
 		s.metricsLn = metricsLn
 		s.metrics = &http.Server{
 			Handler:           metricsMux,
@@ -653,6 +655,14 @@ func (s *server) ping(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	_, _ = w.Write([]byte("pong"))
+}
+
+// live answers liveness probes: the server serves. Not /ping, which fails
+// until the parts are ready (a view of the cluster not yet listed) and
+// while draining: kubelet would restart a replica that is only waiting.
+func live(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte("ok"))
 }
 
 // reviewServer is the review port's server of handler: the timeouts above,

@@ -19,6 +19,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -461,8 +462,18 @@ func TestProtocols(t *testing.T) {
 func TestGracefulShutdown(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
 	const delay = 500 * time.Millisecond
-	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String())
+	addr, logs, stop := startRun(t, "-shutdown-delay", delay.String(), "-metrics-listen", "127.0.0.1:0")
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+	// The metrics port answers /ping as the review port does: the
+	// Deployment's probes use it.
+	m := regexp.MustCompile(`msg="serving metrics" addr=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("no metrics address in the log:\n%s", logs)
+	}
+	metricsPing := "http://" + m[1] + "/ping"
+	if code := getStatus(t, metricsPing); code != http.StatusOK {
+		t.Errorf("/ping on the metrics port while serving: got %d, want 200", code)
+	}
 
 	// A review whose body is still arriving when shutdown starts: as long
 	// as the largest review, whitespace (which JSON allows around a value)
@@ -518,6 +529,9 @@ func TestGracefulShutdown(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/ping during the shutdown delay: got %d, want 503", resp.StatusCode)
+	}
+	if code := getStatus(t, metricsPing); code != http.StatusServiceUnavailable {
+		t.Errorf("/ping on the metrics port during the shutdown delay: got %d, want 503", code)
 	}
 	resp, err = client.Post("https://"+addr+"/mutate", "application/json", bytes.NewReader(review))
 	if err != nil {
@@ -701,4 +715,15 @@ func TestClientRefusalsDoNotFloodTheLog(t *testing.T) {
 	if ok, unlogged := l.allow(start.Add(time.Minute)); !ok || unlogged != 3 {
 		t.Errorf("the first line of the next interval: allowed %v saying %d unlogged, want true and 3", ok, unlogged)
 	}
+}
+
+// getStatus gets url over plain HTTP and returns the answer's status.
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

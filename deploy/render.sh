@@ -79,6 +79,13 @@ for v in "NAMESPACE=$namespace" "NAME=$name"; do
   [[ ${v#*=} =~ ^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$ ]] ||
     { echo "render.sh: $v: want a DNS label (lowercase letters, digits and '-', at most 63)" >&2; exit 2; }
 done
+# The namespace is the webhook's alone: 00-namespace.yaml enforces Pod
+# Security restricted on it, and kubectl delete -f OUT deletes it.
+case $namespace in
+  default|kube-system|kube-public|kube-node-lease)
+    echo "render.sh: NAMESPACE=$namespace: want a namespace of the webhook's own; 00-namespace.yaml would enforce Pod Security restricted on $namespace, refusing its other Pods, and kubectl delete -f OUT would delete it" >&2
+    exit 2 ;;
+esac
 certs=${CERTS:-$out/certs}
 mkdir -p "$certs"
 certs=$(cd "$certs" && pwd)
@@ -101,6 +108,15 @@ numbered() {
   done
   echo "render.sh: $1 is not in render.sh's order" >&2; exit 1
 }
+
+# What an earlier render into OUT wrote goes first, numbered or under the
+# names render.sh gave before it numbered them (deployment.yaml, ...):
+# kubectl applies every file in OUT, and a stale file would be applied too,
+# deployment.yaml after 06-deployment.yaml, undoing it, or 02-rbac.yaml
+# of a policy that now reads nothing.
+if [ "$mode" != static ]; then
+  for f in "${order[@]}"; do rm -f "$out/$f.yaml" "$out"/[0-9][0-9]-"$f.yaml"; done
+fi
 
 # render FILE [DEST]: copy FILE to DEST (default: into OUT, numbered) with
 # the placeholders, the namespace and the names filled in.

@@ -268,6 +268,47 @@ func TestRenderWithoutAuthorization(t *testing.T) {
 	}
 }
 
+// TestRenderAgainAndNamespaces: rendering again into an OUT an earlier
+// render.sh wrote leaves only what this one wrote, since kubectl applies
+// every file there (a deployment.yaml of before the files were numbered
+// was applied after 06-deployment.yaml, undoing it: a Pod without
+// fsGroup, in CrashLoopBackOff); and a namespace that is not the
+// webhook's alone is refused, as 00-namespace.yaml would enforce Pod
+// Security restricted on it and kubectl delete -f OUT delete it
+// (helper-28, on e2e's node).
+func TestRenderAgainAndNamespaces(t *testing.T) {
+	out := t.TempDir()
+	stale := []string{"deployment.yaml", "secret.yaml", "02-rbac.yaml"}
+	for _, name := range stale {
+		if err := os.WriteFile(filepath.Join(out, name), []byte("kind: Stale\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(filepath.Join(repoRoot, "deploy", "render.sh"), "in-cluster", out)
+	cmd.Env = append(os.Environ(), "WEBHOOK="+webhookBinary)
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("deploy/render.sh in-cluster: %v\n%s", err, output)
+	}
+	for _, name := range stale {
+		if _, err := os.Stat(filepath.Join(out, name)); !os.IsNotExist(err) {
+			t.Errorf("%s, of an earlier render, is still in OUT (%v): kubectl apply -f OUT would apply it", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(out, "06-deployment.yaml")); err != nil {
+		t.Errorf("no 06-deployment.yaml rendered: %v", err)
+	}
+
+	for _, namespace := range []string{"default", "kube-system", "kube-public", "kube-node-lease"} {
+		cmd := exec.Command(filepath.Join(repoRoot, "deploy", "render.sh"), "in-cluster", t.TempDir())
+		cmd.Env = append(os.Environ(), "WEBHOOK="+webhookBinary, "NAMESPACE="+namespace)
+		output, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(output), "want a namespace of the webhook's own") {
+			t.Errorf("NAMESPACE=%s: got %v:\n%s\nwant exit 2 and why", namespace, err, output)
+		}
+	}
+}
+
 // renderedCredentials applies what render.sh rendered for a policy that
 // reads the cluster (the Namespace, the ServiceAccount webhook-system/
 // webhook and rbac.yaml), checks that RBAC lets that account get, list and
