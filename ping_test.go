@@ -17,7 +17,7 @@ import (
 // TestPingWaitsForParts: /ping fails with a part's NotReady error, saying
 // it, while the part is not ready, and answers pong once it is: a replica
 // whose part cannot serve yet (a view of the cluster not synced) gets no
-// traffic.
+// traffic, and is not restarted: /livez answers.
 func TestPingWaitsForParts(t *testing.T) {
 	t.Chdir(t.TempDir())
 	cfg, err := parseServerFlags([]string{"-listen", "127.0.0.1:0"}, testEnv)
@@ -59,6 +59,15 @@ func TestPingWaitsForParts(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("got %d %s, want 503 while the part is not ready", code, body)
 		}
+	}
+	// Alive all the while: kubelet restarts no replica that only waits.
+	resp, err := client.Get("https://" + srv.listener.Addr().String() + "/livez")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/livez while the part is not ready: got %d, want 200", resp.StatusCode)
 	}
 	ready.Store(true)
 	if code, body := ping(); code != http.StatusOK || body != "pong" {

@@ -533,6 +533,16 @@ func TestGracefulShutdown(t *testing.T) {
 	if code := getStatus(t, metricsPing); code != http.StatusServiceUnavailable {
 		t.Errorf("/ping on the metrics port during the shutdown delay: got %d, want 503", code)
 	}
+	// Liveness holds while readiness fails: kubelet restarts nothing that
+	// drains.
+	resp, err = clientTrusting(t, filepath.Join("tls", "ca.crt")).Get("https://" + addr + "/livez")
+	if err != nil {
+		t.Fatalf("/livez during the shutdown delay: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/livez during the shutdown delay: got %d, want 200", resp.StatusCode)
+	}
 	resp, err = client.Post("https://"+addr+"/mutate", "application/json", bytes.NewReader(review))
 	if err != nil {
 		t.Fatalf("a review during the shutdown delay failed: %v", err)
