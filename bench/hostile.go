@@ -191,25 +191,14 @@ var hostileKinds = []hostileKind{
 var http2Kind = hostileKind{name: "HTTP/2, 100 streams each sending 16 KB but the last byte", conns: hostileConns, h2: true,
 	run: func(ctx context.Context, h *hostiles, c net.Conn) {
 		const streams, bodyBytes = 100, 16000
-		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		stream, err := openHTTP2(c)
+		if err != nil {
 			return
 		}
-		fr := http2.NewFramer(c, c)
-		if err := fr.WriteSettings(); err != nil {
-			return
-		}
-		var block bytes.Buffer
-		enc := hpack.NewEncoder(&block)
 		body := bytes.Repeat([]byte{' '}, bodyBytes-1)
 		for i := range streams {
-			block.Reset()
-			for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "webhook"}, {":path", "/validate?timeout=30s"},
-				{"content-type", "application/json"}, {"content-length", strconv.Itoa(bodyBytes)}} {
-				_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-			}
 			id := uint32(2*i + 1)
-			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block.Bytes(), EndHeaders: true}) != nil ||
-				fr.WriteData(id, false, body) != nil {
+			if stream.review(id, bodyBytes) != nil || stream.fr.WriteData(id, false, body) != nil {
 				return
 			}
 		}
@@ -223,29 +212,45 @@ var http2Kind = hostileKind{name: "HTTP/2, 100 streams each sending 16 KB but th
 var http2LargeKind = hostileKind{name: "HTTP/2, one stream sending 64 KB of a 7 MB body", conns: hostileConns, h2: true,
 	run: func(ctx context.Context, h *hostiles, c net.Conn) {
 		const declared, sent = 7 << 20, 65535
-		if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
-			return
-		}
-		fr := http2.NewFramer(c, c)
-		if err := fr.WriteSettings(); err != nil {
-			return
-		}
-		var block bytes.Buffer
-		enc := hpack.NewEncoder(&block)
-		for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "webhook"}, {":path", "/validate?timeout=30s"},
-			{"content-type", "application/json"}, {"content-length", strconv.Itoa(declared)}} {
-			_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
-		}
-		if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}) != nil {
+		stream, err := openHTTP2(c)
+		if err != nil || stream.review(1, declared) != nil {
 			return
 		}
 		for left := sent; left > 0; left -= 16 << 10 { // in frames the webhook reads (http2MaxReadFrameSize)
-			if fr.WriteData(1, false, bytes.Repeat([]byte{' '}, min(left, 16<<10))) != nil {
+			if stream.fr.WriteData(1, false, bytes.Repeat([]byte{' '}, min(left, 16<<10))) != nil {
 				return
 			}
 		}
 		h.waitClosed(ctx, c)
 	}}
+
+// http2Client writes a hostile HTTP/2 client's frames, reading none.
+type http2Client struct {
+	fr    *http2.Framer
+	block bytes.Buffer
+	enc   *hpack.Encoder
+}
+
+// openHTTP2 sends c the client's preface and its settings.
+func openHTTP2(c net.Conn) (*http2Client, error) {
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		return nil, err
+	}
+	h := &http2Client{fr: http2.NewFramer(c, c)}
+	h.enc = hpack.NewEncoder(&h.block)
+	return h, h.fr.WriteSettings()
+}
+
+// review opens stream id with a review's headers, declaring a body of
+// length bytes.
+func (h *http2Client) review(id uint32, length int) error {
+	h.block.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "https"}, {":authority", "webhook"}, {":path", "/validate?timeout=30s"},
+		{"content-type", "application/json"}, {"content-length", strconv.Itoa(length)}} {
+		_ = h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	return h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.block.Bytes(), EndHeaders: true})
+}
 
 // hostiles runs hostile connections against one webhook.
 type hostiles struct {
