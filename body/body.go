@@ -118,8 +118,8 @@ func (e *Error) Error() string { return e.Message }
 //     deadline less AnswerMargin. A body not read by then, or that the
 //     line ahead of it could not serve by then, is refused with
 //     BusyStatus, never 400 or 408, which blame the client.
-//   - Otherwise: 413 over MaxBytes, 411 without a Content-Length, 400
-//     when unreadable. A body not read whole closes its connection.
+//   - Otherwise: 413 over MaxBytes, 411 without a Content-Length, 400 if
+//     unreadable or abandoned. A body not read whole closes its connection.
 //   - The clock is the connection's read deadline: serve with ConnContext,
 //     or have every wrapper of w Unwrap.
 func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Request) (Body, error) {
@@ -169,6 +169,8 @@ func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *paced
 	case errors.As(err, &long):
 		b.longQueue.Add(1)
 		return Body{}, busy(w, in, fmt.Sprintf("%v (at most %d bytes of them are held at once: -max-inflight-bytes)", long, b.free.capacity))
+	case errors.Is(err, context.Canceled): // its client went away: not for want of room
+		return Body{}, in.stop(w, &Error{http.StatusBadRequest, "reading the request body: the request ended while it waited for room among the large reviews"})
 	case err != nil:
 		b.noRoom.Add(1)
 		return Body{}, busy(w, in, fmt.Sprintf("its deadline came while it waited for room among the large reviews being read and answered (at most %d bytes of them are held at once: -max-inflight-bytes)", b.free.capacity))
@@ -201,8 +203,7 @@ func (b *Budget) failed(w http.ResponseWriter, in *pacedReader, err error) *Erro
 	}
 }
 
-// busy answers a body refused because of why, which completes "was not
-// read because".
+// busy answers a body refused: why completes "was not read because".
 func busy(w http.ResponseWriter, in *pacedReader, why string) *Error {
 	return in.stop(w, &Error{BusyStatus, fmt.Sprintf("the webhook is busy: this %d-byte review was not read because %s; retry the request", in.length, why)})
 }

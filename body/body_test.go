@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -440,6 +441,32 @@ func TestNoRoomByItsDeadline(t *testing.T) {
 	if a := s.post(t, "10s", body); a.code != http.StatusOK {
 		t.Errorf("once there is room: got HTTP %d %q, want 200", a.code, a.body)
 	}
+}
+
+// TestGoneWhileWaitingIsNotNoRoom: a large body whose request ends while
+// it waits for room, as when its client goes away, is not counted as
+// refused for want of room, and its answer does not say it was.
+func TestGoneWhileWaitingIsNotNoRoom(t *testing.T) {
+	t.Parallel()
+	b := NewBudget(MaxBytes)
+	// Room for a buffer of 64 KiB, not of the body's 128 KiB.
+	if err := b.free.reserve(context.Background(), MaxBytes-64<<10); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest(http.MethodPost, "/validate", bytes.NewReader(bytes.Repeat([]byte{'b'}, 100<<10)))
+	read := make(chan error, 1)
+	go func() {
+		_, err := b.Read(ctx, httptest.NewRecorder(), r)
+		read <- err
+	}()
+	waitUntil(func() bool { _, waiting := b.free.state(); return waiting == 1 })
+	cancel()
+	var e *Error
+	if err := <-read; !errors.As(err, &e) || e.Code != http.StatusBadRequest || strings.Contains(e.Message, "busy") {
+		t.Errorf("got %v, want 400 saying the request ended", err)
+	}
+	checkCounted(t, b, nil)
 }
 
 // TestWaitsHoweverManyWait: with more large bodies waiting for room than

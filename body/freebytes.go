@@ -97,8 +97,7 @@ func (r *freeBytes) reserve(ctx context.Context, n int64) error {
 		case <-r.tokens:
 			r.taken.Add(reserveUnit)
 		case <-ctx.Done():
-			// Back, but not toward the pace: nothing was served.
-			r.taken.Add(-taken)
+			r.taken.Add(-taken) // back, but not toward the pace: nothing was served
 			for ; taken > 0; taken -= reserveUnit {
 				r.tokens <- struct{}{}
 			}
