@@ -45,35 +45,71 @@ func (f *Files[T, I]) Get() *T { return f.current.Load() }
 // distinct state of the files, unreadable included, is tried once, so a
 // bad change is reported once, not at every poll. changed reports whether
 // a new state was seen.
+//
+// A read that does not parse is read again, and parsed again if it
+// changed, a few times at most: the files may have changed between the
+// reads of one and the next, as when kubelet swaps a Secret volume's
+// ..data between the reads of tls.crt and tls.key.
 func (f *Files[T, I]) Load() (changed bool, info I, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	contents := make([][]byte, len(f.files))
+	contents, sum, readErr := f.read()
+	if sum == f.lastSum {
+		return false, info, nil
+	}
+	v, info, err := f.parseRead(contents, readErr)
+	for range maxRereads {
+		if err == nil {
+			break
+		}
+		again, againSum, againErr := f.read()
+		if againSum == sum {
+			break
+		}
+		sum = againSum
+		v, info, err = f.parseRead(again, againErr)
+	}
+	f.lastSum = sum
+	if err != nil {
+		return true, info, err
+	}
+	f.current.Store(v)
+	return true, info, nil
+}
+
+// maxRereads is how many times Load reads files that did not parse again.
+const maxRereads = 3
+
+// read returns the files' contents and their sum; or, for a file that
+// cannot be read, the error and a sum of the contents before it and of
+// the error.
+func (f *Files[T, I]) read() (contents [][]byte, sum [sha256.Size]byte, err error) {
+	contents = make([][]byte, len(f.files))
 	h := sha256.New()
-	var readErr error
 	for i, name := range f.files {
-		if contents[i], readErr = os.ReadFile(name); readErr != nil {
-			h.Write([]byte(readErr.Error()))
+		if contents[i], err = os.ReadFile(name); err != nil {
+			h.Write([]byte(err.Error()))
 			break
 		}
 		h.Write(contents[i])
 		h.Write([]byte{0}) // so moving bytes from one file to the next is a change
 	}
-	var sum [sha256.Size]byte
 	h.Sum(sum[:0])
-	if sum == f.lastSum {
-		return false, info, nil
-	}
-	f.lastSum = sum
+	return contents, sum, err
+}
+
+// parseRead parses what read returned, and says which files did not read or
+// parse.
+func (f *Files[T, I]) parseRead(contents [][]byte, readErr error) (*T, I, error) {
 	if readErr != nil {
-		return true, info, fmt.Errorf("reading the %s: %w", f.what, readErr)
+		var none I
+		return nil, none, fmt.Errorf("reading the %s: %w", f.what, readErr)
 	}
 	v, info, err := f.parse(contents)
 	if err != nil {
-		return true, info, fmt.Errorf("the %s in %v does not load: %w", f.what, f.files, err)
+		return nil, info, fmt.Errorf("the %s in %v does not load: %w", f.what, f.files, err)
 	}
-	f.current.Store(v)
-	return true, info, nil
+	return v, info, nil
 }
 
 // Poll calls reload every interval, and on SIGHUP after calling hup, until
