@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -59,9 +60,20 @@ const (
 	// byte of its answer. No ReadTimeout: package body reads on its own clock.
 	writeTimeout = maxWebhookTimeout
 
-	// idleTimeout outlives the apiserver's own 90 s, so that the server
-	// never closes a connection as a review is sent on it.
+	// idleTimeout outlives apiserverIdleTimeout, so the apiserver closes first.
 	idleTimeout = 120 * time.Second
+
+	// apiserverIdleTimeout is how long the apiserver keeps a connection
+	// it does not use: net/http's DefaultTransport's, which client-go's
+	// transports take (k8s.io/apimachinery v0.37.2 pkg/util/net/http.go,
+	// SetOldTransportDefaults).
+	apiserverIdleTimeout = 90 * time.Second
+
+	// keptAliveWait is how long shutdown waits, after -shutdown-delay, for
+	// the apiserver to let go of a connection it keeps idle: its idle
+	// timeout, and slack for the apiserver reading its last answer later
+	// than the server wrote it, where its timeout starts.
+	keptAliveWait = apiserverIdleTimeout + 5*time.Second
 
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
@@ -245,7 +257,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
 	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
-	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain before the listener closes")
+	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain; then close the listener, and wait up to 95 s for clients to let go of kept-alive connections")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
 	showVersion := flags.Bool("version", false, "print the version and exit")
@@ -558,6 +570,7 @@ type server struct {
 	metricsLn   net.Listener // its listener
 	reloadables []interface{ reloadIfChanged() }
 	serving     *atomic.Bool // from serving until shutdown begins: /ping's readiness
+	http1Conns  *openConns   // the review port's HTTP/1 connections, which shutdown waits out
 }
 
 // newServer builds the server: its certificates, the review port's
@@ -597,7 +610,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	listener := limits.NewListener(rawLn, tlsConfig, maxConnections)
 	m.listener = listener
 	s := &server{cfg: cfg, logger: logger, listener: listener, bodyBudget: bodies, serving: &atomic.Bool{},
-		reloadables: []interface{ reloadIfChanged() }{keyPair}}
+		http1Conns: &openConns{idle: map[net.Conn]time.Time{}}, reloadables: []interface{ reloadIfChanged() }{keyPair}}
 	if clientCAs != nil {
 		s.reloadables = append(s.reloadables, clientCAs)
 	}
@@ -610,6 +623,7 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 	mux.HandleFunc("GET /ping", s.ping)
 	mux.HandleFunc("GET /livez", live)
 	s.reviews = reviewServer(s.closeWhenDraining(mux), tlsConfig, cfg.http2, serverErrorLog(logger))
+	s.reviews.ConnState = s.http1Conns.track
 
 	if cfg.metricsListen != "" {
 		rawMetricsLn, err := net.Listen("tcp", cfg.metricsListen)
@@ -713,21 +727,23 @@ func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 // serve serves until ctx is done, then drains for -shutdown-delay and shuts
 // down (http.Server.Shutdown): requests in flight get shutdownTimeout to
 // finish, and connections idle, and newcomers still waiting for a place or
-// in their handshake, are closed.
+// in their handshake, are closed. After a delay, the listener closes
+// first, and Shutdown waits until the HTTP/1 clients have let go of their
+// kept-alive connections, for at most keptAliveWait: closing one idle
+// races with a review being written into it, which then fails.
 func (s *server) serve(ctx context.Context) error {
-	serveErr := make(chan error, 2)
+	metricsErr := make(chan error, 1)
 	if s.metrics != nil {
 		go func() {
-			serveErr <- fmt.Errorf("serving metrics on %s: %w", s.metricsLn.Addr(), s.metrics.Serve(s.metricsLn))
+			metricsErr <- fmt.Errorf("serving metrics on %s: %w", s.metricsLn.Addr(), s.metrics.Serve(s.metricsLn))
 		}()
 		// On every way out; after the graceful Shutdown below it is a no-op.
 		defer s.metrics.Close()
 		s.logger.Info("serving metrics", "addr", s.metricsLn.Addr().String(), "path", "/metrics")
 	}
 	s.serving.Store(true)
-	go func() {
-		serveErr <- fmt.Errorf("serving on %s: %w", s.listener.Addr(), s.reviews.Serve(s.listener))
-	}()
+	reviewsErr := make(chan error, 1)
+	go func() { reviewsErr <- s.reviews.Serve(s.listener) }()
 	cfg := s.cfg
 	routes := []string{"/mutate", "/validate"}
 	for _, r := range cfg.routes {
@@ -753,8 +769,11 @@ func (s *server) serve(ctx context.Context) error {
 	})
 	defer stopReloading()
 
+	servingErr := func(err error) error { return fmt.Errorf("serving on %s: %w", s.listener.Addr(), err) }
 	select {
-	case err := <-serveErr:
+	case err := <-reviewsErr:
+		return servingErr(err)
+	case err := <-metricsErr:
 		return err
 	case <-ctx.Done():
 	}
@@ -764,12 +783,26 @@ func (s *server) serve(ctx context.Context) error {
 	// replicas, while still answering everything that arrives.
 	s.serving.Store(false)
 	s.logger.Info("shutting down: /ping fails and every answer closes its connection while endpoints drain", "shutdown_delay", cfg.shutdownDelay)
-	select {
-	case <-time.After(cfg.shutdownDelay):
-	case err := <-serveErr:
-		return err
+	closing := "shutting down: closing the listener and waiting for requests in flight"
+	if cfg.shutdownDelay > 0 {
+		select {
+		case <-time.After(cfg.shutdownDelay):
+		case err := <-reviewsErr:
+			return servingErr(err)
+		case err := <-metricsErr:
+			return err
+		}
+		s.logger.Info("shutting down: closing the listener and waiting for clients to let go of kept-alive connections", "at_most", keptAliveWait)
+		s.listener.Close()
+		if err := <-reviewsErr; !errors.Is(err, net.ErrClosed) {
+			return servingErr(err)
+		}
+		if open := s.http1Conns.waitLetGo(); open > 0 {
+			s.logger.Info("shutting down: kept-alive connections still open are closed", "open", open)
+		}
+		closing = "shutting down: waiting for requests in flight"
 	}
-	s.logger.Info("shutting down: closing the listener and waiting for requests in flight", "timeout", shutdownTimeout)
+	s.logger.Info(closing, "timeout", shutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	if err := s.reviews.Shutdown(shutdownCtx); err != nil {
@@ -783,6 +816,59 @@ func (s *server) serve(ctx context.Context) error {
 	}
 	s.logger.Info("stopped")
 	return nil
+}
+
+// openConns is a server's open HTTP/1 connections, and since when each
+// has been idle, which shutdown waits on. HTTP/2 ones are left out:
+// Shutdown's GOAWAY moves their clients off without a race.
+type openConns struct {
+	mu   sync.Mutex
+	idle map[net.Conn]time.Time // zero while a request is being served
+}
+
+// track is the server's ConnState hook. A connection is new once its
+// handshake is done (limits.Listener), so its protocol is known.
+func (o *openConns) track(c net.Conn, state http.ConnState) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch state {
+	case http.StateNew:
+		if tc, ok := c.(*tls.Conn); !ok || tc.ConnectionState().NegotiatedProtocol != "h2" {
+			o.idle[c] = time.Now()
+		}
+	case http.StateActive: // for HTTP/2 connections too, which are not in idle
+		if _, ok := o.idle[c]; ok {
+			o.idle[c] = time.Time{}
+		}
+	case http.StateIdle:
+		if _, ok := o.idle[c]; ok {
+			o.idle[c] = time.Now()
+		}
+	case http.StateClosed, http.StateHijacked:
+		delete(o.idle, c)
+	}
+}
+
+// waitLetGo waits until each open connection is closed, or has been idle
+// for keptAliveWait, after which its client no longer holds it; for at
+// most keptAliveWait, as no connection becomes idle while the server
+// drains: each answer closes its own. It returns how many are still open.
+func (o *openConns) waitLetGo() int {
+	deadline := time.Now().Add(keptAliveWait)
+	for {
+		o.mu.Lock()
+		open, held := len(o.idle), 0
+		for _, since := range o.idle {
+			if since.IsZero() || time.Since(since) < keptAliveWait {
+				held++
+			}
+		}
+		o.mu.Unlock()
+		if held == 0 || !time.Now().Before(deadline) {
+			return open
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // serverErrorLog is net/http's error log, as warnings. Failed TLS

@@ -579,6 +579,81 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestKeptAliveConnectionServedAfterTheDelay: a connection its client
+// keeps idle through the shutdown delay, as the apiserver keeps its pool,
+// stays open when the listener closes, and a review written into it then
+// is answered, closing it: closing it idle would race with that review.
+// Over HTTP/2, which Shutdown's GOAWAY ends without a race, shutdown
+// waits for no idle connection.
+func TestKeptAliveConnectionServedAfterTheDelay(t *testing.T) {
+	review := plumbingReviews(t)["v1-deployment-create"]
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		addr, logs, stop := startRun(t, "-shutdown-delay", "200ms")
+		pool := x509.NewCertPool()
+		ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
+		pool.AppendCertsFromPEM(ca)
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		answers := bufio.NewReader(conn)
+		post := func() (*http.Response, error) {
+			header := fmt.Sprintf("POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(review))
+			if _, err := conn.Write(append([]byte(header), review...)); err != nil {
+				return nil, err
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(answers, nil)
+			if err != nil {
+				return nil, err
+			}
+			_, err = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return resp, err
+		}
+		if resp, err := post(); err != nil || resp.StatusCode != 200 || resp.Close {
+			t.Fatalf("a review before shutdown: %v, %v; want 200 and the connection kept alive", resp, err)
+		}
+
+		stopped := make(chan error, 1)
+		go func() { stopped <- stop() }()
+		waitForLog(t, logs, "closing the listener")
+		time.Sleep(200 * time.Millisecond) // where Shutdown once closed idle connections
+		resp, err := post()
+		if err != nil {
+			t.Fatalf("a review on a connection kept idle through the shutdown delay: %v, want it answered", err)
+		}
+		if resp.StatusCode != 200 || !resp.Close {
+			t.Errorf("a review on a connection kept idle through the shutdown delay: got %d, close=%v; want 200 and Connection: close", resp.StatusCode, resp.Close)
+		}
+		if err := <-stopped; err != nil {
+			t.Errorf("run returned %v, want nil", err)
+		}
+	})
+	t.Run("HTTP/2", func(t *testing.T) {
+		addr, _, stop := startRun(t, "-shutdown-delay", "200ms", "-http2")
+		client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
+		client.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+		resp, err := client.Post("https://"+addr+"/validate", "application/json", bytes.NewReader(review))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("the review went over %s, want HTTP/2", resp.Proto)
+		}
+		began := time.Now()
+		if err := stop(); err != nil {
+			t.Errorf("run returned %v, want nil", err)
+		}
+		if took := time.Since(began); took >= keptAliveWait {
+			t.Errorf("run returned %s after shutdown began, with an idle HTTP/2 connection: it waited as for HTTP/1", took)
+		}
+	})
+}
+
 func waitForLog(t *testing.T, logs *syncBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)

@@ -338,6 +338,9 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 
 	stopCreates := startCreates(scope, 5000, nil)
 	time.Sleep(1500 * time.Millisecond)
+	// The test's own client lets go of the connection it probed /ping
+	// over, as the apiserver does after 90 s: the webhook waits for that.
+	w.client.CloseIdleConnections()
 	w.signal(syscall.SIGTERM)
 	select {
 	case <-w.done:
@@ -392,6 +395,84 @@ func TestSecondSignal(t *testing.T) {
 	case <-w.done:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the webhook still runs 30 s after a second SIGINT in its 60 s shutdown delay, want it ended at once")
+	}
+}
+
+// TestKeptAliveConnectionsAfterTheDelay: reviews the apiserver writes into
+// the connections it keeps idle to a webhook, just as the webhook's
+// shutdown delay ends, are answered, not cut by the webhook closing those
+// connections idle. The webhook is stopped (SIGSTOP, as a starved node's
+// scheduler stops it) while the apiserver writes a burst into every
+// connection it keeps, and resumed once the delay has ended.
+func TestKeptAliveConnectionsAfterTheDelay(t *testing.T) {
+	const (
+		delay = 3 * time.Second
+		// burst is as many connections as client-go keeps idle to a
+		// host (k8s.io/client-go v0.37.2 transport/cache.go,
+		// idleConnsPerHost): one burst leaves that many idle, and the
+		// next takes them all, so that none of its reviews needs a new
+		// connection, which the closed listener would refuse.
+		burst = 25
+	)
+	scope := newScope(t, "keptalive")
+	w := startWebhook(t, "", "-shutdown-delay", delay.String())
+	// One webhook, so that each review's create calls the webhook once:
+	// /mutate's, which the policy's admitted request passes alone.
+	route := deployedRoutes(t)[0]
+	registerRoute(t, route, hookOptions{scope: scope, caBundle: w.caPEM, seen: w.saw,
+		name: "keptalive-" + scope.namespace + ".webhook.example.com", url: w.url(route)})
+
+	// sendStalled sends a burst with the webhook stopped until resume,
+	// so that each review holds a connection of its own.
+	sendStalled := func(prefix string, resume time.Duration) []error {
+		requests := make([]*preparedRequest, burst)
+		for i := range requests {
+			requests[i] = scope.admitted(route, fmt.Sprintf("%s-%d", prefix, i), 0)
+			if err := requests[i].storeFirst(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Until(requests[i].settled))
+		}
+		errs := make([]error, burst)
+		var wg sync.WaitGroup
+		w.signal(syscall.SIGSTOP)
+		for i, r := range requests {
+			wg.Go(func() { errs[i] = r.send(context.Background(), false) })
+		}
+		time.Sleep(resume)
+		w.signal(syscall.SIGCONT)
+		wg.Wait()
+		return errs
+	}
+	for _, err := range sendStalled("warm", 500*time.Millisecond) {
+		if err != nil {
+			t.Fatalf("a review of the first burst failed: %v", err)
+		}
+	}
+
+	// The test's own client lets go of the connection it probed /ping
+	// over, as the apiserver does after 90 s.
+	w.client.CloseIdleConnections()
+	w.signal(syscall.SIGTERM)
+	waitUntil(t, "the webhook draining", func() bool { return strings.Contains(w.log.String(), "shutting down") })
+	time.Sleep(delay - 500*time.Millisecond)
+	failed := 0
+	for _, err := range sendStalled("late", time.Second) {
+		if err != nil {
+			failed++
+			t.Logf("a review written as the delay ended failed: %v", err)
+		}
+	}
+	if failed > 0 {
+		t.Errorf("%d of %d reviews written into the apiserver's kept-alive connections as the shutdown delay ended failed, want none", failed, burst)
+	}
+	select {
+	case <-w.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the webhook did not exit within 30 s of its last review:\n%s", w.log.String())
+	}
+	if log := w.log.String(); !strings.Contains(log, "closing the listener") || !strings.Contains(log, "msg=stopped") {
+		t.Errorf("the webhook did not close its listener and stop cleanly:\n%s", log)
 	}
 }
 

@@ -34,8 +34,9 @@ import (
 )
 
 const (
-	// nodeRolloutTimeout bounds a rollout of the webhook on the node: a
-	// Pod's start, its readiness and the old one's shutdown delay, twice.
+	// nodeRolloutTimeout bounds a rollout of the webhook on the node, and
+	// an old Pod's drain: its delay, its wait for the apiserver to let go
+	// of its kept-alive connections (95 s at most), its reviews in flight.
 	nodeRolloutTimeout = 3 * time.Minute
 	// nodeWritesPerSecond is the steady writes' pace during a rollout.
 	nodeWritesPerSecond = 30
@@ -384,10 +385,8 @@ func TestNodeDeploy(t *testing.T) {
 			if out, err := n.kubectl("scale", "-n", d.namespace, "deployment/"+d.name, "--replicas=2"); err != nil {
 				t.Fatalf("kubectl scale: %v\n%s", err, out)
 			}
-			d.waitOldPodsGone(t)
 		}()
 		d.waitRolledOut(t)
-		d.waitOldPodsGoneN(t, 3)
 		// kube-proxy balances connections, and the apiserver keeps them:
 		// the replica added may be given none while those it holds
 		// suffice. A rollout restart spreads them, each old replica
@@ -415,8 +414,10 @@ func TestNodeDeploy(t *testing.T) {
 		if out, err := n.kubectl("rollout", "restart", "-n", d.namespace, "deployment/"+d.name); err != nil {
 			t.Fatalf("kubectl rollout restart: %v\n%s", err, out)
 		}
+		// Until the old Pods have exited, the apiserver sends some of
+		// the burst on its kept-alive connections to them.
 		d.waitRolledOut(t)
-		d.waitOldPodsGoneN(t, 3)
+		d.waitOldPodsGone(t, 3)
 		for name, n := range shares("three replicas after a rollout restart") {
 			if n == 0 {
 				t.Errorf("%s reviewed nothing of 90 requests behind the Service after a rollout restart", name)
@@ -468,7 +469,7 @@ func TestNodeDeploy(t *testing.T) {
 // rolloutsUnderWrites runs rollouts `kubectl rollout restart`s, each
 // waited for with rollout status, under steady writes in a scope of its
 // own, and returns what the writes did. The writes go on until the last
-// old Pod has had its shutdown delay and a little more.
+// old Pod has exited, and a little more.
 func (d *deployment) rolloutsUnderWrites(t *testing.T, name string, rollouts int) writeResults {
 	t.Helper()
 	scope := newScopeIn(t, d.n.apiServer, name)
@@ -488,9 +489,10 @@ func (d *deployment) rolloutsUnderWrites(t *testing.T, name string, rollouts int
 		}
 		d.waitRolledOut(t)
 	}
-	// The last old Pods drain for their shutdown delay after the rollout
-	// is complete, and the Pods that replaced them serve.
-	d.waitOldPodsGone(t)
+	// The last old Pods drain after the rollout is complete, for their
+	// shutdown delay and until the apiserver has let go of their
+	// kept-alive connections, and the Pods that replaced them serve.
+	d.waitOldPodsGone(t, 2)
 	time.Sleep(2 * time.Second)
 	return stop()
 }
@@ -530,15 +532,10 @@ func (d *deployment) watchEndpoints(t *testing.T) func() string {
 	}
 }
 
-// waitOldPodsGone waits until only the Deployment's 2 current Pods exist.
-func (d *deployment) waitOldPodsGone(t *testing.T) {
-	t.Helper()
-	d.waitOldPodsGoneN(t, 2)
-}
-
-// waitOldPodsGoneN waits until only the Deployment's replicas current
-// Pods exist.
-func (d *deployment) waitOldPodsGoneN(t *testing.T, replicas int) {
+// waitOldPodsGone waits until only the Deployment's current Pods, of
+// replicas, exist: each old one has drained, for its delay and until the
+// apiserver let go of its kept-alive connections, and exited.
+func (d *deployment) waitOldPodsGone(t *testing.T, replicas int) {
 	t.Helper()
 	deadline := time.Now().Add(nodeRolloutTimeout)
 	for time.Now().Before(deadline) {
@@ -569,7 +566,6 @@ func (d *deployment) setArg(t *testing.T, prefix, arg string) {
 		t.Fatalf("kubectl patch: %v\n%s", err, out)
 	}
 	d.waitRolledOut(t)
-	d.waitOldPodsGone(t)
 }
 
 // killUnderWrites kills one Pod's webhook process with SIGKILL under
