@@ -96,8 +96,8 @@ func (l logLine) String() string { return fmt.Sprintf("%s:%d", l.file, l.line) }
 // one, or with what kept it from being one. A file that cannot be opened
 // is an error at line 0. read, when not nil, is told how many bytes each
 // line took, for progress. It stops once ctx is done: before the next
-// line, and, of a file, while it waits to open it or to read it (a named
-// pipe waits for its writer, and for its writer's lines).
+// line, and while it waits to open a file or to read a file or stdin (a
+// named pipe waits for its writer, and for its writer's lines).
 func readAuditLogs(ctx context.Context, paths []string, stdin io.Reader, each func(at logLine, e *auditEvent, err error), read func(n int)) {
 	stop := func() bool { return ctx.Err() != nil }
 	for _, path := range paths {
@@ -105,7 +105,7 @@ func readAuditLogs(ctx context.Context, paths []string, stdin io.Reader, each fu
 			return
 		}
 		if path == "-" {
-			if err := readAuditLog("stdin", stdin, each, read, stop); err != nil {
+			if err := readAuditLog("stdin", readerWithin{ctx, stdin}, each, read, stop); err != nil && !stop() {
 				each(logLine{file: "stdin"}, nil, err)
 			}
 			continue
@@ -165,6 +165,28 @@ func within[T any](ctx context.Context, do func() T, undo func(T)) (T, error) {
 		var zero T
 		return zero, ctx.Err()
 	}
+}
+
+// readerWithin reads r until ctx ends: a read of stdin, unlike one of a
+// file, cannot be ended by closing it.
+type readerWithin struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (rw readerWithin) Read(p []byte) (int, error) {
+	type read struct {
+		n   int
+		err error
+	}
+	got, err := within(rw.ctx, func() read {
+		n, err := rw.r.Read(p)
+		return read{n, err}
+	}, func(read) {})
+	if err != nil {
+		return 0, err
+	}
+	return got.n, got.err
 }
 
 // readAuditLog reads one log, gzip-compressed (as --audit-log-compress

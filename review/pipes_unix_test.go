@@ -174,4 +174,30 @@ func TestReplayStoppedWhileWaitingForTheLog(t *testing.T) {
 			}
 		})
 	}
+	// -audit-log -, a stdin whose writer sends nothing, as
+	// `ssh host tail -f audit.log | webhook review -audit-log -`.
+	t.Run("stdin", func(t *testing.T) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		defer r.Close()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-audit-log", "-"}, r, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
+		}()
+		time.Sleep(100 * time.Millisecond)
+		cancel(errors.New("stopped for the test"))
+		select {
+		case err := <-done:
+			var exit *ExitError
+			if !errors.As(err, &exit) || exit.Code != exitInterrupted {
+				t.Errorf("got %v, want exit 130", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("replay still waiting on stdin 20 s after it was stopped")
+		}
+	})
 }
