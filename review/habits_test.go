@@ -301,6 +301,31 @@ func TestListItemKindOrAPIVersionAlone(t *testing.T) {
 	}
 }
 
+// TestListItemsTwice: a List whose items key comes twice has the last
+// one's items, as kubectl reads it (go.yaml.in/yaml/v2, encoding/json);
+// before, the first block's were reviewed, or both's.
+func TestListItemsTwice(t *testing.T) {
+	cm := func(name string) string {
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"ns"}}`
+	}
+	yamlItem := func(name string) string {
+		return "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: " + name + "\n    namespace: ns\n"
+	}
+	for _, tc := range []struct{ name, content, want string }{
+		{"blocks.yaml", "apiVersion: v1\nkind: List\nitems:\n" + yamlItem("first") + "items:\n" + yamlItem("last"), "blocks.yaml#1[0]: ConfigMap ns/last: patched"},
+		{"block-then-empty.yaml", "apiVersion: v1\nkind: List\nitems:\n" + yamlItem("first") + "items: []\n", "no object: an empty List"},
+		{"arrays.json", `{"apiVersion":"v1","kind":"List","items":[` + cm("first") + `],"items":[` + cm("last") + `]}`, "arrays.json#1[0]: ConfigMap ns/last: patched"},
+		{"array-then-null.json", `{"apiVersion":"v1","kind":"List","items":[` + cm("first") + `],"items":null}`, "no object: an empty List"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if !strings.Contains(out, tc.want) || strings.Contains(out, "ns/first") {
+				t.Errorf("got:\n%s\nwant %q, and the first items not reviewed", out, tc.want)
+			}
+		})
+	}
+}
+
 // TestUTF16Surrogates: a surrogate that is not half of a pair is U+FFFD,
 // and the unit after it is kept, as golang.org/x/text's decoder (kubectl's)
 // reads them.

@@ -75,14 +75,22 @@ type unit struct {
 }
 
 // listPlan is what the first pass learns of a document that has items: the
-// kind and apiVersion of its top level.
+// kind and apiVersion of its top level, and whether items is a key of it
+// more than once.
 type listPlan struct {
 	kind, apiVersion string
+	itemsTwice       bool
 }
 
 // isList reports whether a document of this top level is a List, whose
 // items are reviewed one by one: `kind: List`, or any *List.
 func (p listPlan) isList() bool { return strings.HasSuffix(p.kind, "List") }
+
+// streamed reports whether the second pass reads a document's items one
+// by one, as it reads a List's: not with items twice, where kubectl takes
+// the last (go.yaml.in/yaml/v2 and encoding/json each keep a key's last
+// value), and the document is read whole.
+func (p listPlan) streamed() bool { return p.isList() && !p.itemsTwice }
 
 // inputFile is one file to read: its name as the user gave it (or
 // "stdin"), and where it is.
@@ -378,7 +386,7 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 		}
 	}, func(doc int, plan listPlan) {
 		plans[doc] = plan
-		if plan.isList() && itemsOf == doc {
+		if plan.streamed() && itemsOf == doc {
 			for _, it := range items {
 				it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
 				made = append(made, found(it)...)
@@ -573,6 +581,7 @@ type yamlSplitter struct {
 	badSep    string // the document began with a separator kubectl refuses
 	inItems   bool   // reading the items of a List
 	itemsDone bool
+	itemsKeys int    // top-level items keys seen
 	seqIndent int    // the column of the items' "-", once seen; -1 before
 	itemText  []byte // the item being read
 	inItem    bool
@@ -648,6 +657,9 @@ func (s *yamlSplitter) bulk(br *bufio.Reader) bool {
 
 // take reads one line, with its newline.
 func (s *yamlSplitter) take(line []byte) {
+	if bytes.HasPrefix(line, []byte("items:")) {
+		s.itemsKeys++
+	}
 	if bytes.HasPrefix(line, []byte("---")) {
 		// A separator, or text kubectl refuses after one (YAMLReader.Read:
 		// only spaces and a comment may follow "---").
@@ -688,7 +700,7 @@ func (s *yamlSplitter) listable() bool {
 	if s.plans == nil {
 		return true
 	}
-	return s.plans[s.doc].isList()
+	return s.plans[s.doc].streamed()
 }
 
 func (s *yamlSplitter) startContent() {
@@ -780,15 +792,15 @@ func (s *yamlSplitter) endDocument() {
 			if j, err := yaml.ToJSON(s.text); err == nil {
 				var head struct{ Kind, APIVersion string }
 				if json.Unmarshal(j, &head) == nil {
-					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion}
+					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: s.itemsKeys > 1}
 				}
 			}
 			if s.plan != nil {
 				s.plan(s.doc, top)
 			}
-			if !top.isList() {
-				// Not a List: the second pass reads it whole; the first
-				// looks for definitions in the whole text no more.
+			if !top.streamed() {
+				// Read whole in the second pass; the first looks for
+				// definitions in the whole text no more.
 				return
 			}
 		}
@@ -896,7 +908,7 @@ func isJSONWordByte(b byte) bool {
 // document reads one top-level value, whose first byte c is read.
 func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 	startLine := s.line
-	listable := s.plans == nil || s.plans[s.doc].isList()
+	listable := s.plans == nil || s.plans[s.doc].streamed()
 	top := []byte{c} // the document, or a List's top level with its items left out
 	if c == '[' || !listable {
 		rest, err := s.value(br, c)
@@ -908,7 +920,7 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 		return nil
 	}
 	// An object: its members, at depth 1, one at a time.
-	items, itemCount := false, 0
+	items, itemCount, itemsKeys := false, 0, 0
 	for {
 		c, err := s.skipSpace(br)
 		if err != nil {
@@ -918,7 +930,7 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 		top = append(top, c)
 		switch c {
 		case '}':
-			return s.endObject(source, startLine, top, items, itemCount)
+			return s.endObject(source, startLine, top, items, itemCount, itemsKeys > 1)
 		case ',':
 			continue
 		case '"':
@@ -933,6 +945,9 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 				return s.fail(br, source, startLine, fmt.Errorf("line %d: no ':' after a key", s.line))
 			}
 			top = append(top, ':')
+			if string(key) == `items"` {
+				itemsKeys++
+			}
 			c, err = s.skipSpace(br)
 			if err != nil {
 				return s.fail(br, source, startLine, fmt.Errorf("line %d: %w", s.line, errJSONEnd))
@@ -961,14 +976,14 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 
 // endObject ends a top-level object: a List's top level, or a whole
 // document.
-func (s *jsonSplitter) endObject(source string, line int, top []byte, items bool, itemCount int) error {
+func (s *jsonSplitter) endObject(source string, line int, top []byte, items bool, itemCount int, itemsTwice bool) error {
 	if !items {
 		s.emit(unit{source: source, file: s.name, line: line, raw: top, isJSON: true})
 		return nil
 	}
 	var head struct{ Kind, APIVersion string }
 	_ = json.Unmarshal(top, &head)
-	p := listPlan{kind: head.Kind, apiVersion: head.APIVersion}
+	p := listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: itemsTwice}
 	if s.plans == nil {
 		if s.plan != nil {
 			s.plan(s.doc, p)
