@@ -69,11 +69,17 @@ const (
 	// SetOldTransportDefaults).
 	apiserverIdleTimeout = 90 * time.Second
 
-	// keptAliveWait is how long shutdown waits, after -shutdown-delay, for
-	// the apiserver to let go of a connection it keeps idle: its idle
-	// timeout, and slack for the apiserver reading its last answer later
-	// than the server wrote it, where its timeout starts.
+	// keptAliveWait is how long a connection is idle before shutdown
+	// takes the apiserver to have let it go: its idle timeout, and slack
+	// for the apiserver reading its last answer later than the server
+	// wrote it, where its timeout starts.
 	keptAliveWait = apiserverIdleTimeout + 5*time.Second
+
+	// maxLetGoWait bounds shutdown's wait for the apiserver to let go of
+	// its kept-alive connections: a request begun before shutdown is
+	// answered by writeTimeout, without closing its connection, which is
+	// then let go keptAliveWait later.
+	maxLetGoWait = writeTimeout + keptAliveWait
 
 	// maxHeaderBytes is ample for the apiserver's and a probe's headers.
 	maxHeaderBytes = 16 << 10
@@ -257,7 +263,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer, p *
 	allowedNames := flags.String("allowed-client-names", "", "comma-separated client certificate Common `names` admitted with -client-ca-file; empty admits any it signed")
 	minVersion := flags.String("tls-min-version", "1.2", "lowest TLS `version`: 1.2 or 1.3")
 	flags.BoolVar(&cfg.http2, "http2", false, "offer HTTP/2 (the apiserver uses it only for loopback URLs)")
-	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain; then close the listener, and wait up to 95 s for clients to let go of kept-alive connections")
+	flags.DurationVar(&cfg.shutdownDelay, "shutdown-delay", 0, "on SIGTERM, keep serving this `long` with /ping failing so endpoints drain; then close the listener, and wait, up to 125 s, for clients to let go of kept-alive connections")
 	flags.StringVar(&cfg.logFormat, "log-format", "text", "log `format`: text or json")
 	flags.Int64Var(&cfg.maxInflightBytes, "max-inflight-bytes", defaultMaxInflightBytes, "the most `bytes` of large reviews (over 16 KiB) held at once as they are read and decoded; one that finds no room waits for it in line, or is answered 429 when it could not be read by its deadline")
 	showVersion := flags.Bool("version", false, "print the version and exit")
@@ -729,7 +735,7 @@ func (s *server) closeWhenDraining(h http.Handler) http.Handler {
 // finish, and connections idle, and newcomers still waiting for a place or
 // in their handshake, are closed. After a delay, the listener closes
 // first, and Shutdown waits until the HTTP/1 clients have let go of their
-// kept-alive connections, for at most keptAliveWait: closing one idle
+// kept-alive connections, for at most maxLetGoWait: closing one idle
 // races with a review being written into it, which then fails.
 func (s *server) serve(ctx context.Context) error {
 	metricsErr := make(chan error, 1)
@@ -792,13 +798,13 @@ func (s *server) serve(ctx context.Context) error {
 		case err := <-metricsErr:
 			return err
 		}
-		s.logger.Info("shutting down: closing the listener and waiting for clients to let go of kept-alive connections", "at_most", keptAliveWait)
+		s.logger.Info("shutting down: closing the listener and waiting for clients to let go of kept-alive connections", "at_most", maxLetGoWait)
 		s.listener.Close()
 		if err := <-reviewsErr; !errors.Is(err, net.ErrClosed) {
 			return servingErr(err)
 		}
-		if open := s.http1Conns.waitLetGo(); open > 0 {
-			s.logger.Info("shutting down: kept-alive connections still open are closed", "open", open)
+		if open := s.http1Conns.waitLetGo(keptAliveWait, maxLetGoWait); open > 0 {
+			s.logger.Info("shutting down: done waiting for clients to let go of kept-alive connections", "still_open", open)
 		}
 		closing = "shutting down: waiting for requests in flight"
 	}
@@ -850,16 +856,15 @@ func (o *openConns) track(c net.Conn, state http.ConnState) {
 }
 
 // waitLetGo waits until each open connection is closed, or has been idle
-// for keptAliveWait, after which its client no longer holds it; for at
-// most keptAliveWait, as no connection becomes idle while the server
-// drains: each answer closes its own. It returns how many are still open.
-func (o *openConns) waitLetGo() int {
-	deadline := time.Now().Add(keptAliveWait)
+// for keep, after which its client no longer holds it; for at most atMost.
+// It returns how many are still open.
+func (o *openConns) waitLetGo(keep, atMost time.Duration) int {
+	deadline := time.Now().Add(atMost)
 	for {
 		o.mu.Lock()
 		open, held := len(o.idle), 0
 		for _, since := range o.idle {
-			if since.IsZero() || time.Since(since) < keptAliveWait {
+			if since.IsZero() || time.Since(since) < keep {
 				held++
 			}
 		}

@@ -654,6 +654,41 @@ func TestKeptAliveConnectionServedAfterTheDelay(t *testing.T) {
 	})
 }
 
+// TestWaitLetGoHoldsALateAnswer: a connection whose request began before
+// shutdown, answered only after the wait for kept-alive connections
+// began, keeps its connection alive (its answer was decided while
+// serving); the wait holds it until it has been idle keep, however late
+// that is within atMost. One idle keep already is not waited for.
+func TestWaitLetGoHoldsALateAnswer(t *testing.T) {
+	const keep = 300 * time.Millisecond
+	o := &openConns{idle: map[net.Conn]time.Time{}}
+	late, lateClient := net.Pipe()
+	defer late.Close()
+	defer lateClient.Close()
+	old, oldClient := net.Pipe()
+	defer old.Close()
+	defer oldClient.Close()
+	o.track(late, http.StateNew)
+	o.track(late, http.StateActive)
+	o.track(old, http.StateNew)
+	o.mu.Lock()
+	o.idle[old] = time.Now().Add(-keep)
+	o.mu.Unlock()
+	go func() {
+		time.Sleep(keep) // the answer comes as late as a connection is kept
+		o.track(late, http.StateIdle)
+	}()
+	if open := o.waitLetGo(keep, time.Minute); open != 2 {
+		t.Errorf("waitLetGo returned %d open, want the 2 it does not close", open)
+	}
+	o.mu.Lock()
+	since := o.idle[late]
+	o.mu.Unlock()
+	if since.IsZero() || time.Since(since) < keep {
+		t.Errorf("waitLetGo returned with the late connection active or idle only %s, want idle %s", time.Since(since), keep)
+	}
+}
+
 func waitForLog(t *testing.T, logs *syncBuffer, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
