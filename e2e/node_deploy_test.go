@@ -416,11 +416,12 @@ func TestNodeDeploy(t *testing.T) {
 		}
 		// Until the apiserver has used each of its kept-alive connections
 		// to the old Pods once more, which closes it, it sends them some
-		// of a burst: a first burst uses them all.
+		// of a burst, and they wait for it: a first burst uses them all.
 		d.waitRolledOut(t)
 		if failed, _ := burstOf(scope, 90); len(failed) > 0 {
 			t.Errorf("a burst as the old Pods drain: %d of 90 failed: %s", len(failed), failureCauses(failed))
 		}
+		d.waitOldPodsGone(t, 3)
 		for name, n := range shares("three replicas after a rollout restart") {
 			if n == 0 {
 				t.Errorf("%s reviewed nothing of 90 requests behind the Service after a rollout restart", name)
