@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -422,9 +423,15 @@ func TestKeptAliveConnectionsAfterTheDelay(t *testing.T) {
 	registerRoute(t, route, hookOptions{scope: scope, caBundle: w.caPEM, seen: w.saw,
 		name: "keptalive-" + scope.namespace + ".webhook.example.com", url: w.url(route)})
 
-	// sendStalled sends a burst with the webhook stopped until resume,
-	// so that each review holds a connection of its own.
-	sendStalled := func(prefix string, resume time.Duration) []error {
+	_, port, err := net.SplitHostPort(w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// sendStalled sends a burst with the webhook stopped until the kernel
+	// holds all of it, each review's connection holding bytes the webhook
+	// has not read (a new one's TLS hello, or the review on one kept
+	// alive), and then until resumeAt.
+	sendStalled := func(prefix string, resumeAt time.Time) []error {
 		requests := make([]*preparedRequest, burst)
 		for i := range requests {
 			requests[i] = scope.admitted(route, fmt.Sprintf("%s-%d", prefix, i), 0)
@@ -439,12 +446,26 @@ func TestKeptAliveConnectionsAfterTheDelay(t *testing.T) {
 		for i, r := range requests {
 			wg.Go(func() { errs[i] = r.send(context.Background(), false) })
 		}
-		time.Sleep(resume)
+		holding := 0
+		for deadline := time.Now().Add(30 * time.Second); holding < burst; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				w.signal(syscall.SIGCONT)
+				t.Fatalf("the %s burst: %d of its %d connections ever held what it sent, by /proc/net/tcp", prefix, holding, burst)
+			}
+			holding = 0
+			for _, unread := range apiserverConnections(t, port) {
+				if unread > 0 {
+					holding++
+				}
+			}
+		}
+		time.Sleep(time.Until(resumeAt))
 		w.signal(syscall.SIGCONT)
 		wg.Wait()
 		return errs
 	}
-	for _, err := range sendStalled("warm", 500*time.Millisecond) {
+	// The first: the apiserver dials a connection for each review.
+	for _, err := range sendStalled("first", time.Time{}) {
 		if err != nil {
 			t.Fatalf("a review of the first burst failed: %v", err)
 		}
@@ -455,9 +476,12 @@ func TestKeptAliveConnectionsAfterTheDelay(t *testing.T) {
 	w.client.CloseIdleConnections()
 	w.signal(syscall.SIGTERM)
 	waitUntil(t, "the webhook draining", func() bool { return strings.Contains(w.log.String(), "shutting down") })
+	draining := time.Now()
 	time.Sleep(delay - 500*time.Millisecond)
+	// The second, into the connections the first left idle, each review
+	// waiting in its connection when the webhook resumes, its delay over.
 	failed := 0
-	for _, err := range sendStalled("late", time.Second) {
+	for _, err := range sendStalled("late", draining.Add(delay+500*time.Millisecond)) {
 		if err != nil {
 			failed++
 			t.Logf("a review written as the delay ended failed: %v", err)

@@ -190,7 +190,7 @@ func TestHostileClients(t *testing.T) {
 	opened := waitBodies() + waitFloods()
 	dialed := 0
 	for c := range seen {
-		if !before[c] {
+		if _, old := before[c]; !old {
 			dialed++
 		}
 	}
@@ -260,8 +260,10 @@ func sampleAPIServerConnections(t *testing.T, port string) func() (seen map[stri
 
 // apiserverConnections returns the connections established to the
 // webhook's port from 127.0.0.1, the apiserver's address (the hostile
-// clients dial from 127.0.0.2), by the client's port, from /proc/net/tcp.
-func apiserverConnections(t *testing.T, port string) map[string]bool {
+// clients dial from 127.0.0.2), by the client's port, from /proc/net/tcp:
+// of each, the bytes received that the webhook has not read. A connection
+// the webhook has not accepted yet is one too.
+func apiserverConnections(t *testing.T, port string) map[string]int64 {
 	t.Helper()
 	raw, err := os.ReadFile("/proc/net/tcp")
 	if err != nil {
@@ -275,11 +277,12 @@ func apiserverConnections(t *testing.T, port string) map[string]bool {
 	// endian) order, and a port as 4 hex digits.
 	local := fmt.Sprintf("0100007F:%04X", p)
 	const established = "01"
-	conns := map[string]bool{}
+	conns := map[string]int64{}
 	for line := range strings.Lines(string(raw)) {
 		f := strings.Fields(line)
-		if len(f) > 3 && f[1] == local && strings.HasPrefix(f[2], "0100007F:") && f[3] == established {
-			conns[f[2]] = true
+		if len(f) > 4 && f[1] == local && strings.HasPrefix(f[2], "0100007F:") && f[3] == established {
+			_, rx, _ := strings.Cut(f[4], ":") // tx_queue:rx_queue, in hex
+			conns[f[2]], _ = strconv.ParseInt(rx, 16, 64)
 		}
 	}
 	return conns
