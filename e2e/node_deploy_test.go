@@ -414,13 +414,10 @@ func TestNodeDeploy(t *testing.T) {
 		if out, err := n.kubectl("rollout", "restart", "-n", d.namespace, "deployment/"+d.name); err != nil {
 			t.Fatalf("kubectl rollout restart: %v\n%s", err, out)
 		}
-		// Until the apiserver has used each of its kept-alive connections
-		// to the old Pods once more, which closes it, it sends them some
-		// of a burst, and they wait for it: a first burst uses them all.
+		// Until the old Pods have exited, the apiserver sends them some
+		// of a burst on its kept-alive connections, and kube-proxy may
+		// not know every new one yet.
 		d.waitRolledOut(t)
-		if failed, _ := burstOf(scope, 90); len(failed) > 0 {
-			t.Errorf("a burst as the old Pods drain: %d of 90 failed: %s", len(failed), failureCauses(failed))
-		}
 		d.waitOldPodsGone(t, 3)
 		for name, n := range shares("three replicas after a rollout restart") {
 			if n == 0 {
