@@ -589,14 +589,7 @@ func TestKeptAliveConnectionServedAfterTheDelay(t *testing.T) {
 	review := plumbingReviews(t)["v1-deployment-create"]
 	t.Run("HTTP/1.1", func(t *testing.T) {
 		addr, logs, stop := startRun(t, "-shutdown-delay", "200ms")
-		pool := x509.NewCertPool()
-		ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
-		pool.AppendCertsFromPEM(ca)
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
+		conn := dialTrusting(t, addr)
 		answers := bufio.NewReader(conn)
 		post := func() (*http.Response, error) {
 			header := fmt.Sprintf("POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", len(review))
@@ -707,14 +700,7 @@ func waitForLog(t *testing.T, logs *syncBuffer, want string) {
 func TestUnusedConnectionKept(t *testing.T) {
 	addr, _, stop := startRun(t)
 	defer stop()
-	pool := x509.NewCertPool()
-	ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
-	pool.AppendCertsFromPEM(ca)
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := dialTrusting(t, addr)
 
 	// Meanwhile another client is served.
 	client := clientTrusting(t, filepath.Join("tls", "ca.crt"))
@@ -744,6 +730,21 @@ func TestUnusedConnectionKept(t *testing.T) {
 	}
 }
 
+// dialTrusting opens a TLS connection to addr, trusting startRun's
+// development CA, closed when the test ends.
+func dialTrusting(t *testing.T, addr string) *tls.Conn {
+	t.Helper()
+	pool := x509.NewCertPool()
+	ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
+	pool.AppendCertsFromPEM(ca)
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // TestUnreadBodyAnswered: a request that declares a body and sends none,
 // on a route that answers without reading it, is answered and its
 // connection closed by body.StallTimeout: net/http reads such a body before
@@ -752,15 +753,8 @@ func TestUnusedConnectionKept(t *testing.T) {
 // keep run from returning nil.
 func TestUnreadBodyAnswered(t *testing.T) {
 	addr, _, stop := startRun(t)
-	pool := x509.NewCertPool()
-	ca, _ := os.ReadFile(filepath.Join("tls", "ca.crt"))
-	pool.AppendCertsFromPEM(ca)
 	send := func(request string) net.Conn {
-		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := dialTrusting(t, addr)
 		if _, err := io.WriteString(conn, request); err != nil {
 			t.Fatal(err)
 		}

@@ -156,22 +156,7 @@ func TestReplayStoppedWhileWaitingForTheLog(t *testing.T) {
 				}
 				defer w.Close()
 			}
-			ctx, cancel := context.WithCancelCause(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-audit-log", fifo}, nil, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
-			}()
-			time.Sleep(100 * time.Millisecond) // replay is waiting on the log by now, or soon after
-			cancel(errors.New("stopped for the test"))
-			select {
-			case err := <-done:
-				var exit *ExitError
-				if !errors.As(err, &exit) || exit.Code != exitInterrupted {
-					t.Errorf("got %v, want exit 130", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Fatal("replay still waiting on its log 20 s after it was stopped")
-			}
+			stopReplayWaiting(t, fifo, nil)
 		})
 	}
 	// -audit-log -, a stdin whose writer sends nothing, as
@@ -183,21 +168,28 @@ func TestReplayStoppedWhileWaitingForTheLog(t *testing.T) {
 		}
 		defer w.Close()
 		defer r.Close()
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-audit-log", "-"}, r, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
-		}()
-		time.Sleep(100 * time.Millisecond)
-		cancel(errors.New("stopped for the test"))
-		select {
-		case err := <-done:
-			var exit *ExitError
-			if !errors.As(err, &exit) || exit.Code != exitInterrupted {
-				t.Errorf("got %v, want exit 130", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Fatal("replay still waiting on stdin 20 s after it was stopped")
-		}
+		stopReplayWaiting(t, "-", r)
 	})
+}
+
+// stopReplayWaiting replays the audit log at path (stdin for "-"), stops
+// it once it waits on the log, and checks it exits 130.
+func stopReplayWaiting(t *testing.T, path string, stdin io.Reader) {
+	t.Helper()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, flag.NewFlagSet("webhook review", flag.ContinueOnError), []string{"-audit-log", path}, stdin, io.Discard, io.Discard, func() http.Handler { return &fakeWebhook{} })
+	}()
+	time.Sleep(100 * time.Millisecond) // replay is waiting on the log by now, or soon after
+	cancel(errors.New("stopped for the test"))
+	select {
+	case err := <-done:
+		var exit *ExitError
+		if !errors.As(err, &exit) || exit.Code != exitInterrupted {
+			t.Errorf("got %v, want exit 130", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("replay still waiting on %s 20 s after it was stopped", path)
+	}
 }
