@@ -350,3 +350,48 @@ func TestUTF16Surrogates(t *testing.T) {
 		}
 	}
 }
+
+// TestListAliasAcrossItems: an item of a YAML List may name an anchor of
+// another item, or of the List's top level, as kubectl reads the List
+// whole (go.yaml.in/yaml/v2 resolves the alias); before, such an item was
+// read alone and was "unknown anchor".
+func TestListAliasAcrossItems(t *testing.T) {
+	item := func(name, metadataRest string) string {
+		return "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: " + name + "\n    namespace: ns\n" + metadataRest
+	}
+	for _, tc := range []struct{ name, content string }{
+		{"item.yaml", "apiVersion: v1\nkind: List\nitems:\n" + item("a", "    labels: &l\n      team: x\n") + item("b", "    labels: *l\n")},
+		{"top.yaml", "apiVersion: v1\nkind: List\nbase: &base\n  team: x\nitems:\n" + item("a", "    labels: *base\n") + item("b", "    labels:\n      <<: *base\n      tier: web\n")},
+		{"flow.yaml", "apiVersion: v1\nkind: List\nitems:\n" + item("a", "    labels: {team: &t x}\n") + item("b", "    labels: {team: *t, tier: web}\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if code != 0 || !strings.Contains(out, "ConfigMap ns/a: patched") || !strings.Contains(out, "ConfigMap ns/b: patched") {
+				t.Errorf("got exit %d:\n%s\nwant both items reviewed", code, out)
+			}
+		})
+	}
+}
+
+// TestHasAlias: a line that names an anchor is seen as one; a "*" inside
+// a scalar is not.
+func TestHasAlias(t *testing.T) {
+	for line, want := range map[string]bool{
+		"    labels: *l\n":            true,
+		"  - *item\n":                 true,
+		"      <<: *base\n":           true,
+		"    labels: {team: *t}\n":    true,
+		"    args: [a, *b]\n":         true,
+		"*top\n":                      true,
+		"    host: a*b\n":             false,
+		"    glob: '*.example.com'\n": false,
+		"    - \"*\"\n":               false,
+		"    schedule: 0 * * * *\n":   false,
+		"    note: *\n":               false,
+	} {
+		if got := hasAlias([]byte(line)); got != want {
+			t.Errorf("hasAlias(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
+

@@ -75,11 +75,13 @@ type unit struct {
 }
 
 // listPlan is what the first pass learns of a document that has items: the
-// kind and apiVersion of its top level, and whether items is a key of it
-// more than once.
+// kind and apiVersion of its top level, whether items is a key of it more
+// than once, and whether an item names an anchor (a YAML alias, *name),
+// which may be another item's or the top level's.
 type listPlan struct {
 	kind, apiVersion string
 	itemsTwice       bool
+	aliases          bool
 }
 
 // isList reports whether a document of this top level is a List, whose
@@ -87,10 +89,11 @@ type listPlan struct {
 func (p listPlan) isList() bool { return strings.HasSuffix(p.kind, "List") }
 
 // streamed reports whether the second pass reads a document's items one
-// by one, as it reads a List's: not with items twice, where kubectl takes
-// the last (go.yaml.in/yaml/v2 and encoding/json each keep a key's last
-// value), and the document is read whole.
-func (p listPlan) streamed() bool { return p.isList() && !p.itemsTwice }
+// by one, as it reads a List's. A List is read whole, as kubectl reads
+// it, with items twice, where kubectl takes the last (go.yaml.in/yaml/v2
+// and encoding/json each keep a key's last value), and with aliases,
+// which an item read alone could not resolve.
+func (p listPlan) streamed() bool { return p.isList() && !p.itemsTwice && !p.aliases }
 
 // inputFile is one file to read: its name as the user gave it (or
 // "stdin"), and where it is.
@@ -386,7 +389,8 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 		}
 	}, func(doc int, plan listPlan) {
 		plans[doc] = plan
-		if plan.streamed() && itemsOf == doc {
+		// A List read whole with aliases: its items that read alone.
+		if plan.isList() && !plan.itemsTwice && itemsOf == doc {
 			for _, it := range items {
 				it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
 				made = append(made, found(it)...)
@@ -582,6 +586,7 @@ type yamlSplitter struct {
 	inItems   bool   // reading the items of a List
 	itemsDone bool
 	itemsKeys int    // top-level items keys seen
+	aliases   bool   // an item's line may name an anchor (hasAlias)
 	seqIndent int    // the column of the items' "-", once seen; -1 before
 	itemText  []byte // the item being read
 	inItem    bool
@@ -720,6 +725,9 @@ func (s *yamlSplitter) takeItemLine(line []byte, blank bool) {
 		}
 		return
 	}
+	if s.plans == nil && !s.aliases {
+		s.aliases = hasAlias(line)
+	}
 	indent := indentOf(line)
 	isEntry := indent < len(line) && line[indent] == '-' && (indent+1 == len(line) || line[indent+1] == ' ' || line[indent+1] == '\n' || line[indent+1] == '\r')
 	if s.seqIndent < 0 {
@@ -792,7 +800,7 @@ func (s *yamlSplitter) endDocument() {
 			if j, err := yaml.ToJSON(s.text); err == nil {
 				var head struct{ Kind, APIVersion string }
 				if json.Unmarshal(j, &head) == nil {
-					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: s.itemsKeys > 1}
+					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: s.itemsKeys > 1, aliases: s.aliases}
 				}
 			}
 			if s.plan != nil {
@@ -814,6 +822,23 @@ func (s *yamlSplitter) endDocument() {
 			s.spareText = s.text // read by now: the first pass reads as it goes
 		}
 	}
+}
+
+// hasAlias reports whether line may name a YAML anchor: a "*" where a
+// node may begin, after the indentation, "- ", ": ", "[", "{" or ",",
+// and a name after it. A "*" in a quoted string or a block scalar may be
+// taken for one: its List is then read whole, which costs only memory.
+func hasAlias(line []byte) bool {
+	for i, c := range line {
+		if c != '*' || i+1 == len(line) || bytes.IndexByte([]byte(" \t\r\n,]}"), line[i+1]) >= 0 {
+			continue
+		}
+		before := bytes.TrimRight(line[:i], " \t")
+		if len(before) == 0 || bytes.IndexByte([]byte("-:[{,"), before[len(before)-1]) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // isItemsKey reports whether line is the top-level key items with a block
