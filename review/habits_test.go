@@ -395,3 +395,23 @@ func TestHasAlias(t *testing.T) {
 	}
 }
 
+// TestTabBeforeContent: a line of white space with a tab in it is not
+// blank to kubectl's YAML library ("found character that cannot start any
+// token"): the document it begins, or is in, is an error. Before, a
+// document of such lines was no document, and one that began with one
+// was read.
+func TestTabBeforeContent(t *testing.T) {
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n"
+	for _, tc := range []struct{ name, content, want string }{
+		{"tab-only.yaml", cm + "---\n\t\n", "tab-only.yaml#2: error: not YAML or JSON"},
+		{"tab-comment.yaml", "\t# note\n---\n" + cm, "tab-comment.yaml#1: error: not YAML or JSON"},
+		{"tab-first.yaml", "\t\n" + cm, "tab-first.yaml#1: error: not YAML or JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if code == 0 || !strings.Contains(out, tc.want) {
+				t.Errorf("got exit %d:\n%s\nwant %q", code, out, tc.want)
+			}
+		})
+	}
+}

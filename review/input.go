@@ -851,10 +851,16 @@ func isItemsKey(line []byte) bool {
 	return len(rest) == 0 || rest[0] == '#'
 }
 
+// isBlankOrComment reports whether line is white space, or a comment
+// after it. A tab before its end or its comment makes it neither: to
+// go.yaml.in/yaml/v2, kubectl's, such a line "cannot start any token",
+// and the document it begins, or is in, does not read.
 func isBlankOrComment(line []byte) bool {
 	for _, c := range line {
 		switch c {
-		case ' ', '\t', '\r', '\n':
+		case '\t':
+			return false
+		case ' ', '\r', '\n':
 		case '#':
 			return true
 		default:
