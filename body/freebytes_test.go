@@ -10,7 +10,10 @@ import (
 // TestRoomFirstComeFirstServed: a large take that does not fit waits, and
 // a smaller one behind it waits too, though it would fit: a stream of
 // small bodies cannot starve a large one. Once room is given back, they
-// are served in order.
+// are served in order. The first room given back is enough for the large
+// take and not for both, so that the small one, were it served out of
+// turn, is seen first: served in turn, it cannot be seen before the
+// large one however the goroutines are scheduled.
 func TestRoomFirstComeFirstServed(t *testing.T) {
 	r := &NewBudget(100 * reserveUnit).free
 	if err := r.reserve(context.Background(), 60*reserveUnit); err != nil {
@@ -26,7 +29,7 @@ func TestRoomFirstComeFirstServed(t *testing.T) {
 	// once the turn is held, for nothing else takes it yet.
 	waitUntil(func() bool { _, waiting := r.state(); return waiting == 1 && len(r.turn) == 1 })
 	go func() {
-		if r.reserve(context.Background(), 20*reserveUnit) == nil {
+		if r.reserve(context.Background(), 30*reserveUnit) == nil {
 			order <- "small"
 		}
 	}()
