@@ -521,6 +521,56 @@ func TestSilentWatch(t *testing.T) {
 	}
 }
 
+// TestSilentWatchesThatEndSoon: a proxy before a stuck apiserver that ends
+// each silent stream cleanly before silentAfter (its idle timeout) gives
+// watch after watch that delivers nothing. Silence counts across them:
+// the store is listed again, and never counts as current on quiet alone
+// once silentAfter has passed with nothing delivered. Before, each watch
+// was current a second after it opened, and the store was never listed
+// again (helper-32).
+func TestSilentWatchesThatEndSoon(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	const silentAfter = 3 * time.Second
+	inner := f.Config.Handler
+	f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" {
+			ctx, cancel := context.WithTimeout(r.Context(), silentAfter-500*time.Millisecond)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
+		inner.ServeHTTP(w, r)
+	})
+	r, store, _ := startReflectorSilentAfter(t, f, silentAfter)
+	waitUntil(t, "the first watch to be established", func() bool { return r.Health().Current })
+	f.add("b") // in the apiserver, and never in a watch
+	waitUntil(t, "a list that holds b", func() bool { return slices.Contains(store.names(), "b") })
+}
+
+// TestSilentWatchAfterAnOutage: after watches refused for longer than
+// silentAfter, a watch answered 200 that delivers nothing is closed at
+// once and the store listed: it holds what was made during the outage
+// before it counts as current. Before, the store was current a second
+// after that watch opened, as old as the outage.
+func TestSilentWatchAfterAnOutage(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	const silentAfter = 1500 * time.Millisecond
+	r, store, _ := startReflectorSilentAfter(t, f, silentAfter)
+	waitUntil(t, "the first watch to be established", func() bool { return r.Health().Current })
+	f.mu.Lock()
+	f.refuseWatches = 2 // the backoff: 0.8 + 1.6 s at least, 4.8 s at most
+	f.mu.Unlock()
+	f.events <- "END" // the watch ends; the next two are refused
+	waitUntil(t, "the outage to begin", func() bool { return !r.Health().Current })
+	f.add("b") // during the outage, and never in a watch
+	waitUntil(t, "a watch after the outage", func() bool { return r.Health().Watches >= 4 })
+	waitUntil(t, "the store to be current", func() bool { return r.Health().Current })
+	if names := store.names(); !slices.Contains(names, "b") {
+		t.Errorf("current again, holding %v, want b, made during the outage: requests %q", names, f.requested())
+	}
+}
+
 // TestWatchesAllGoneBackOff: an apiserver whose every watch is answered
 // 200, then 410 (one that lags behind the one that served the list), is
 // listed again only after the backoff, as client-go's reflector waits

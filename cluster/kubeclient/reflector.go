@@ -35,7 +35,8 @@ type Health struct {
 	Synced bool
 	// Current is true while the store is as current as the apiserver's
 	// watch: a watch is open and established, having delivered an event
-	// or a bookmark, or stayed open EstablishedAfter without an error.
+	// or a bookmark, or stayed open EstablishedAfter without an error,
+	// within SilentAfter of the last thing delivered.
 	Current bool
 	// Heard is when the store was last known to be as current as the
 	// apiserver: the start of a list (its snapshot) once it is whole, an
@@ -117,8 +118,10 @@ const SilentAfter = time.Minute + 15*time.Second
 //     where the apiserver pages it (it does not from its cache).
 //   - A watch that ends at its timeout is opened again from the last
 //     resourceVersion seen, an object's or a bookmark's, with no list.
-//   - A watch that delivers nothing for SilentAfter is closed, and
-//     followed by a list at "" (from etcd, as of now).
+//   - When nothing is delivered (a list whole, an event or a bookmark)
+//     for SilentAfter, across watches, the open watch is closed, and
+//     followed by a list at "" (from etcd, as of now): one that opens
+//     later than that is closed at once.
 //   - A watch that ends within EstablishedAfter having delivered nothing
 //     is an error: a "very short watch", followed by the backoff and a
 //     list.
@@ -158,6 +161,12 @@ type Reflector struct {
 	// last logged of why.
 	staleSince time.Time
 	staleErr   string
+	// delivered is when the apiserver last delivered anything: a list
+	// whole, an event or a bookmark. Silence counts from it across
+	// watches, not from each watch's start: a proxy that ends each silent
+	// stream before silentAfter would otherwise open one after another,
+	// each counted current a second after it opens.
+	delivered time.Time
 }
 
 // NewReflector returns a Reflector of resource into store, logging to
@@ -252,6 +261,7 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 	r.mu.Lock()
 	first := !r.health.Synced
 	r.health.Synced, r.health.Heard, r.health.Objects = true, asked, objects
+	r.delivered = time.Now() // not asked: a list of many pages is not silence
 	r.mu.Unlock()
 	if first {
 		r.logger.Info("the view of the cluster is synced", "objects", objects, "resource_version", rv)
@@ -264,10 +274,11 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 // from the same resourceVersion.
 var errWatchNotStarted = errors.New("the watch did not start")
 
-// errSilentWatch is a watch that delivered nothing, not even a bookmark,
-// for silentAfter: it is closed, and the store listed again from etcd
-// (resourceVersion ""), so that a watch that stopped without a word, and
-// the next one, cannot keep a store that receives nothing current.
+// errSilentWatch is a watch open when nothing, not even a bookmark, has
+// been delivered for silentAfter: it is closed, and the store listed
+// again from etcd (resourceVersion ""), so that a watch that stopped
+// without a word, and the next ones, cannot keep a store that receives
+// nothing current.
 var errSilentWatch = errors.New("the watch delivered nothing, not even a bookmark")
 
 // errVeryShortWatch is a watch that ended within EstablishedAfter having
@@ -303,6 +314,7 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	r.mu.Lock()
 	r.watching++
 	id := r.watching
+	silentLeft := r.silentAfter - time.Since(r.delivered)
 	r.mu.Unlock()
 	// Quiet but open for EstablishedAfter: established. The timer's
 	// function has ended, or never runs, once watch returns.
@@ -317,14 +329,14 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 		}
 	}()
 	var silent atomic.Bool
-	silence := time.AfterFunc(r.silentAfter, func() { silent.Store(true); cancel() })
+	silence := time.AfterFunc(max(silentLeft, 0), func() { silent.Store(true); cancel() })
 	defer silence.Stop()
 	events := 0
 	defer func() { r.watchEnded(id) }()
 	for {
 		event, err := w.Next()
 		if silent.Load() {
-			r.logger.Info("the watch delivered nothing, not even a bookmark, for "+r.silentAfter.String()+"; listing again", "events", events, "resource_version", *resourceVersion)
+			r.logger.Info("the apiserver's watches delivered nothing, not even a bookmark, for "+r.silentAfter.String()+"; listing again", "events", events, "resource_version", *resourceVersion)
 			return errSilentWatch
 		}
 		if errors.Is(err, io.EOF) {
@@ -352,12 +364,19 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 
 // current records that the watch id is established, by an event of
 // eventType, or by its quiet for EstablishedAfter (""): the store is
-// current, heard from now. A return to current after a failure is logged.
+// current, heard from now. Quiet establishes nothing once silentAfter has
+// passed with nothing delivered. A return to current after a failure is
+// logged.
 func (r *Reflector) current(id int64, eventType string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if id != r.watching {
 		return // that watch has ended
+	}
+	if eventType != "" {
+		r.delivered = time.Now()
+	} else if time.Since(r.delivered) >= r.silentAfter {
+		return // silent: the watch is closed, and the store listed
 	}
 	r.health.Current, r.health.Heard, r.health.Err = true, time.Now(), nil
 	if !r.staleSince.IsZero() {
