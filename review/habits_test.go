@@ -415,3 +415,24 @@ func TestTabBeforeContent(t *testing.T) {
 		})
 	}
 }
+
+// TestKeysCaseSensitive: kubectl and the apiserver read keys case and
+// all: metadata's "Namespace" is not its namespace, a List's "Kind" not
+// its kind, and "Items" not its items. Before, review read them as
+// encoding/json does, whatever their case: the ConfigMap below was
+// reviewed in kube-system.
+func TestKeysCaseSensitive(t *testing.T) {
+	for _, tc := range []struct{ name, content, want, notWant string }{
+		{"namespace.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  Namespace: kube-system\n", "ConfigMap default/a", "kube-system"},
+		{"kind.yaml", "Kind: List\napiVersion: v1\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a, namespace: ns}\n", "the document has no", "ConfigMap ns/a"},
+		{"kind.json", `{"kind":"List","KIND":"ConfigMapList","apiVersion":"v1","items":[{"metadata":{"name":"a","namespace":"ns"}}]}`, "the document has no", "ConfigMap ns/a"},
+		{"items.yaml", "apiVersion: v1\nkind: List\nItems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: a, namespace: ns}\n", "", "ConfigMap ns/a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if !strings.Contains(out, tc.want) || strings.Contains(out, tc.notWant) {
+				t.Errorf("got:\n%s\nwant %q, and not %q", out, tc.want, tc.notWant)
+			}
+		})
+	}
+}

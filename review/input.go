@@ -38,6 +38,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"runtime"
 	"slices"
@@ -49,6 +50,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/example/webhook/jsonfield"
@@ -798,8 +800,8 @@ func (s *yamlSplitter) endDocument() {
 			// The first pass: the top level but the items tells the kind.
 			var top listPlan
 			if j, err := yaml.ToJSON(s.text); err == nil {
-				var head struct{ Kind, APIVersion string }
-				if json.Unmarshal(j, &head) == nil {
+				var head listHead
+				if utiljson.Unmarshal(j, &head) == nil {
 					top = listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: s.itemsKeys > 1, aliases: s.aliases}
 				}
 			}
@@ -825,7 +827,7 @@ func (s *yamlSplitter) endDocument() {
 }
 
 // hasAlias reports whether line may name a YAML anchor: a "*" where a
-// node may begin, after the indentation, "- ", ": ", "[", "{" or ",",
+// node may begin, after the indentation, "- ", ": ", "? ", "[", "{" or ",",
 // and a name after it. A "*" in a quoted string or a block scalar may be
 // taken for one: its List is then read whole, which costs only memory.
 func hasAlias(line []byte) bool {
@@ -834,11 +836,19 @@ func hasAlias(line []byte) bool {
 			continue
 		}
 		before := bytes.TrimRight(line[:i], " \t")
-		if len(before) == 0 || bytes.IndexByte([]byte("-:[{,"), before[len(before)-1]) >= 0 {
+		if len(before) == 0 || bytes.IndexByte([]byte("-:?[{,"), before[len(before)-1]) >= 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// listHead is what the first pass reads of a List's top level: its keys
+// as kubectl reads them (utiljson), case and all, where encoding/json
+// would take "Kind" for kind.
+type listHead struct {
+	Kind       string `json:"kind"`
+	APIVersion string `json:"apiVersion"`
 }
 
 // isItemsKey reports whether line is the top-level key items with a block
@@ -1012,8 +1022,8 @@ func (s *jsonSplitter) endObject(source string, line int, top []byte, items bool
 		s.emit(unit{source: source, file: s.name, line: line, raw: top, isJSON: true})
 		return nil
 	}
-	var head struct{ Kind, APIVersion string }
-	_ = json.Unmarshal(top, &head)
+	var head listHead
+	_ = utiljson.Unmarshal(top, &head)
 	p := listPlan{kind: head.Kind, apiVersion: head.APIVersion, itemsTwice: itemsTwice}
 	if s.plans == nil {
 		if s.plan != nil {
@@ -1376,12 +1386,12 @@ func listItems(u unit, list parsedObject) ([]parsedObject, []unreadable, string)
 		Items json.RawMessage `json:"items"`
 	}
 	var items []json.RawMessage
-	err := json.Unmarshal(list.json, &body)
+	err := utiljson.Unmarshal(list.json, &body) // "Items" is not items
 	if err == nil && body.Items == nil {
 		return []parsedObject{list}, nil, "" // a kind named *List, with no items
 	}
 	if err == nil {
-		err = json.Unmarshal(body.Items, &items)
+		err = utiljson.Unmarshal(body.Items, &items)
 	}
 	if err != nil {
 		return nil, []unreadable{{u.source, fmt.Errorf("the %s's items are not a list", list.head.Kind)}}, ""
@@ -1434,7 +1444,13 @@ func readHead(doc []byte, head *objectHead) (metaErr, err error) {
 		if !found || string(value) == "null" {
 			continue
 		}
-		if err := json.Unmarshal(value, m.into); err != nil {
+		// Case-sensitive, as kubectl and the apiserver read it: metadata's
+		// "Namespace" is not its namespace. encoding/json, which is not,
+		// says what failed in the terms headError reads.
+		if err := utiljson.Unmarshal(value, m.into); err != nil {
+			if plainErr := json.Unmarshal(value, reflect.New(reflect.TypeOf(m.into).Elem()).Interface()); plainErr != nil {
+				err = plainErr
+			}
 			var typeErr *json.UnmarshalTypeError
 			if errors.As(err, &typeErr) {
 				typeErr.Field = strings.TrimSuffix(m.key+"."+typeErr.Field, ".")
