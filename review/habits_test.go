@@ -436,3 +436,20 @@ func TestKeysCaseSensitive(t *testing.T) {
 		})
 	}
 }
+
+// TestLineLongerThanAnyObject: a line longer than maxLineBytes makes the
+// document it is in an error, and only that one: before, that document
+// was lost without a word and those after it were numbered one too far.
+func TestLineLongerThanAnyObject(t *testing.T) {
+	cm := func(name, extra string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: ns\n" + extra
+	}
+	long := "data:\n  k: " + strings.Repeat("x", maxLineBytes+1) + "\n"
+	content := cm("a", "") + "---\n" + cm("b", long) + "---\n" + cm("c", "")
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"long.yaml": content}, "-f", "DIR/long.yaml")
+	for _, want := range []string{"long.yaml#1: ConfigMap ns/a: patched", "long.yaml#2: error: line 13 is longer than 4 MiB", "long.yaml#3: ConfigMap ns/c: patched", "3 reviewed"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("got exit %d:\n%s\nwant %q", code, out, want)
+		}
+	}
+}

@@ -619,7 +619,9 @@ func (s *yamlSplitter) run(br *bufio.Reader) error {
 					_, err = br.ReadSlice('\n')
 				}
 				s.line++
-				s.startContent()
+				if !s.content { // else the document it is in, not the next
+					s.startContent()
+				}
 				s.badSep = fmt.Sprintf("line %d is longer than %d MiB: no object the apiserver takes has one", s.line, maxLineBytes>>20)
 				continue
 			}
