@@ -453,3 +453,27 @@ func TestLineLongerThanAnyObject(t *testing.T) {
 		}
 	}
 }
+
+// TestItemsMakeAList: an object with items is a List to kubectl whatever
+// its kind (apimachinery's unstructured decode looks for items alone):
+// its items are what is sent, and it is not. Before, only a kind named
+// *List was.
+func TestItemsMakeAList(t *testing.T) {
+	secret := "- apiVersion: v1\n  kind: Secret\n  metadata: {name: s, namespace: ns}\n"
+	cart := "apiVersion: shop.example.com/v1\nkind: Cart\nmetadata: {name: c, namespace: ns}\n"
+	for _, tc := range []struct{ name, content, want string }{
+		{"block.yaml", cart + "items:\n" + secret, "block.yaml#1[0]: Secret ns/s: patched"},
+		{"flow.yaml", cart + "items: [{apiVersion: v1, kind: Secret, metadata: {name: s, namespace: ns}}]\n", "flow.yaml#1[0]: Secret ns/s: patched"},
+		{"array.json", `{"apiVersion":"shop.example.com/v1","kind":"Cart","metadata":{"name":"c","namespace":"ns"},"items":[{"apiVersion":"v1","kind":"Secret","metadata":{"name":"s","namespace":"ns"}}]}`, "array.json#1[0]: Secret ns/s: patched"},
+		{"empty.yaml", cart + "items: []\n", "no object: an empty Cart"},
+		{"null.yaml", cart + "items:\n", "no object: an empty Cart"},
+		{"object.yaml", cart + "items: {apple: 1}\n", "object.yaml#1: error: line 1: the Cart's items are not a list"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if !strings.Contains(out, tc.want) || strings.Contains(out, "Cart ns/c") {
+				t.Errorf("got:\n%s\nwant %q, and the Cart not reviewed", out, tc.want)
+			}
+		})
+	}
+}

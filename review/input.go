@@ -78,24 +78,32 @@ type unit struct {
 
 // listPlan is what the first pass learns of a document that has items: the
 // kind and apiVersion of its top level, whether items is a key of it more
-// than once, and whether an item names an anchor (a YAML alias, *name),
-// which may be another item's or the top level's.
+// than once, whether an item names an anchor (a YAML alias, *name), which
+// may be another item's or the top level's, and whether an item is itself
+// a List (isListItem).
 type listPlan struct {
 	kind, apiVersion string
 	itemsTwice       bool
 	aliases          bool
+	listInList       bool
 }
 
 // isList reports whether a document of this top level is a List, whose
-// items are reviewed one by one: `kind: List`, or any *List.
-func (p listPlan) isList() bool { return strings.HasSuffix(p.kind, "List") }
+// items are reviewed one by one: any object with items, whatever its
+// kind, as kubectl's decoder takes it (apimachinery's unstructured
+// decode: `kind: List`, a DeploymentList, or a kind of a CRD's), once it
+// has a kind and an apiVersion, without which it is an error.
+func (p listPlan) isList() bool { return p.kind != "" && p.apiVersion != "" }
 
 // streamed reports whether the second pass reads a document's items one
 // by one, as it reads a List's. A List is read whole, as kubectl reads
 // it, with items twice, where kubectl takes the last (go.yaml.in/yaml/v2
-// and encoding/json each keep a key's last value), and with aliases,
-// which an item read alone could not resolve.
-func (p listPlan) streamed() bool { return p.isList() && !p.itemsTwice && !p.aliases }
+// and encoding/json each keep a key's last value); with aliases, which an
+// item read alone could not resolve; and with a List in it, which makes
+// the whole List an error (listItems).
+func (p listPlan) streamed() bool {
+	return p.isList() && !p.itemsTwice && !p.aliases && !p.listInList
+}
 
 // inputFile is one file to read: its name as the user gave it (or
 // "stdin"), and where it is.
@@ -377,6 +385,7 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 	var made []parsedObject
 	var items []unit // of the document being read, until it is known to be a List
 	itemsOf := 0
+	listInList := map[int]bool{} // by document
 	err := readFile(f, nil, func(u unit) {
 		if u.listKind == "" && u.err == nil && u.empty == "" && mayDefine(u.raw) {
 			made = append(made, found(u)...)
@@ -385,14 +394,18 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 		if itemsOf != doc {
 			items, itemsOf = items[:0], doc
 		}
+		if !listInList[doc] && isListItem(item) {
+			listInList[doc] = true
+		}
 		if mayDefine(item.raw) {
 			item.raw = bytes.Clone(item.raw) // the splitter reuses its buffer
 			items = append(items, item)
 		}
 	}, func(doc int, plan listPlan) {
+		plan.listInList = listInList[doc]
 		plans[doc] = plan
 		// A List read whole with aliases: its items that read alone.
-		if plan.isList() && !plan.itemsTwice && itemsOf == doc {
+		if plan.isList() && !plan.itemsTwice && !plan.listInList && itemsOf == doc {
 			for _, it := range items {
 				it.listKind, it.listAPIVersion = plan.kind, plan.apiVersion
 				made = append(made, found(it)...)
@@ -401,6 +414,31 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 		items = items[:0]
 	})
 	return plans, made, err
+}
+
+// isListItem reports whether an item of a List, as the first pass reads
+// it, is itself a List: an object whose items is an array
+// (Unstructured.IsList). Only an item whose text names items is read.
+func isListItem(item unit) bool {
+	if item.err != nil || !bytes.Contains(item.raw, []byte("items")) {
+		return false
+	}
+	doc := item.raw
+	if !item.isJSON {
+		j, err := yaml.ToJSON(item.raw)
+		if err != nil {
+			return false
+		}
+		doc = j
+	}
+	return itemsArray(doc)
+}
+
+// itemsArray reports whether the JSON object doc has a member items whose
+// value is an array.
+func itemsArray(doc []byte) bool {
+	value, found, err := jsonfield.Top(doc, "items")
+	return err == nil && found && len(value) > 0 && value[0] == '['
 }
 
 // mayDefine reports whether text may be a CustomResourceDefinition or a
@@ -1374,15 +1412,29 @@ func readUnit(u unit) ([]parsedObject, []unreadable, string) {
 	if err := checkKind(obj.head); err != nil {
 		return nil, []unreadable{{u.source, err}}, ""
 	}
-	if strings.HasSuffix(obj.head.Kind, "List") {
-		return listItems(u, obj) // a List in a List too, as kubectl flattens it
+	if bytes.Contains(doc, []byte(`"items":`)) {
+		_, hasItems, _ := jsonfield.Top(doc, "items")
+		switch {
+		case u.listKind != "" && itemsArray(doc):
+			return nil, []unreadable{{u.source, errListInList}}, ""
+		case u.listKind == "" && hasItems:
+			return listItems(u, obj)
+		}
 	}
 	return []parsedObject{obj}, nil, ""
 }
 
+// errListInList is an item of a List that is itself a List: kubectl's
+// FlattenListVisitor (k8s.io/cli-runtime v0.37.2, visitor.go) cannot
+// extract the items of a List read as an item (meta.ExtractList: "is not
+// a list: no Items field in this object"), and fails the List it is in,
+// none of whose items it then sends.
+var errListInList = errors.New("a List in a List (an object with items): kubectl reads none of the List it is in (\"is not a list: no Items field in this object\")")
+
 // listItems are the items of a List read whole, or what it is when it
 // holds none: items null is no item, as kubectl's decoder reads it (and as
-// `items:` with nothing after it is).
+// `items:` with nothing after it is). A List with a List in it is an
+// error, whole (errListInList).
 func listItems(u unit, list parsedObject) ([]parsedObject, []unreadable, string) {
 	var body struct {
 		Items json.RawMessage `json:"items"`
@@ -1400,6 +1452,11 @@ func listItems(u unit, list parsedObject) ([]parsedObject, []unreadable, string)
 	}
 	if len(items) == 0 {
 		return nil, nil, "an empty " + list.head.Kind
+	}
+	for i, item := range items {
+		if itemsArray(item) {
+			return nil, []unreadable{{u.source, fmt.Errorf("its item [%d] is itself a List (an object with items): kubectl reads none of a List with a List in it (\"is not a list: no Items field in this object\")", i)}}, ""
+		}
 	}
 	var objs []parsedObject
 	var bad []unreadable

@@ -318,28 +318,41 @@ items:
 	jsonList := `{"apiVersion":"v1","items":[{"metadata":{"name":"j1","namespace":"ns","annotations":{"a":"}]\"{[\\"}}},` + "\r\n" +
 		`{"apiVersion":"v1","kind":"Secret","metadata":{"name":"j2","namespace":"ns"}}],"kind":"SecretList","metadata":{}}` + "\n" +
 		`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"after","namespace":"ns"}}`
-	// A List in a List is flattened, as kubectl's FlattenListVisitor does;
-	// a null item is an error, as kubectl's validation makes it, not
-	// nothing.
+	// A List in a List makes the List it is in an error, whole, as
+	// kubectl's FlattenListVisitor fails it (errListInList); before, it was
+	// flattened. A null item is an error, as kubectl's validation makes
+	// it, not nothing.
 	nestedList := `apiVersion: v1
 kind: List
 items:
--
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: beside, namespace: ns}
 - apiVersion: v1
   kind: List
   items:
   - apiVersion: v1
     kind: ConfigMap
     metadata: {name: inner, namespace: ns}
+---
+apiVersion: v1
+kind: List
+items:
+-
+- apiVersion: v1
+  kind: ConfigMap
+  metadata: {name: after-null, namespace: ns}
 `
-	nestedJSON := `{"apiVersion":"v1","kind":"List","items":[null,{"apiVersion":"v1","kind":"ConfigMapList","items":[{"metadata":{"name":"inner-json","namespace":"ns"}}]}]}`
+	nestedJSON := `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"beside-json","namespace":"ns"}},{"apiVersion":"v1","kind":"ConfigMapList","items":[{"metadata":{"name":"inner-json","namespace":"ns"}}]}]}
+{"apiVersion":"v1","kind":"List","items":[null]}`
 	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"l.yaml": yamlList, "t.yaml": typedList, "l.json": jsonList, "n.yaml": nestedList, "n.json": nestedJSON},
 		"-f", "DIR/l.yaml", "-f", "DIR/t.yaml", "-f", "DIR/l.json", "-f", "DIR/n.yaml", "-f", "DIR/n.json")
 	for _, want := range []string{
-		"n.yaml#1[0]: error: line 4: the List's item is null, not an object",
-		"n.yaml#1[1][0]: ConfigMap ns/inner: patched",
-		"n.json#1[0]: error: line 1: the List's item is null, not an object",
-		"n.json#1[1][0]: ConfigMap ns/inner-json: patched",
+		"n.yaml#1: error: line 1: its item [1] is itself a List",
+		"n.yaml#2[0]: error: line 17: the List's item is null, not an object",
+		"n.yaml#2[1]: ConfigMap ns/after-null: patched",
+		"n.json#1: error: line 1: its item [1] is itself a List",
+		"n.json#2[0]: error: line 2: the List's item is null, not an object",
 		"l.yaml#1[0]: ConfigMap ns/one: patched",
 		"l.yaml#1[1]: error: line 8: the document has no apiVersion or kind",
 		"l.yaml#1[2]: error: not YAML or JSON: line 12:",
@@ -354,6 +367,11 @@ items:
 	}
 	if code != exitUsage {
 		t.Errorf("got exit %d, want 2", code)
+	}
+	for _, notWant := range []string{"beside", "inner"} {
+		if strings.Contains(out, notWant) {
+			t.Errorf("output names %q, an item of a List with a List in it, which kubectl does not read:\n%s", notWant, out)
+		}
 	}
 }
 
