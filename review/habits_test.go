@@ -477,3 +477,23 @@ func TestItemsMakeAList(t *testing.T) {
 		})
 	}
 }
+
+// TestScalarBetweenObjects: a JSON string, number or boolean between
+// objects is an error of its own, and the objects after it are read, as
+// kubectl's decoder reads on past it. Before, the rest of the file was
+// not read.
+func TestScalarBetweenObjects(t *testing.T) {
+	cm := func(name string) string {
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"ns"}}`
+	}
+	content := cm("a") + " 5 " + cm("b") + "\n\"text\"\ntrue " + cm("c") + " x " + cm("d")
+	out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"s.json": content}, "-f", "DIR/s.json")
+	for _, want := range []string{"s.json#1: ConfigMap ns/a", "s.json#2: error: the document beginning at line 1 is not an object", "s.json#3: ConfigMap ns/b", "s.json#4: error: the document beginning at line 2 is not an object", "s.json#5: error: the document beginning at line 3 is not an object", "s.json#6: ConfigMap ns/c", `s.json#7: error: line 3: "x" where a JSON object begins`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("got:\n%s\nwant %q", out, want)
+		}
+	}
+	if strings.Contains(out, "ns/d") {
+		t.Errorf("got:\n%s\nwant nothing read after the x, which does not decode", out)
+	}
+}

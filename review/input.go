@@ -966,6 +966,14 @@ func (s *jsonSplitter) run(br *bufio.Reader) error {
 		s.doc++
 		source := fmt.Sprintf("%s#%d", s.name, s.doc)
 		if c != '{' && c != '[' {
+			line := s.line
+			rest, _ := s.value(br, c)
+			if raw := append([]byte{c}, rest...); json.Valid(raw) {
+				// A string, a number or a boolean: kubectl's decoder reads
+				// it, and on past it; it is no object (readUnit says so).
+				s.emit(unit{source: source, file: s.name, line: line, raw: raw, isJSON: true})
+				continue
+			}
 			// Not a value kubectl's decoder reads on from: the rest of the
 			// stream cannot be split.
 			s.emit(unit{source: source, file: s.name, line: s.line, err: fmt.Errorf("line %d: %q where a JSON object begins: the rest of the file is not read", s.line, string(rune(c)))})
