@@ -571,6 +571,28 @@ func TestSilentWatchAfterAnOutage(t *testing.T) {
 	}
 }
 
+// TestGoneAfterEstablished: a watch answered 200 that ends with 410
+// after EstablishedAfter, having delivered nothing, was never as current
+// as the apiserver: the store's age counts from before it, not from its
+// end. Before, its end counted as heard from (helper-32).
+func TestGoneAfterEstablished(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	r, _, _ := startReflector(t, f)
+	waitUntil(t, "the watch to be established by its quiet", func() bool { return r.Health().Current })
+	established := time.Now()
+	gate := make(chan struct{})
+	t.Cleanup(func() { close(gate) })
+	f.mu.Lock()
+	f.listGate = gate // the relist waits: Heard is the watch's doing alone
+	f.mu.Unlock()
+	f.events <- `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":410,"reason":"Expired","message":"too old resource version"}}`
+	waitUntil(t, "the watch to end", func() bool { return !r.Health().Current })
+	if h := r.Health(); !h.Heard.Before(established) {
+		t.Errorf("heard from at %s, after the watch was established by its quiet (%s), which then ended with 410 having delivered nothing", h.Heard.Format(time.StampMicro), established.Format(time.StampMicro))
+	}
+}
+
 // TestWatchesAllGoneBackOff: an apiserver whose every watch is answered
 // 200, then 410 (one that lags behind the one that served the list), is
 // listed again only after the backoff, as client-go's reflector waits

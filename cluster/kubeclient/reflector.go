@@ -40,9 +40,11 @@ type Health struct {
 	Current bool
 	// Heard is when the store was last known to be as current as the
 	// apiserver: the start of a list (its snapshot) once it is whole, an
-	// event or a bookmark, or the end of an established watch. A watch merely answered (200) is not heard
-	// from: an apiserver that cannot serve its resourceVersion answers
-	// 200, then an ERROR event.
+	// event or a bookmark, or the end of an established watch but at 410.
+	// A watch merely answered (200) is not heard from: an apiserver that
+	// cannot serve its resourceVersion answers 200, then an ERROR event,
+	// which may come after EstablishedAfter: then the watch's quiet
+	// established nothing, and Heard is as it was before it.
 	Heard time.Time
 	// Err is the last failure, until a watch is established.
 	Err error
@@ -167,6 +169,10 @@ type Reflector struct {
 	// stream before silentAfter would otherwise open one after another,
 	// each counted current a second after it opens.
 	delivered time.Time
+	// heardBeforeQuiet is Heard before the open watch was established by
+	// its quiet alone, to go back to should it end with 410 having
+	// delivered nothing: its quiet established nothing.
+	heardBeforeQuiet time.Time
 }
 
 // NewReflector returns a Reflector of resource into store, logging to
@@ -292,7 +298,7 @@ var errVeryShortWatch = fmt.Errorf("a very short watch: the apiserver ended it w
 // errSilentWatch when it delivers nothing for silentAfter and watch
 // closes it, and an error when it ends within EstablishedAfter having
 // delivered nothing.
-func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
+func (r *Reflector) watch(ctx context.Context, resourceVersion *string) (err error) {
 	r.watches.Add(1)
 	// As client-go's, the clock starts before the request: a proxy may
 	// hold the answer's header until the first event.
@@ -332,7 +338,7 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) error {
 	silence := time.AfterFunc(max(silentLeft, 0), func() { silent.Store(true); cancel() })
 	defer silence.Stop()
 	events := 0
-	defer func() { r.watchEnded(id) }()
+	defer func() { r.watchEnded(id, events, err) }()
 	for {
 		event, err := w.Next()
 		if silent.Load() {
@@ -377,6 +383,8 @@ func (r *Reflector) current(id int64, eventType string) {
 		r.delivered = time.Now()
 	} else if time.Since(r.delivered) >= r.silentAfter {
 		return // silent: the watch is closed, and the store listed
+	} else if !r.health.Current {
+		r.heardBeforeQuiet = r.health.Heard
 	}
 	r.health.Current, r.health.Heard, r.health.Err = true, time.Now(), nil
 	if !r.staleSince.IsZero() {
@@ -389,12 +397,18 @@ func (r *Reflector) current(id int64, eventType string) {
 	}
 }
 
-// watchEnded records the end of the watch id: an established one was
-// current until now.
-func (r *Reflector) watchEnded(id int64) {
+// watchEnded records the end of the watch id, which delivered events
+// (bookmarks included) and ended with err: an established one was current
+// until now, unless the apiserver ended it with 410, which says it was
+// behind; one that delivered nothing was then never established.
+func (r *Reflector) watchEnded(id int64, events int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.health.Current {
+	gone := apierrors.IsResourceExpired(err) || apierrors.IsGone(err)
+	switch {
+	case r.health.Current && gone && events == 0:
+		r.health.Heard = r.heardBeforeQuiet
+	case r.health.Current && !gone:
 		r.health.Heard = time.Now()
 	}
 	r.health.Current = false
