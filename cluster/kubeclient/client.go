@@ -26,6 +26,8 @@ type Client struct {
 	cfg       *Config
 	http      *http.Client
 	userAgent string
+	// pageTimeout is listPageTimeout, shorter in tests.
+	pageTimeout time.Duration
 }
 
 const (
@@ -47,6 +49,14 @@ const (
 	// milliseconds, and the watch keeps the connection busy.
 	handshakeTimeout = 10 * time.Second
 	idleTimeout      = 90 * time.Second
+
+	// listPageTimeout bounds each request of a list, its page read whole.
+	// The apiserver ends a list at its --request-timeout, 60 s by default
+	// (k8s.io/apiserver v0.37.2, pkg/server/config.go, RequestTimeout): one
+	// not over by twice that is stuck (an apiserver, or a proxy whose
+	// upstream died, holding the stream while the connection's pings are
+	// answered), and would hold its view stale with no retry.
+	listPageTimeout = 2 * time.Minute
 )
 
 // New returns a client of the apiserver cfg names, failing if its CA or
@@ -65,7 +75,7 @@ func New(cfg *Config, userAgent string) (*Client, error) {
 		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingInterval, PingTimeout: pingTimeout},
 		IdleConnTimeout:     idleTimeout,
 	}
-	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent}, nil
+	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent, pageTimeout: listPageTimeout}, nil
 }
 
 // CloseIdleConnections closes the connections that carry no request, as
@@ -150,20 +160,32 @@ func (c *Client) List(ctx context.Context, r Resource, opts ListOptions, each fu
 		} else if opts.ResourceVersion != "" {
 			q.Set("resourceVersion", opts.ResourceVersion)
 		}
-		resp, err := c.get(ctx, r.path(r.Namespace, ""), q)
+		pageCtx, cancel := context.WithTimeout(ctx, c.pageTimeout)
+		resp, err := c.get(pageCtx, r.path(r.Namespace, ""), q)
 		if err != nil {
-			return "", err
+			cancel()
+			return "", c.pageFailed(ctx, r, err)
 		}
 		meta, err := readList(resp.Body, &object, each)
 		resp.Body.Close()
+		cancel()
 		if err != nil {
-			return "", fmt.Errorf("listing %s: %w", r, err)
+			return "", c.pageFailed(ctx, r, fmt.Errorf("listing %s: %w", r, err))
 		}
 		if meta.Continue == "" {
 			return meta.ResourceVersion, nil
 		}
 		continueToken = meta.Continue
 	}
+}
+
+// pageFailed is err, a list's page's failure, or says the page took
+// pageTimeout, when it did and ctx, the list's, has not ended.
+func (c *Client) pageFailed(ctx context.Context, r Resource, err error) error {
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("listing %s: a page not answered whole within %s, twice the apiserver's request timeout: %w", r, c.pageTimeout, err)
+	}
+	return err
 }
 
 // readList reads a list's JSON from body, an object at a time into

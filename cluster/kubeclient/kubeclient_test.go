@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -590,6 +591,39 @@ func TestGoneAfterEstablished(t *testing.T) {
 	waitUntil(t, "the watch to end", func() bool { return !r.Health().Current })
 	if h := r.Health(); !h.Heard.Before(established) {
 		t.Errorf("heard from at %s, after the watch was established by its quiet (%s), which then ended with 410 having delivered nothing", h.Heard.Format(time.StampMicro), established.Format(time.StampMicro))
+	}
+}
+
+// TestListPageStuck: a list whose answer never comes, on a connection
+// that stays up, fails at the page's timeout and is retried, and the view
+// syncs. Before, the first list waited for good, and the view never
+// synced (helper-32).
+func TestListPageStuck(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	inner := f.Config.Handler
+	var lists atomic.Int64
+	f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") != "true" && lists.Add(1) == 1 {
+			<-r.Context().Done() // the first list: stuck
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	c, err := New(f.config(t, "t"), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.pageTimeout = 300 * time.Millisecond
+	store, logs := &mapStore{}, &logBuffer{}
+	r := NewReflector(c, configMaps, store, slog.New(slog.NewTextHandler(logs, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitUntil(t, "the view to sync", func() bool { return r.Health().Synced })
+	if h := r.Health(); h.Lists != 2 || h.Failures != 1 || len(logs.lines("not answered whole within 300ms")) != 1 {
+		t.Errorf("got %+v, and logs:\n%s\nwant two lists, the first failed at its page's timeout, and logged", h, logs)
 	}
 }
 
