@@ -497,3 +497,41 @@ func TestScalarBetweenObjects(t *testing.T) {
 		t.Errorf("got:\n%s\nwant nothing read after the x, which does not decode", out)
 	}
 }
+
+// TestJSONThenYAML: a stream that begins with "{" is JSON, and, when its
+// first or second value does not decode, YAML from the end of the last
+// one that did, as apimachinery v0.37.2's YAMLOrJSONDecoder reads it
+// (kubectl 1.37). Before, review reported the value that did not decode
+// and read no further.
+func TestJSONThenYAML(t *testing.T) {
+	cm := func(name string) string {
+		return `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"` + name + `","namespace":"ns"}}`
+	}
+	yamlCM := func(name string) string {
+		return "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: " + name + "\n  namespace: ns\n"
+	}
+	for _, tc := range []struct {
+		name, content string
+		want          []string
+	}{
+		{"then-yaml.json", cm("a") + "\n" + yamlCM("b"), []string{"#1: ConfigMap ns/a", "#2: ConfigMap ns/b"}},
+		{"then-separator.json", cm("a") + "\n---\n" + yamlCM("b") + "---\n" + yamlCM("c"), []string{"#1: ConfigMap ns/a", "#2: ConfigMap ns/b", "#3: ConfigMap ns/c"}},
+		{"flow.yaml", "{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: ns}}\n", []string{"#1: ConfigMap ns/a"}},
+		{"trailing-comma.json", `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},}`, []string{"#1: ConfigMap ns/a"}},
+		{"form-feed.json", "\f" + cm("a"), []string{"#1: ConfigMap ns/a"}},
+		{"second.json", cm("a") + "\n" + `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"b","namespace":"ns"},}` + "\n", []string{"#1: ConfigMap ns/a", "#2: ConfigMap ns/b"}},
+		{"third.json", cm("a") + cm("b") + "\n" + yamlCM("c"), []string{"#1: ConfigMap ns/a", "#2: ConfigMap ns/b", "#3: error: line 2:"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			for _, want := range tc.want {
+				if !strings.Contains(out, tc.name+want) {
+					t.Errorf("got:\n%s\nwant %q", out, tc.name+want)
+				}
+			}
+			if strings.Contains(out, "ns/c") && tc.name == "third.json" {
+				t.Errorf("got:\n%s\nwant nothing after the third value, JSON's error: two values decoded make the stream JSON", out)
+			}
+		})
+	}
+}

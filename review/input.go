@@ -45,6 +45,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 
@@ -86,6 +87,9 @@ type listPlan struct {
 	itemsTwice       bool
 	aliases          bool
 	listInList       bool
+	// jsonValues, of a file's plan 0 alone, is how many values of its
+	// JSON stream are read before the rest is read as YAML (readFile).
+	jsonValues int
 }
 
 // isList reports whether a document of this top level is a List, whose
@@ -402,6 +406,15 @@ func scanFile(f inputFile, found func(unit) []parsedObject) (map[int]listPlan, [
 			items = append(items, item)
 		}
 	}, func(doc int, plan listPlan) {
+		if doc == 0 { // the JSON stream is read again, YAML after its first values
+			plans[0], items, itemsOf = plan, items[:0], 0
+			for d := range listInList {
+				if d > plan.jsonValues {
+					delete(listInList, d)
+				}
+			}
+			return
+		}
 		plan.listInList = listInList[doc]
 		plans[doc] = plan
 		// A List read whole with aliases: its items that read alone.
@@ -479,28 +492,79 @@ func (in *inputs) each(visit func(unit), stop func() bool) error {
 // List's items are emitted as units; without (the first), item gets them
 // and plan each document's top level that had items.
 func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(doc int, u unit), plan func(doc int, p listPlan)) error {
+	jsonValues := -1 // all
+	if p, ok := plans[0]; ok {
+		jsonValues = p.jsonValues
+	}
+	for {
+		fallBack, err := readFileFrom(f, plans, emit, item, plan, jsonValues)
+		if fallBack < 0 || err != nil {
+			return err
+		}
+		// The first pass: the JSON stream broke within its first two
+		// values. Read it again, those values as JSON (they have been
+		// seen), the rest as YAML.
+		plan(0, listPlan{jsonValues: fallBack})
+		jsonValues = fallBack
+	}
+}
+
+// readFileFrom is readFile, the file read as JSON for jsonValues values
+// (-1: all) and as YAML after them, as apimachinery v0.37.2's
+// YAMLOrJSONDecoder reads it: a stream whose first byte but white space is
+// "{" is JSON, and, when its first or second value does not decode, YAML
+// from the end of the last one that did (util/yaml/decoder.go, Decode).
+// In the first pass (plans nil), it returns the number of values after
+// which the stream is YAML when it finds that so; else -1.
+func readFileFrom(f inputFile, plans map[int]listPlan, emit func(unit), item func(doc int, u unit), plan func(doc int, p listPlan), jsonValues int) (int, error) {
 	fh, err := os.Open(f.path)
 	if err != nil {
 		emit(unit{source: f.name, file: f.name, err: err})
-		return nil
+		return -1, nil
 	}
 	defer fh.Close()
 	br := withoutBOM(bufio.NewReaderSize(fh, 64<<10))
 	to := splitTo{name: f.name, plans: plans, emit: emit, item: item, plan: plan}
 	// As YAMLOrJSONDecoder decides: JSON when the first byte that is not
-	// white space is "{"; but not "{{", which no JSON begins with, and a
-	// Helm template does: read as YAML, each of its documents says so.
+	// white space (unicode.IsSpace) is "{"; but not "{{", which no JSON
+	// begins with, and a Helm template does: read as YAML, each of its
+	// documents says so.
 	start, _ := br.Peek(4096)
 	if why := notText(start); why != "" {
 		emit(unit{source: f.name + "#1", file: f.name, line: 1, err: fmt.Errorf("not text (%s): a binary file, not a manifest; the rest of the file is not read", why)})
-		return nil
+		return -1, nil
 	}
-	if trimmed := bytes.TrimLeft(start, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
-		s := &jsonSplitter{splitTo: to, line: 1}
-		return s.run(br)
+	ys := &yamlSplitter{splitTo: to}
+	if trimmed := bytes.TrimLeftFunc(start, unicode.IsSpace); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
+		js := &jsonSplitter{splitTo: to, line: 1, maxValues: jsonValues}
+		if plans == nil && jsonValues >= 0 {
+			// The first pass again: the JSON values have been seen.
+			js.splitTo = splitTo{name: f.name, emit: func(unit) {}, item: func(int, unit) {}, plan: func(int, listPlan) {}}
+		}
+		err := js.run(br)
+		switch {
+		case err != nil:
+			return -1, err
+		case plans == nil && js.broken && js.values <= 1:
+			return js.values, nil
+		case !js.stopped:
+			return -1, nil
+		}
+		// consumeWhitespace: white space, up to and including a newline.
+		ys.line, ys.doc = js.line-1, js.doc
+		for {
+			r, _, err := br.ReadRune()
+			if err != nil || !unicode.IsSpace(r) {
+				_ = br.UnreadRune()
+				break
+			}
+			if r == '\n' {
+				ys.line++
+				break
+			}
+		}
 	}
-	s := &yamlSplitter{splitTo: to}
-	return s.run(br)
+	return -1, ys.run(br)
 }
 
 // withoutBOM is br past a byte-order mark, as kubectl reads every file
@@ -943,13 +1007,35 @@ type jsonSplitter struct {
 
 	line int
 	doc  int
+	// values counts the top-level values split, null ones too; run stops
+	// at maxValues of them (-1: none), stopped then, and broken when the
+	// stream cannot be split further.
+	values, maxValues int
+	stopped, broken   bool
 }
 
 // errJSONEnd is a stream that ends inside a value.
 var errJSONEnd = errors.New("unexpected end of JSON input")
 
+// errNotJSON is one of a stream's first two values that does not decode,
+// found in the first pass: the stream is YAML from the end of the value
+// before it (readFile).
+var errNotJSON = errors.New("not JSON: the stream is YAML from here")
+
+// mayFallBack reports whether the value being split is one of the first
+// two of the first pass's first reading: one that does not decode makes
+// the rest of the stream YAML, which only the first pass finds, by
+// checking each.
+func (s *jsonSplitter) mayFallBack() bool {
+	return s.plans == nil && s.maxValues < 0 && s.values <= 1
+}
+
 func (s *jsonSplitter) run(br *bufio.Reader) error {
 	for {
+		if s.maxValues >= 0 && s.values >= s.maxValues {
+			s.stopped = true
+			return nil
+		}
 		c, err := s.skipSpace(br)
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -961,6 +1047,7 @@ func (s *jsonSplitter) run(br *bufio.Reader) error {
 			// A null between objects, which kubectl skips (cli-runtime,
 			// visitor.go, StreamVisitor.Visit), as YAML's empty documents.
 			br.Discard(3)
+			s.values++
 			continue
 		}
 		s.doc++
@@ -972,19 +1059,23 @@ func (s *jsonSplitter) run(br *bufio.Reader) error {
 				// A string, a number or a boolean: kubectl's decoder reads
 				// it, and on past it; it is no object (readUnit says so).
 				s.emit(unit{source: source, file: s.name, line: line, raw: raw, isJSON: true})
+				s.values++
 				continue
 			}
+			s.broken = true
 			// Not a value kubectl's decoder reads on from: the rest of the
 			// stream cannot be split.
 			s.emit(unit{source: source, file: s.name, line: s.line, err: fmt.Errorf("line %d: %q where a JSON object begins: the rest of the file is not read", s.line, string(rune(c)))})
 			return nil
 		}
 		if err := s.document(br, c, source); err != nil {
-			if errors.Is(err, errJSONEnd) {
+			s.broken = true
+			if errors.Is(err, errJSONEnd) || errors.Is(err, errNotJSON) {
 				return nil
 			}
 			return err
 		}
+		s.values++
 	}
 }
 
@@ -1005,7 +1096,11 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 			s.emit(unit{source: source, file: s.name, line: startLine, err: fmt.Errorf("line %d: %w", s.line, err)})
 			return err
 		}
-		s.emit(unit{source: source, file: s.name, line: startLine, raw: append(top, rest...), isJSON: true})
+		raw := append(top, rest...)
+		if s.mayFallBack() && !json.Valid(raw) {
+			return errNotJSON
+		}
+		s.emit(unit{source: source, file: s.name, line: startLine, raw: raw, isJSON: true})
 		return nil
 	}
 	// An object: its members, at depth 1, one at a time.
@@ -1066,6 +1161,9 @@ func (s *jsonSplitter) document(br *bufio.Reader, c byte, source string) error {
 // endObject ends a top-level object: a List's top level, or a whole
 // document.
 func (s *jsonSplitter) endObject(source string, line int, top []byte, items bool, itemCount int, itemsTwice bool) error {
+	if s.mayFallBack() && !json.Valid(top) {
+		return errNotJSON
+	}
 	if !items {
 		s.emit(unit{source: source, file: s.name, line: line, raw: top, isJSON: true})
 		return nil
@@ -1112,6 +1210,8 @@ func (s *jsonSplitter) elements(br *bufio.Reader, source string) (int, error) {
 		u := unit{source: fmt.Sprintf("%s[%d]", source, n), file: s.name, line: line, raw: append([]byte{c}, v...), isJSON: true}
 		if err != nil {
 			u.err = fmt.Errorf("line %d: %w", s.line, err)
+		} else if s.mayFallBack() && !json.Valid(u.raw) {
+			return n, errNotJSON
 		}
 		n++
 		if s.plans == nil {
