@@ -490,7 +490,9 @@ func (in *inputs) each(visit func(unit), stop func() bool) error {
 
 // readFile splits one file into units. With plans (the second pass), a
 // List's items are emitted as units; without (the first), item gets them
-// and plan each document's top level that had items.
+// and plan each document's top level that had items, and plan 0 how many
+// values of a JSON stream come before the rest is YAML, when it is so
+// (readFileFrom).
 func readFile(f inputFile, plans map[int]listPlan, emit func(unit), item func(doc int, u unit), plan func(doc int, p listPlan)) error {
 	jsonValues := -1 // all
 	if p, ok := plans[0]; ok {
