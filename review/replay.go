@@ -49,6 +49,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	"github.com/example/webhook/jsonpatch"
 )
@@ -494,6 +495,9 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 			break
 		}
 		oldObject, why = p.oldObjectOf(res, req)
+		if why == "" {
+			why = contradicted(oldObject, e, code)
+		}
 		if why != "" {
 			why = "the object as stored before the delete is unknown: " + why
 		}
@@ -601,6 +605,8 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 		var why string
 		if oldObject, why = p.oldObjectOf(res, *req); why != "" {
 			res.OldObject = "unknown: " + why
+		} else if why = contradicted(oldObject, e, code); why != "" {
+			res.OldObject, oldObject = "unknown: "+why, nil
 		}
 	}
 	if e.Verb != "patch" {
@@ -644,6 +650,59 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 		return nil, nil, "the patch's pre-image, the version stored before it, is not in the log" + strings.TrimPrefix(res.OldObject, "unknown")
 	}
 	return nil, nil, "the patch is a strategic merge or apply patch, which replay does not apply, and the log has no stored result (responseObject)"
+}
+
+// contradicted says why a write that succeeded shows old, the version of
+// its object the log last showed stored, not to be the one it was made
+// to, if it does: a resourceVersion or uid it names, which the apiserver
+// checks against the stored object (k8s.io/apiserver v0.37.2,
+// registry/generic/registry/store.go: a patched object's resourceVersion
+// must be the stored one's, else 409; a delete's Preconditions); a JSON
+// Patch that was applied and does not apply to it; or a result no newer
+// than it, as when requests overlap and the log has them out of order.
+func contradicted(old *unstructured.Unstructured, e *auditEvent, code int32) string {
+	if code < 200 || code >= 300 {
+		return ""
+	}
+	rv, uid := old.GetResourceVersion(), string(old.GetUID())
+	var named struct {
+		Metadata      struct{ ResourceVersion, UID string }
+		Preconditions struct{ ResourceVersion, UID *string }
+	}
+	patch := bytes.TrimSpace(e.RequestObject)
+	switch {
+	case e.Verb == "patch" && len(patch) > 0 && patch[0] == '[':
+		if before, err := json.Marshal(old.Object); err == nil {
+			if _, err := jsonpatch.Apply(before, patch); err != nil {
+				return fmt.Sprintf("the JSON Patch, which the apiserver applied, does not apply to the log's last stored version (%s): %v", rv, err)
+			}
+		}
+	case (e.Verb == "patch" || e.Verb == "delete") && json.Unmarshal(patch, &named) == nil:
+		for _, n := range []struct {
+			what, named, kept string
+		}{
+			{"resourceVersion", named.Metadata.ResourceVersion, rv}, {"uid", named.Metadata.UID, uid},
+			{"resourceVersion", valueOr(named.Preconditions.ResourceVersion), rv}, {"uid", valueOr(named.Preconditions.UID), uid},
+		} {
+			if n.named != "" && n.kept != "" && n.named != n.kept {
+				return fmt.Sprintf("the %s names %s %s, and the log's last stored version has %s", e.Verb, n.what, n.named, n.kept)
+			}
+		}
+	}
+	if stored, _ := objectFrom(e.ResponseObject); stored != nil && stored.GetKind() != "Status" && stored.GetResourceVersion() != "" && rv != "" && e.Verb != "delete" {
+		if order, err := resourceversion.CompareResourceVersion(stored.GetResourceVersion(), rv); err == nil && order <= 0 {
+			return fmt.Sprintf("its result, resourceVersion %s, is no newer than the log's last stored version, %s: requests overlapped", stored.GetResourceVersion(), rv)
+		}
+	}
+	return ""
+}
+
+// valueOr is *s, or "" for nil.
+func valueOr(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // deleteOptionsUnlogged reports whether the log left out a delete's
@@ -723,6 +782,13 @@ func (p *replayer) oldObjectOf(res *replayResult, req request) (*unstructured.Un
 		obj, err := objectFrom(v.raw)
 		if err != nil {
 			return nil, err.Error()
+		}
+		if gv := req.resource.GroupVersion().String(); obj.GetAPIVersion() != gv {
+			// The apiserver converts the stored object to the request's
+			// version (admission/conversion.go, NewVersionedAttributes);
+			// replay cannot.
+			p.sum.oldUnknown++
+			return nil, fmt.Sprintf("the log's last stored version, at %s, is of %s, and the request of %s, to which the apiserver converts it", v.at, obj.GetAPIVersion(), gv)
 		}
 		res.OldObject = v.at.String()
 		p.sum.oldFound++
@@ -1062,7 +1128,14 @@ func (p *replayer) changes(res *replayResult) []string {
 // response is the object still stored, terminating.
 func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	ref := e.ObjectRef
-	if ref == nil || e.ResponseStatus == nil || e.ResponseStatus.Code < 200 || e.ResponseStatus.Code >= 300 || dryRun {
+	if ref == nil || dryRun {
+		return
+	}
+	if e.Stage == "Panic" || e.ResponseStatus != nil && e.ResponseStatus.Code >= 500 {
+		p.rememberFailedWrite(at, e, ref)
+		return
+	}
+	if e.ResponseStatus == nil || e.ResponseStatus.Code < 200 || e.ResponseStatus.Code >= 300 {
 		return
 	}
 	resource := schema.GroupVersionResource{Group: ref.APIGroup, Version: ref.APIVersion, Resource: ref.Resource}
@@ -1084,6 +1157,9 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	}
 	switch e.Verb {
 	case "create", "update", "patch", "get", "delete":
+	case "deletecollection":
+		p.deletedCollection(at, ref)
+		return
 	default:
 		return
 	}
@@ -1120,6 +1196,52 @@ func (p *replayer) remember(at logLine, e *auditEvent, dryRun bool) {
 	if ref.Resource == "namespaces" && ref.APIGroup == "" && ref.Subresource == "" {
 		p.rememberNamespace(at, e, metadata)
 	}
+}
+
+// rememberFailedWrite forgets what the log showed stored of the object a
+// write answered with a 5xx (or that panicked) was made to: it may have
+// been stored all the same, as a request that times out (504) has its
+// handler carry on (k8s.io/apiserver v0.37.2,
+// endpoints/handlers/finisher/finisher.go, FinishRequest), and the log
+// holds no result of it. A Namespace's labels are no longer known.
+func (p *replayer) rememberFailedWrite(at logLine, e *auditEvent, ref *objectReference) {
+	switch e.Verb {
+	case "get", "list", "watch":
+		return
+	}
+	if _, isConnect := connectSubresources[ref.Resource+"/"+ref.Subresource]; isConnect || (ref.APIGroup == "" && ref.Resource+"/"+ref.Subresource == "serviceaccounts/token") {
+		return
+	}
+	if e.Verb == "deletecollection" {
+		p.deletedCollection(at, ref)
+		return
+	}
+	p.versions.writtenBlind(versionKey(ref.APIGroup, ref.Resource, ref.Namespace, ref.Name), at)
+	if ref.Resource == "namespaces" && ref.APIGroup == "" && ref.Subresource == "" && ref.Name != "" {
+		p.namespaceUnknown(at, ref.Name, fmt.Sprintf("a %s of it answered %s, which may have been stored all the same", e.Verb, failedWith(e)))
+	}
+}
+
+// deletedCollection forgets the versions kept of the objects a
+// deletecollection of ref's resource, in its namespace or in all, may
+// have deleted: the apiserver deletes them one by one, and one a finalizer
+// holds stays, with a deletionTimestamp (k8s.io/apiserver v0.37.2,
+// registry/generic/registry/store.go, DeleteCollection). The log holds
+// none of them; the namespace controller deletes a namespace's objects so.
+func (p *replayer) deletedCollection(at logLine, ref *objectReference) {
+	prefix := ref.APIGroup + "/" + ref.Resource + "/"
+	if ref.Namespace != "" {
+		prefix = versionKey(ref.APIGroup, ref.Resource, ref.Namespace, "")
+	}
+	p.versions.writtenBlindUnder(prefix, at)
+}
+
+// failedWith names how a failed write ended: its code, or a panic.
+func failedWith(e *auditEvent) string {
+	if e.ResponseStatus == nil {
+		return "with a panic"
+	}
+	return strconv.Itoa(int(e.ResponseStatus.Code))
 }
 
 // rememberScale keeps what a write of a scale subresource stored: the
@@ -1188,13 +1310,7 @@ func (p *replayer) rememberNamespace(at logLine, e *auditEvent, stored *unstruct
 			p.namespaceStoredAt[name] = at.String()
 		}
 	}
-	unknown := func(why string) {
-		delete(p.namespaces, name)
-		delete(p.namespaceStoredAt, name)
-		if len(p.unknownNamespaces) < maxNamespaceLabels {
-			p.unknownNamespaces[name] = fmt.Sprintf("%s: %s, so the Namespace %s's labels since are not known, nor shown by evidence of the call: give the cluster's namespaces with -namespaces, or audit the writes of namespaces at RequestResponse", at, why, name)
-		}
-	}
+	unknown := func(why string) { p.namespaceUnknown(at, name, why) }
 	mutated := len(p.then(e).PatchedBy) > 0
 	switch {
 	case stored != nil:
@@ -1229,6 +1345,16 @@ func (p *replayer) rememberNamespace(at logLine, e *auditEvent, stored *unstruct
 			return
 		}
 		known(after)
+	}
+}
+
+// namespaceUnknown records that the labels of the Namespace name are not
+// known from at on, and why.
+func (p *replayer) namespaceUnknown(at logLine, name, why string) {
+	delete(p.namespaces, name)
+	delete(p.namespaceStoredAt, name)
+	if len(p.unknownNamespaces) < maxNamespaceLabels {
+		p.unknownNamespaces[name] = fmt.Sprintf("%s: %s, so the Namespace %s's labels since are not known, nor shown by evidence of the call: give the cluster's namespaces with -namespaces, or audit the writes of namespaces at RequestResponse", at, why, name)
 	}
 }
 

@@ -7,6 +7,7 @@ package review
 import (
 	"container/list"
 	"hash/maphash"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
@@ -109,6 +110,16 @@ func (c *versionCache) writtenBlind(key string, at logLine) {
 	c.remove(key)
 	if h := maphash.String(c.seed, key); len(c.blind) < maxDroppedKeys {
 		c.blind[h] = at
+	}
+}
+
+// writtenBlindUnder is writtenBlind of each version kept whose key begins
+// with prefix (versionPrefix).
+func (c *versionCache) writtenBlindUnder(prefix string, at logLine) {
+	for key := range c.byKey {
+		if strings.HasPrefix(key, prefix) {
+			c.writtenBlind(key, at)
+		}
 	}
 }
 
