@@ -203,6 +203,12 @@ type request struct {
 	// sentAs, for a captured AdmissionReview reviewed without -config,
 	// is the kind and resource it was sent as.
 	sentAs *invocation
+	// generatedName is a create's name as the apiserver generated it from
+	// generateName (replay: the stored result's), which it sends the
+	// validating webhooks, and not the mutating ones
+	// (rest.AdmissionToValidateObjectFunc, k8s.io/apiserver v0.37.2,
+	// registry/rest/create.go).
+	generatedName string
 }
 
 // namespacesResource is the resource of Namespaces, which the rules and

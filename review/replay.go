@@ -518,7 +518,10 @@ func (p *replayer) admitEvent(ctx context.Context, res *replayResult, e *auditEv
 		return
 	}
 	if op == admissionv1.Create && ref.Subresource == "" {
-		req.name = source.GetName() // "" for generateName: named after admission (rest.BeforeCreate)
+		req.name = source.GetName() // "" for generateName: named after mutating admission (rest.BeforeCreate)
+		if stored, _ := objectFrom(e.ResponseObject); req.name == "" && code >= 200 && code < 300 && stored != nil && stored.GetKind() != "Status" {
+			req.generatedName = stored.GetName()
+		}
 	}
 	if object != nil {
 		req.object, _ = json.Marshal(object.Object)

@@ -1,6 +1,7 @@
 package review
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -220,5 +221,29 @@ func TestReplayNamespaceLabelsAfterATimedOutWrite(t *testing.T) {
 	results, _, _ := replayRun(t, &fakeWebhook{}, log, "-config", configFile)
 	if got := results[2]; strings.Contains(got.NamespaceLabels, "as the log showed them") {
 		t.Errorf("namespace labels %q; want them not known: the 504 patch of line 2 may have removed enforced=true", got.NamespaceLabels)
+	}
+}
+
+// TestReplayGenerateNameSentToValidatingWebhooksWithItsName: a create
+// with generateName, as e2e.log records one, objectRef without a name and
+// the stored result with the generated one: the apiserver generates the
+// name before the validating webhooks, and sends it them
+// (rest.AdmissionToValidateObjectFunc), not to the mutating ones. Before,
+// /validate got no name (helper-33).
+func TestReplayGenerateNameSentToValidatingWebhooksWithItsName(t *testing.T) {
+	log := []string{auditEventLine("create", "/api/v1/namespaces/replay/configmaps", 201, ref("", "v1", "configmaps", "replay", "", ""), map[string]any{
+		"requestObject":  map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": map[string]any{"generateName": "generated-"}, "data": map[string]any{"k": "v"}},
+		"responseObject": map[string]any{"kind": "ConfigMap", "apiVersion": "v1", "metadata": map[string]any{"generateName": "generated-", "name": "generated-m6bt5", "namespace": "replay", "resourceVersion": "431", "uid": "3b3d1d7e-0000-4000-8000-000000000001"}, "data": map[string]any{"k": "v"}}})}
+	f := &fakeWebhook{}
+	results, summary, _ := replayRun(t, f, log)
+	if results[0].Admission == nil {
+		t.Fatalf("not reviewed: %s\n%s", results[0].NotReviewed, summary)
+	}
+	v := validateRequests(f, admissionv1.Create)
+	if len(v) == 0 {
+		t.Fatalf("nothing sent to /validate")
+	}
+	if v[0].Name != "generated-m6bt5" || !bytes.Contains(v[0].Object.Raw, []byte(`"name":"generated-m6bt5"`)) {
+		t.Errorf("/validate got name %q, object %s; want the name the apiserver generated, generated-m6bt5 (the log's responseObject), in both", v[0].Name, v[0].Object.Raw)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -927,6 +928,9 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 	if req.scale != nil && len(mutating) > 0 {
 		current = req.scale.forValidation(current)
 	}
+	if req.generatedName != "" && req.name == "" && len(validating) > 0 {
+		req.name, current = req.generatedName, withName(current, req.generatedName)
+	}
 	v := &validateResult{Allowed: true}
 	for _, c := range validating {
 		resp, err := r.call(ctx, res, c, req, current, old)
@@ -950,6 +954,20 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 		res.Validate = v
 	}
 	return fmt.Sprintf("%s %s %v %s", res.Verdict, patch, v.Allowed, v.Message)
+}
+
+// withName is the JSON object doc with metadata.name set to name, its
+// numbers as written; doc itself if it does not decode.
+func withName(doc []byte, name string) []byte {
+	obj, err := objectFrom(doc)
+	if err != nil || unstructured.SetNestedField(obj.Object, name, "metadata", "name") != nil {
+		return doc
+	}
+	named, err := json.Marshal(obj.Object)
+	if err != nil {
+		return doc
+	}
+	return named
 }
 
 // appliedPatches holds what each patch made of each object, so that the
