@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"unicode/utf16"
 
 	"k8s.io/apimachinery/pkg/util/yaml"
@@ -533,5 +534,43 @@ func TestJSONThenYAML(t *testing.T) {
 				t.Errorf("got:\n%s\nwant nothing after the third value, JSON's error: two values decoded make the stream JSON", out)
 			}
 		})
+	}
+}
+
+// TestNotUTF8ReadAsKubectl: bytes that are not UTF-8 in a text file, a
+// Latin-1 comment or value, are read as U+FFFD, as kubectl reads a file
+// (golang.org/x/text's UTF-8 decoder: one for each maximal subpart of an
+// ill-formed sequence); a file of mostly such bytes is not text. Before,
+// the first was "not text" and the second "incomplete UTF-8 octet
+// sequence".
+func TestNotUTF8ReadAsKubectl(t *testing.T) {
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: a\n  namespace: ns\n"
+	for _, tc := range []struct{ name, content, want string }{
+		{"comment.yaml", "# caf\xe9\n" + cm, "comment.yaml#1: ConfigMap ns/a: patched"},
+		{"value.yaml", cm + "data:\n  k: caf\xe9\n", "value.yaml#1: ConfigMap ns/a: patched"},
+		{"binary.yaml", strings.Repeat("\x80\x81\x82", 100), "binary.yaml#1: error: line 1: not text (bytes that are not UTF-8"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, _, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{tc.name: tc.content}, "-f", "DIR/"+tc.name)
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("got:\n%s\nwant %q", out, tc.want)
+			}
+		})
+	}
+	for in, want := range map[string]string{
+		"caf\xc3\xa9":        "café",
+		"caf\xe9":            "caf\uFFFD",
+		"\xe9\xe9":           "\uFFFD\uFFFD",
+		"\xe0\x80":           "\uFFFD\uFFFD",
+		"\xf0\x90\x80":       "\uFFFD",
+		"\xed\xa0\x80":       "\uFFFD\uFFFD\uFFFD",
+		"a\xf4\x90\x80\x80b": "a\uFFFD\uFFFD\uFFFD\uFFFDb",
+		"\xef\xbf\xbd ok":    "\uFFFD ok",
+	} {
+		// One byte a read, so that every sequence is cut across reads.
+		got, err := io.ReadAll(&validUTF8Reader{r: iotest.OneByteReader(strings.NewReader(in))})
+		if err != nil || string(got) != want {
+			t.Errorf("%q: got %q, %v; want %q", in, got, err, want)
+		}
 	}
 }

@@ -536,6 +536,7 @@ func readFileFrom(f inputFile, plans map[int]listPlan, emit func(unit), item fun
 		emit(unit{source: f.name + "#1", file: f.name, line: 1, err: fmt.Errorf("not text (%s): a binary file, not a manifest; the rest of the file is not read", why)})
 		return -1, nil
 	}
+	br = bufio.NewReaderSize(&validUTF8Reader{r: br}, 64<<10)
 	ys := &yamlSplitter{splitTo: to}
 	if trimmed := bytes.TrimLeftFunc(start, unicode.IsSpace); len(trimmed) > 0 && trimmed[0] == '{' && !bytes.HasPrefix(trimmed, []byte("{{")) {
 		js := &jsonSplitter{splitTo: to, line: 1, maxValues: jsonValues}
@@ -583,6 +584,91 @@ func withoutBOM(br *bufio.Reader) *bufio.Reader {
 		return bufio.NewReaderSize(&utf16Reader{r: br, bigEndian: start[0] == 0xfe, next: -1}, 64<<10)
 	}
 	return br
+}
+
+// validUTF8Reader reads r with each ill-formed UTF-8 sequence replaced by
+// U+FFFD, as kubectl reads a file (FileVisitor.Visit's
+// unicode.UTF8.NewDecoder, golang.org/x/text): one for each maximal
+// subpart of an ill-formed sequence (maximalSubpart), the W3C's way.
+type validUTF8Reader struct {
+	r    io.Reader
+	buf  [32 << 10]byte
+	in   []byte // read, not yet checked: an incomplete sequence at its end
+	out  []byte // checked, not yet returned
+	err  error
+	done []byte // out's buffer, for the next
+}
+
+func (v *validUTF8Reader) Read(p []byte) (int, error) {
+	for len(v.out) == 0 {
+		if v.err != nil && len(v.in) == 0 {
+			return 0, v.err
+		}
+		if v.err == nil {
+			n, err := v.r.Read(v.buf[:])
+			v.in, v.err = append(v.in, v.buf[:n]...), err
+		}
+		v.out, v.in = appendValidUTF8(v.done[:0], v.in, v.err != nil)
+		v.done = v.out
+	}
+	n := copy(p, v.out)
+	v.out = v.out[n:]
+	return n, nil
+}
+
+// appendValidUTF8 appends src to dst, each ill-formed sequence replaced by
+// U+FFFD, and returns what of src's end may be the start of a sequence
+// not read whole yet, unless atEOF.
+func appendValidUTF8(dst, src []byte, atEOF bool) (out, rest []byte) {
+	if utf8.Valid(src) {
+		return append(dst, src...), src[:0]
+	}
+	for i := 0; i < len(src); {
+		if src[i] < utf8.RuneSelf {
+			i++
+			continue
+		}
+		if !utf8.FullRune(src[i:]) && !atEOF {
+			return append(dst, src[:i]...), append(src[:0], src[i:]...)
+		}
+		if r, size := utf8.DecodeRune(src[i:]); r != utf8.RuneError || size > 1 {
+			i += size
+			continue
+		}
+		dst = append(append(dst, src[:i]...), "\uFFFD"...)
+		src = src[i+maximalSubpart(src[i:]):]
+		i = 0
+	}
+	return append(dst, src...), src[:0]
+}
+
+// maximalSubpart is how many bytes of b, which does not begin with a
+// well-formed UTF-8 sequence, make the longest start of one (Unicode's
+// "maximal subpart of an ill-formed subsequence"), 1 at least: the first
+// byte and the continuation bytes a sequence it starts could have.
+func maximalSubpart(b []byte) int {
+	lo, hi, need := byte(0x80), byte(0xbf), 0
+	switch c := b[0]; {
+	case c >= 0xc2 && c <= 0xdf:
+		need = 1
+	case c == 0xe0:
+		need, lo = 2, 0xa0
+	case c == 0xed:
+		need, hi = 2, 0x9f
+	case c >= 0xe1 && c <= 0xef:
+		need = 2
+	case c == 0xf0:
+		need, lo = 3, 0x90
+	case c == 0xf4:
+		need, hi = 3, 0x8f
+	case c >= 0xf1 && c <= 0xf3:
+		need = 3
+	}
+	size := 1
+	for size <= need && size < len(b) && b[size] >= lo && b[size] <= hi {
+		size, lo, hi = size+1, 0x80, 0xbf
+	}
+	return size
 }
 
 // utf16Reader reads UTF-16 text from r as UTF-8; a surrogate that is
@@ -649,18 +735,25 @@ func notText(start []byte) string {
 	if i := bytes.IndexByte(start, 0); i >= 0 {
 		return fmt.Sprintf("a NUL byte at offset %d", i)
 	}
-	check := start
-	for cut := 0; cut < utf8.UTFMax && len(check) > 0 && !utf8.Valid(check); cut++ {
-		check = check[:len(check)-1]
+	// A few bytes that are not UTF-8 are text in another encoding, such
+	// as a Latin-1 comment, which is read as U+FFFD, as kubectl reads it
+	// (validUTF8Reader); more than one in eight are not text.
+	if utf8.Valid(start) {
+		return ""
 	}
-	if !utf8.Valid(check) {
-		for i := 0; i < len(start); {
-			r, size := utf8.DecodeRune(start[i:])
-			if r == utf8.RuneError && size <= 1 {
-				return fmt.Sprintf("bytes that are not UTF-8 at offset %d", i)
+	bad, first := 0, -1
+	for i := 0; i < len(start); {
+		r, size := utf8.DecodeRune(start[i:])
+		if r == utf8.RuneError && size <= 1 && (utf8.FullRune(start[i:]) || i+utf8.UTFMax <= len(start)) {
+			bad++
+			if first < 0 {
+				first = i
 			}
-			i += size
 		}
+		i += size
+	}
+	if bad*8 > len(start) {
+		return fmt.Sprintf("bytes that are not UTF-8, from offset %d", first)
 	}
 	return ""
 }
