@@ -383,6 +383,7 @@ func TestHasAlias(t *testing.T) {
 		"      <<: *base\n":           true,
 		"    labels: {team: *t}\n":    true,
 		"    args: [a, *b]\n":         true,
+		"  - ? *k\n":                  true,
 		"*top\n":                      true,
 		"    host: a*b\n":             false,
 		"    glob: '*.example.com'\n": false,
