@@ -103,6 +103,15 @@ const (
 	// open: Prometheus scrapes over one, and a person's curl needs another.
 	maxMetricsConnections = 16
 
+	// metricsReadTimeout and metricsWriteTimeout bound each connection of
+	// the metrics port, which serves one request per connection: so no
+	// client holds one of its places for longer, and the kubelet's
+	// readiness probe, first in line as its address holds none, gets in
+	// well within its 5 s timeoutSeconds however the places are held
+	// (TestProbeGetsInPastHeldPlaces).
+	metricsReadTimeout  = 2 * time.Second
+	metricsWriteTimeout = 10 * time.Second
+
 	// shutdownTimeout is how long requests in flight get to finish once the
 	// server stops: the longest a review can take.
 	shutdownTimeout = maxWebhookTimeout
@@ -646,12 +655,15 @@ func newServer(cfg config, logger *slog.Logger) (*server, error) {
 		metricsMux.HandleFunc("GET /ping", s.ping)
 		s.metricsLn = metricsLn
 		s.metrics = &http.Server{
-			Handler:           metricsMux,
-			ReadHeaderTimeout: readHeaderTimeout,
-			IdleTimeout:       idleTimeout,
-			MaxHeaderBytes:    maxHeaderBytes,
-			ErrorLog:          serverErrorLog(logger),
+			Handler:        metricsMux,
+			ReadTimeout:    metricsReadTimeout,
+			WriteTimeout:   metricsWriteTimeout,
+			MaxHeaderBytes: maxHeaderBytes,
+			ErrorLog:       serverErrorLog(logger),
 		}
+		// A probe and a scrape each connect anew: a connection kept alive
+		// would hold its place between them.
+		s.metrics.SetKeepAlivesEnabled(false)
 	}
 	return s, nil
 }

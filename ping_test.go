@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/example/webhook/limits"
 	"github.com/example/webhook/part"
 )
 
@@ -76,5 +79,85 @@ func TestPingWaitsForParts(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProbeGetsInPastHeldPlaces: the Deployment's readiness probe is GET
+// /ping on the metrics port, a port of 16 places. Two other Pods (two
+// addresses) that take all 16, and take each back as soon as it is
+// closed, sending nothing or asking for /ping themselves, must not make
+// the kubelet's probe (from a third address) miss its 5 s timeoutSeconds:
+// three misses and the replica is unready, and with every replica
+// unready, failurePolicy: Fail refuses every write the rules send. Before
+// metricsReadTimeout, a connection that sent nothing held its place for
+// 120 s, one kept alive for ever, and every probe timed out.
+func TestProbeGetsInPastHeldPlaces(t *testing.T) {
+	for _, sends := range []string{"", "GET /ping HTTP/1.1\r\nHost: webhook\r\n\r\n"} {
+		name := map[bool]string{true: "sending nothing", false: "asking"}[sends == ""]
+		t.Run(name, func(t *testing.T) {
+			t.Chdir(t.TempDir())
+			cfg, err := parseServerFlags([]string{"-listen", "127.0.0.1:0", "-metrics-listen", "127.0.0.1:0"}, testEnv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := newServer(cfg, discardLogger)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- srv.serve(ctx) }()
+			addr := srv.metricsLn.Addr().String()
+
+			var holders sync.WaitGroup
+			defer holders.Wait()
+			defer cancel()
+			for _, from := range []struct {
+				ip string
+				n  int
+			}{{"127.0.0.2", 12}, {"127.0.0.3", 4}} {
+				for range from.n {
+					holders.Go(func() {
+						d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from.ip)}}
+						for ctx.Err() == nil { // take the place back at once
+							c, err := d.DialContext(ctx, "tcp", addr)
+							if err != nil {
+								continue
+							}
+							stop := context.AfterFunc(ctx, func() { c.Close() })
+							io.WriteString(c, sends)
+							io.Copy(io.Discard, c) // until the server closes it
+							stop()
+							c.Close()
+						}
+					})
+				}
+			}
+			for deadline := time.Now().Add(5 * time.Second); srv.metricsLn.(*limits.Listener).Stats().Open < maxMetricsConnections; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the holders took %d places, want all %d", srv.metricsLn.(*limits.Listener).Stats().Open, maxMetricsConnections)
+				}
+			}
+
+			// The kubelet's probe: a connection of its own each time, and
+			// the Deployment's timeoutSeconds.
+			probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for i := range 3 { // failureThreshold
+				start := time.Now()
+				resp, err := probe.Get("http://" + addr + "/ping")
+				if err != nil {
+					t.Errorf("probe %d: %v, after %s: three such and the replica is unready", i+1, err, time.Since(start).Round(time.Millisecond))
+					continue
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					t.Errorf("probe %d: got %d, want 200", i+1, resp.StatusCode)
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		})
 	}
 }
