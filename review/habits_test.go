@@ -176,6 +176,25 @@ func TestRecursiveAndSkipped(t *testing.T) {
 	}
 }
 
+// TestGlobAndURL: a path that does not exist is a glob pattern, as
+// kubectl's -f expands it; one matching nothing is bad usage, and a URL,
+// which kubectl fetches, is refused saying so, not "no such file".
+func TestGlobAndURL(t *testing.T) {
+	files := map[string]string{"a.yaml": deployment("a", "ns", ""), "b.yaml": deployment("b", "ns", ""), "c.json.txt": "not read\n"}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/*.yaml")
+	if code != 0 || !strings.Contains(out, "a.yaml#1: Deployment ns/a: patched") || !strings.Contains(out, "b.yaml#1: Deployment ns/b: patched") || strings.Contains(out, "c.json") {
+		t.Errorf("-f DIR/*.yaml: got exit %d:\n%s\nwant a.yaml and b.yaml reviewed", code, out)
+	}
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/*.yml")
+	if code != exitUsage || !strings.Contains(out, "*.yml: no such file or directory") {
+		t.Errorf("-f DIR/*.yml, matching nothing: got exit %d:\n%s\nwant 2, no such file", code, out)
+	}
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "https://example.com/x.yaml")
+	if code != exitUsage || !strings.Contains(out, "review does not fetch a URL") {
+		t.Errorf("-f a URL: got exit %d:\n%s\nwant 2, saying review does not fetch it", code, out)
+	}
+}
+
 // TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {

@@ -142,12 +142,33 @@ type expansion struct {
 // for stdin. Stdin, and a file that is not a regular one (a named pipe,
 // or /dev/fd/63 of a shell's <(helm template …)), it copies to a temporary
 // file, to be read twice, as kubectl reads each once. A path that does not
-// exist is an error, as kubectl's "the path does not exist": bad usage,
-// not a document that cannot be read; so is stdin given twice, as
-// kubectl's "standard input cannot be used for multiple arguments".
-// Copying stops when ctx is done: a pipe with no writer, or a terminal,
-// may never end.
-func expandInputs(ctx context.Context, paths []string, stdin io.Reader, how expansion) (*inputs, error) {
+// exist is a glob pattern, such as manifests/*.yaml, and stands for the
+// paths it matches (kubectl's expandIfFilePattern, in cli-runtime's
+// builder.go). One that does not exist and matches nothing is an error,
+// as kubectl's "the path does not exist": bad usage, not a document that
+// cannot be read; so is stdin given twice, as kubectl's "standard input
+// cannot be used for multiple arguments", and a URL, which kubectl
+// fetches and review does not. Copying stops when ctx is done: a pipe
+// with no writer, or a terminal, may never end.
+func expandInputs(ctx context.Context, patterns []string, stdin io.Reader, how expansion) (*inputs, error) {
+	var paths []string
+	for _, pattern := range patterns {
+		if strings.HasPrefix(pattern, "http://") || strings.HasPrefix(pattern, "https://") {
+			return nil, fmt.Errorf("-f %s: review does not fetch a URL, as kubectl does: download it first (curl -fsSLo FILE URL) and give -f FILE", pattern)
+		}
+		if _, err := os.Lstat(pattern); pattern == "-" || !errors.Is(err, fs.ErrNotExist) {
+			paths = append(paths, pattern)
+			continue
+		}
+		matches, err := filepath.Glob(pattern)
+		if err != nil {
+			return nil, fmt.Errorf("-f %s: the pattern is not valid: %w", pattern, err)
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("-f %s: no such file or directory", pattern)
+		}
+		paths = append(paths, matches...)
+	}
 	in := &inputs{plans: map[string]map[int]listPlan{}}
 	stdinRead := false
 	for _, path := range paths {
