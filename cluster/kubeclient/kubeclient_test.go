@@ -627,6 +627,59 @@ func TestListPageStuck(t *testing.T) {
 	}
 }
 
+// TestWatchAfterAnEtcdRestore: the apiserver stops (its watch ends as at
+// its timeout, and the next is refused while it is down) and comes back on
+// an etcd restored to resourceVersion 1, from 6. A watch from 6 would be
+// accepted and deliver nothing of what etcd holds (the watch cache waits
+// for newer events: k8s.io/apiserver v0.37.2, storage/cacher/cacher.go,
+// waitUntilWatchCacheFreshAndForceAllEvents), so the view is listed
+// after a watch that did not start. Before, the watch was started again
+// from 6, and the view was current, holding what the restore removed and
+// not what was created since (helper-38).
+func TestWatchAfterAnEtcdRestore(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a", "b", "c", "d", "e", "f")
+	r, store, _ := startReflectorSilentAfter(t, f, 30*time.Second)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	f.mu.Lock()
+	f.refuseWatches = 1
+	f.mu.Unlock()
+	f.events <- "END"
+	f.mu.Lock()
+	f.objects, f.rv = map[string]int{"a": 1}, 1
+	f.mu.Unlock()
+	f.add("new")
+	waitUntil(t, "the view to be current again", func() bool { h := r.Health(); return h.Failures == 1 && h.Current })
+	if got := store.names(); !slices.Equal(got, []string{"a", "new"}) {
+		t.Errorf("current, holding %v; want [a new], what the restored etcd holds; requests %q", got, f.requested())
+	}
+}
+
+// TestWatchAnswerNeverComes: a watch whose answer's header never comes,
+// on a connection that stays up, is silence: the view is listed again
+// once silentAfter has passed since the last delivery. Before, the
+// request waited for the watch's own timeout, 5.5 to 10.5 minutes, with
+// nothing retried and no failure counted (helper-38).
+func TestWatchAnswerNeverComes(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	inner := f.Config.Handler
+	var watches atomic.Int64
+	f.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("watch") == "true" && watches.Add(1) == 2 {
+			<-r.Context().Done() // the second watch: no answer
+			return
+		}
+		inner.ServeHTTP(w, r)
+	})
+	r, _, logs := startReflectorSilentAfter(t, f, 3*time.Second)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	f.events <- "END"
+	waitUntil(t, "the unanswered watch given up, and the view listed again", func() bool {
+		return len(logs.lines("did not answer the watch")) == 1 && r.Health().Lists >= 2
+	})
+}
+
 // TestWatchesAllGoneBackOff: an apiserver whose every watch is answered
 // 200, then 410 (one that lags behind the one that served the list), is
 // listed again only after the backoff, as client-go's reflector waits

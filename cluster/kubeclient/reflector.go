@@ -227,10 +227,12 @@ func (r *Reflector) Run(ctx context.Context) {
 			// each ListAndWatch (RunWithContext): an apiserver whose every
 			// watch ends 410 is not listed in a loop.
 			sleep(ctx, delay.next())
-		case errors.Is(err, errWatchNotStarted):
-			r.failed(ctx, err, "watch")
-			sleep(ctx, delay.next())
 		default:
+			// A watch that did not start is listed after too, from its
+			// resourceVersion: the apiserver may come back on an etcd
+			// restored to an older one, and watch from a resourceVersion
+			// it has not reached, delivering nothing of what it holds,
+			// where a list from it is refused as too large.
 			r.failed(ctx, err, "watch")
 			listFrom, list = resourceVersion, true
 			sleep(ctx, delay.next())
@@ -276,8 +278,8 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 }
 
 // errWatchNotStarted marks a watch the apiserver did not answer with 200
-// or could not be reached for: it is started again, after the backoff,
-// from the same resourceVersion.
+// or could not be reached for: after the backoff, the store is listed
+// from the same resourceVersion, and watched from there.
 var errWatchNotStarted = errors.New("the watch did not start")
 
 // errSilentWatch is a watch open when nothing, not even a bookmark, has
@@ -308,11 +310,23 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) (err err
 	// little later in case the apiserver never does.
 	ctx, cancel := context.WithTimeout(ctx, timeout+pingInterval)
 	defer cancel()
+	// Silence counts from the last delivery, the answer's header not
+	// yet come included: a proxy, or an apiserver, that never answers
+	// the request is silence too.
+	r.mu.Lock()
+	silentLeft := r.silentAfter - time.Since(r.delivered)
+	r.mu.Unlock()
+	var silent atomic.Bool
+	silence := time.AfterFunc(max(silentLeft, 0), func() { silent.Store(true); cancel() })
+	defer silence.Stop()
 	w, err := r.client.Watch(ctx, r.resource, *resourceVersion, timeout)
-	if err != nil {
-		if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			return err
-		}
+	switch {
+	case err != nil && silent.Load():
+		r.logger.Info("the apiserver did not answer the watch, and delivered nothing, for "+r.silentAfter.String()+"; listing again", "resource_version", *resourceVersion)
+		return errSilentWatch
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return err
+	case err != nil:
 		return fmt.Errorf("%w: %w", errWatchNotStarted, err)
 	}
 	defer w.Close()
@@ -320,7 +334,6 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) (err err
 	r.mu.Lock()
 	r.watching++
 	id := r.watching
-	silentLeft := r.silentAfter - time.Since(r.delivered)
 	r.mu.Unlock()
 	// Quiet but open for EstablishedAfter: established. The timer's
 	// function has ended, or never runs, once watch returns.
@@ -334,9 +347,6 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) (err err
 			<-timerDone
 		}
 	}()
-	var silent atomic.Bool
-	silence := time.AfterFunc(max(silentLeft, 0), func() { silent.Store(true); cancel() })
-	defer silence.Stop()
 	events := 0
 	defer func() { r.watchEnded(id, events, err) }()
 	for {
