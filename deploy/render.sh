@@ -52,6 +52,12 @@ case $mode in
       *:[0-9]*) ;;
       *) echo "render.sh: $hostport: want HOST:PORT, such as webhook.example.com:8443 or [::1]:8443" >&2; exit 2 ;;
     esac
+    # -listen: a loopback host itself, which no other network reaches;
+    # else every address, the port alone.
+    case ${hostport%:*} in
+      127.*|'[::1]'|localhost) listen=$hostport ;;
+      *) listen=:${hostport##*:} ;;
+    esac
     ;;
   *) usage ;;
 esac
@@ -206,7 +212,7 @@ YAML
     url_webhooks "$out/$(numbered webhooks.yaml)"
     render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
-    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
+    echo "  webhook -listen $listen -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
     [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount $namespace/$name, which $out/$(numbered rbac.yaml) lets read what the policy reads (docs/deploy.md)" >&2
     # The authorization webhook is configured on the apiserver's command
     # line, not through the API: its files go apart from what kubectl
@@ -294,7 +300,7 @@ plugins:
 YAML
     render_reads
     echo "run the webhook where https://$hostport reaches it:" >&2
-    echo "  webhook -listen :${hostport##*:} -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
+    echo "  webhook -listen $listen -tls-cert-file $certs/tls.crt -tls-private-key-file $certs/tls.key${reads:+ -kubeconfig KUBECONFIG}" >&2
     [ -z "$reads" ] || echo "  with KUBECONFIG a kubeconfig of the ServiceAccount $namespace/$name; kubectl apply -f $out lets it read what the policy reads (docs/deploy.md)" >&2
     echo "rendered into $out; start kube-apiserver with --admission-control-config-file=$out/admission-config.yaml" >&2
     echo "  (kube-apiserver 1.37 or later, or 1.36 with --feature-gates=ManifestBasedAdmissionControlConfig=true;" >&2
