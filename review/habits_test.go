@@ -195,6 +195,23 @@ func TestGlobAndURL(t *testing.T) {
 	}
 }
 
+// TestNamespaceGivenDiffers: with -namespace given, a namespaced object
+// that names another namespace is an error, as kubectl -n refuses it; one
+// that names none is reviewed in it, and without -namespace each is
+// reviewed in its own.
+func TestNamespaceGivenDiffers(t *testing.T) {
+	files := map[string]string{"shop.yaml": deployment("web", "shop", ""), "none.yaml": strings.Replace(deployment("api", "x", ""), "  namespace: x\n", "", 1)}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-namespace", "other", "-f", "DIR/shop.yaml", "-f", "DIR/none.yaml")
+	if code != exitRefused || !strings.Contains(out, `shop.yaml#1: Deployment shop/web: error: the namespace from the provided object "shop" does not match the namespace "other"`) ||
+		!strings.Contains(out, "none.yaml#1: Deployment other/api: patched") {
+		t.Errorf("-namespace other: got exit %d:\n%s\nwant shop.yaml an error, none.yaml reviewed in other", code, out)
+	}
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-f", "DIR/shop.yaml", "-f", "DIR/none.yaml")
+	if code != 0 || !strings.Contains(out, "shop.yaml#1: Deployment shop/web: patched") || !strings.Contains(out, "none.yaml#1: Deployment default/api: patched") {
+		t.Errorf("without -namespace: got exit %d:\n%s\nwant shop/web and default/api reviewed", code, out)
+	}
+}
+
 // TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {

@@ -121,6 +121,7 @@ type options struct {
 	operation                   string
 	subresource, connectQuery   string // -operation CONNECT's, and -subresource of UPDATE and CREATE
 	user, namespace, output     string
+	namespaceGiven              bool // -namespace on the command line: kubectl's enforceNamespace
 	verbose, quiet, recursive   bool
 	skipFiles, skipKinds        listFlag                // -skip-file, -skip-kind
 	namespaceFiles              listFlag                // -namespaces: the cluster's Namespaces
@@ -172,7 +173,7 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	flags.StringVar(&o.connectQuery, "connect-query", "", "with -operation CONNECT: the request's `query`, as kubectl sends it, such as command=sh&stdin=true&tty=true for exec")
 	flags.StringVar(&o.user, "user", "webhook-review", "userInfo.username of every request")
 	flags.Var(&o.groups, "group", "userInfo.groups of every request (repeatable; default system:authenticated)")
-	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it")
+	flags.StringVar(&o.namespace, "namespace", "default", "the `namespace` of a namespaced object that names none, as kubectl's context gives it; given, an object that names another is an error, as with kubectl -n")
 	flags.StringVar(&o.output, "o", "text", "output `format`: text, json, yaml or junit; the summary goes to stderr in every one")
 	flags.BoolVar(&o.verbose, "v", false, "show each patch as a diff of the object")
 	flags.StringVar(&o.apiResources, "api-resources", "", "`file` of kubectl api-resources -o wide: the resource and scope of each kind of the cluster, for custom resources whose CustomResourceDefinition is not in -f")
@@ -189,6 +190,7 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 	if flags.NArg() > 0 {
 		return usageError("review: unexpected argument %q: give files with -f", flags.Arg(0))
 	}
+	flags.Visit(func(f *flag.Flag) { o.namespaceGiven = o.namespaceGiven || f.Name == "namespace" })
 	o.resources = map[string]resourceFlag{}
 	for _, r := range *resources {
 		kind, rest, ok := strings.Cut(r, "=")
@@ -547,6 +549,12 @@ func (r *reviewer) review(ctx context.Context, obj *parsedObject) result {
 	case "Cluster":
 		res.Namespace = ""
 	case "Namespaced":
+		if r.o.namespaceGiven && res.Namespace != "" && res.Namespace != r.o.namespace {
+			// As kubectl's -n (cli-runtime v0.37.2, resource/visitor.go,
+			// RequireNamespace): it refuses before any request.
+			res.Verdict, res.Error = "error", fmt.Sprintf("the namespace from the provided object %q does not match the namespace %q of -namespace: kubectl -n %s refuses it before any request", res.Namespace, r.o.namespace, r.o.namespace)
+			return res
+		}
 		res.Namespace = cmpOr(res.Namespace, r.o.namespace)
 	}
 	resource, sub := info.resource, ""

@@ -337,13 +337,13 @@ func TestUpdateAndDelete(t *testing.T) {
 
 // TestRequestAsTheAPIServerBuildsIt: kind, resource (the plural guessed,
 // or -resource's), namespace (-namespace for an object that names none,
-// none for a cluster-scoped kind), userInfo, a fresh uid per request.
+// none for a cluster-scoped kind; one naming another is TestNamespaceGivenDiffers's), userInfo, a fresh uid per request.
 func TestRequestAsTheAPIServerBuildsIt(t *testing.T) {
 	f := &fakeWebhook{}
 	files := map[string]string{"x.yaml": strings.Join([]string{
 		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: np}\n",
 		"apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n",
-		"apiVersion: example.com/v1\nkind: Octopus\nmetadata: {name: o, namespace: sea}\n"}, "---\n")}
+		"apiVersion: example.com/v1\nkind: Octopus\nmetadata: {name: o, namespace: mine}\n"}, "---\n")}
 	reviewRun(t, f, "", files, "-f", "DIR/x.yaml", "-namespace", "mine", "-user", "jane", "-group", "devs", "-resource", "Octopus=octopodes,Namespaced")
 	got := map[string]*admissionv1.AdmissionRequest{}
 	uids := map[string]bool{}
@@ -354,7 +354,7 @@ func TestRequestAsTheAPIServerBuildsIt(t *testing.T) {
 	if uids[""] || len(uids) != len(f.requests) {
 		t.Errorf("got %d distinct uids for %d requests, want one each", len(uids), len(f.requests))
 	}
-	for kind, want := range map[string][3]string{"NetworkPolicy": {"networkpolicies", "mine"}, "Namespace": {"namespaces", "team"}, "Octopus": {"octopodes", "sea"}} {
+	for kind, want := range map[string][3]string{"NetworkPolicy": {"networkpolicies", "mine"}, "Namespace": {"namespaces", "team"}, "Octopus": {"octopodes", "mine"}} {
 		r := got[kind]
 		if r == nil || r.Resource.Resource != want[0] || r.Namespace != want[1] || r.UserInfo.Username != "jane" || r.UserInfo.Groups[0] != "devs" {
 			t.Errorf("%s: got %+v, want resource %s in namespace %q, by jane of devs", kind, r, want[0], want[1])
