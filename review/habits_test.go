@@ -212,6 +212,24 @@ func TestNamespaceGivenDiffers(t *testing.T) {
 	}
 }
 
+// TestConfigNotServed: a -config of admissionregistration.k8s.io/v1beta1,
+// which no apiserver since 1.21 serves, is bad usage saying so, not
+// matched as if it were v1.
+func TestConfigNotServed(t *testing.T) {
+	files := map[string]string{"d.yaml": deployment("d", "ns", ""), "config.yaml": `apiVersion: admissionregistration.k8s.io/v1beta1
+kind: ValidatingWebhookConfiguration
+metadata: {name: old}
+webhooks:
+- name: v.example.com
+  clientConfig: {url: "https://127.0.0.1:8443/validate"}
+  rules: [{apiGroups: ["*"], apiVersions: ["*"], operations: ["*"], resources: ["*"]}]
+`}
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", files, "-config", "DIR/config.yaml", "-f", "DIR/d.yaml")
+	if code != exitUsage || !strings.Contains(out, `ValidatingWebhookConfiguration old: apiVersion "admissionregistration.k8s.io/v1beta1", want admissionregistration.k8s.io/v1`) || strings.Contains(out, "reviewed") {
+		t.Errorf("got exit %d:\n%s\nwant 2, the apiVersion named, nothing reviewed", code, out)
+	}
+}
+
 // TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {

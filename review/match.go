@@ -137,6 +137,11 @@ func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
 	if !mutating && cfg.Kind != "ValidatingWebhookConfiguration" {
 		return "", nil, nil
 	}
+	if cfg.APIVersion != "admissionregistration.k8s.io/v1" {
+		// v1beta1 was last served by Kubernetes 1.21: no apiserver
+		// review stands for would call its webhooks.
+		return "", nil, fmt.Errorf("%s %s: apiVersion %q, want admissionregistration.k8s.io/v1, the one the apiserver serves", cfg.Kind, cfg.Metadata.Name, cfg.APIVersion)
+	}
 	var hooks []webhook
 	for _, w := range cfg.Webhooks {
 		route := map[bool]string{true: "/mutate", false: "/validate"}[mutating]
@@ -156,10 +161,7 @@ func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
 				return "", nil, fmt.Errorf("webhook %s: a selector the apiserver refuses: %w", w.Name, err)
 			}
 		}
-		equivalent := cfg.APIVersion != "admissionregistration.k8s.io/v1beta1"
-		if w.MatchPolicy != nil {
-			equivalent = *w.MatchPolicy == admissionregistrationv1.Equivalent
-		}
+		equivalent := w.MatchPolicy == nil || *w.MatchPolicy == admissionregistrationv1.Equivalent // v1's default
 		hooks = append(hooks, webhook{name: w.Name, mutating: mutating, route: route, rules: w.Rules,
 			namespaceSelector: w.NamespaceSelector, objectSelector: w.ObjectSelector, equivalent: equivalent, matchConditions: len(w.MatchConditions)})
 	}
