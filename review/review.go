@@ -21,6 +21,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"maps"
 	"net/url"
 	"os"
 	"path"
@@ -784,6 +785,7 @@ func hasMetadata(object []byte) bool {
 func (r *reviewer) setNamespaceLabels(req *request) {
 	if req.resource == namespacesResource && req.subresource == "" &&
 		(req.operation == admissionregistrationv1.Create || req.operation == admissionregistrationv1.Update) {
+		withNameLabel(req)
 		req.namespaceLabels = req.labels
 		return
 	}
@@ -801,6 +803,32 @@ func (r *reviewer) setNamespaceLabels(req *request) {
 	default:
 		req.labelsHint = fmt.Sprintf("give the Namespace %s in -f, or the cluster's with -namespaces", name)
 	}
+}
+
+// withNameLabel gives a Namespace written with a name the label of its
+// name, as decoding its request defaults it before any webhook
+// (k8s.io/kubernetes v1.37.2, pkg/apis/core/v1/defaults.go,
+// SetDefaults_Namespace): in the object sent, and in the labels an
+// objectSelector reads.
+func withNameLabel(req *request) {
+	if req.name == "" || req.object == nil || req.labels[namespaceNameLabel] == req.name {
+		return
+	}
+	value, _ := json.Marshal(req.name)
+	op := `[{"op":"add","path":"/metadata/labels/kubernetes.io~1metadata.name","value":` + string(value) + `}]`
+	if req.labels == nil {
+		op = `[{"op":"add","path":"/metadata/labels","value":{"kubernetes.io/metadata.name":` + string(value) + `}}]`
+	}
+	object, err := applyJSONPatch(req.object, []byte(op))
+	if err != nil {
+		return // metadata, or its labels, not an object: the metadata check says so
+	}
+	req.object = object
+	req.labels = maps.Clone(req.labels)
+	if req.labels == nil {
+		req.labels = map[string]string{}
+	}
+	req.labels[namespaceNameLabel] = req.name
 }
 
 // match is the webhooks of -config req is sent to, in order, and as what,

@@ -364,6 +364,43 @@ func TestRequestAsTheAPIServerBuildsIt(t *testing.T) {
 
 // TestConfigMatching: with -config, an object goes only to the webhooks
 // whose rules and objectSelector match it; a namespaceSelector is
+// TestNamespaceNameLabel: a Namespace written with a name is sent with
+// the label of its name, as the apiserver defaults it before any webhook,
+// and an objectSelector reads it; before, neither had it, and a webhook
+// selecting namespaces by name was said not to be called.
+func TestNamespaceNameLabel(t *testing.T) {
+	config := `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {name: v}
+webhooks:
+- name: v.example.com
+  clientConfig: {service: {name: w, namespace: w, path: /validate}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [namespaces]}]
+  objectSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: In, values: [team-a]}]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+	f := &fakeWebhook{}
+	files := map[string]string{"config.yaml": config, "ns.yaml": "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-a}\n---\napiVersion: v1\nkind: Namespace\nmetadata: {name: team-b, labels: {kubernetes.io/metadata.name: other}}\n"}
+	out, _, _, _ := reviewRun(t, f, "", files, "-f", "DIR/ns.yaml", "-config", "DIR/config.yaml")
+	if strings.Contains(out, "Namespace team-a: admitted\n  note: no webhook of -config matches it") || !strings.Contains(out, "Namespace team-b: admitted\n  note: no webhook of -config matches it") {
+		t.Errorf("got:\n%s\nwant team-a sent to the webhook that selects it by its name's label, team-b (whose label the apiserver sets to team-b) not", out)
+	}
+	var sent []string
+	for _, r := range f.requests {
+		var ns struct {
+			Metadata struct{ Labels map[string]string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(r.Object.Raw, &ns); err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, r.Name+"="+ns.Metadata.Labels["kubernetes.io/metadata.name"])
+	}
+	if len(sent) == 0 || slices.ContainsFunc(sent, func(s string) bool { return s != "team-a=team-a" }) {
+		t.Errorf("sent %v, want team-a, labelled with its name, alone", sent)
+	}
+}
+
 // evaluated when the input holds the Namespace, else said to be not.
 func TestConfigMatching(t *testing.T) {
 	config := `apiVersion: admissionregistration.k8s.io/v1
