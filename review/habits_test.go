@@ -230,6 +230,32 @@ webhooks:
 	}
 }
 
+// TestGeneratedNameSentToValidatingWebhooks: a manifest with generateName
+// alone is sent to the mutating webhooks with no name, and to the
+// validating ones with the name the apiserver generates before them
+// (rest.BeforeCreate), its random characters as "xxxxx". Before, the
+// validating ones got no name either.
+func TestGeneratedNameSentToValidatingWebhooks(t *testing.T) {
+	f := &fakeWebhook{}
+	doc := strings.Replace(deployment("x", "ns", ""), "  name: x\n", "  generateName: web-\n", 1)
+	if _, _, code, _ := reviewRun(t, f, "", map[string]string{"d.yaml": doc}, "-f", "DIR/d.yaml"); code != 0 {
+		t.Fatalf("got exit %d", code)
+	}
+	got := map[string]string{}
+	for i, r := range f.requests {
+		var o struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		}
+		if err := json.Unmarshal(r.Object.Raw, &o); err != nil {
+			t.Fatal(err)
+		}
+		got[f.routes[i]] = r.Name + "," + o.Metadata.Name
+	}
+	if got["/mutate"] != "," || got["/validate"] != "web-xxxxx,web-xxxxx" {
+		t.Errorf("got the name, and the object's, by route: %q; want none to /mutate, web-xxxxx to /validate", got)
+	}
+}
+
 // TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {

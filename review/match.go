@@ -206,7 +206,8 @@ type request struct {
 	// is the kind and resource it was sent as.
 	sentAs *invocation
 	// generatedName is a create's name as the apiserver generated it from
-	// generateName (replay: the stored result's), which it sends the
+	// generateName (replay: the stored result's; a manifest's: the prefix
+	// and "xxxxx" for the five random characters), which it sends the
 	// validating webhooks, and not the mutating ones
 	// (rest.AdmissionToValidateObjectFunc, k8s.io/apiserver v0.37.2,
 	// registry/rest/create.go).

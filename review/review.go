@@ -19,9 +19,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"maps"
 	"net/url"
 	"os"
 	"path"
@@ -711,6 +711,11 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 		req.object, req.labels = object, obj.head.Metadata.Labels
 		meta := obj.head.Metadata
 		meta.Namespace = namespace
+		if r.op == admissionv1.Create && meta.Name == "" && meta.GenerateName != "" {
+			// As the apiserver's SimpleNameGenerator makes it, but for
+			// its five random characters.
+			req.generatedName = meta.GenerateName[:min(len(meta.GenerateName), maxGeneratedNameLength)] + "xxxxx"
+		}
 		req.meta = &metaCheck{kind: info.kind.GroupKind(), namespaced: scope == "Namespaced", operation: string(r.op), original: object, meta: &meta}
 	}
 	if old != nil {
