@@ -228,6 +228,13 @@ webhooks:
 	if code != exitUsage || !strings.Contains(out, `ValidatingWebhookConfiguration old: apiVersion "admissionregistration.k8s.io/v1beta1", want admissionregistration.k8s.io/v1`) || strings.Contains(out, "reviewed") {
 		t.Errorf("got exit %d:\n%s\nwant 2, the apiVersion named, nothing reviewed", code, out)
 	}
+	// A List's items, as a typed client writes them, name no apiVersion.
+	files["config.yaml"] = `{"apiVersion":"admissionregistration.k8s.io/v1","kind":"ValidatingWebhookConfigurationList","items":[{"kind":"ValidatingWebhookConfiguration",` +
+		`"metadata":{"name":"v"},"webhooks":[{"name":"v.example.com","clientConfig":{"url":"https://127.0.0.1:8443/validate"},"rules":[{"apiGroups":["*"],"apiVersions":["*"],"operations":["*"],"resources":["*"]}]}]}]}`
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", files, "-config", "DIR/config.yaml", "-f", "DIR/d.yaml")
+	if code != 0 || !strings.Contains(out, "Deployment ns/d: admitted") {
+		t.Errorf("a List's item without apiVersion: got exit %d:\n%s\nwant it read, the Deployment admitted", code, out)
+	}
 }
 
 // TestGeneratedNameSentToValidatingWebhooks: a manifest with generateName

@@ -137,7 +137,7 @@ func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
 	if !mutating && cfg.Kind != "ValidatingWebhookConfiguration" {
 		return "", nil, nil
 	}
-	if cfg.APIVersion != "admissionregistration.k8s.io/v1" {
+	if cfg.APIVersion != "admissionregistration.k8s.io/v1" && cfg.APIVersion != "" { // "": a List's item, as a typed client writes it
 		// v1beta1 was last served by Kubernetes 1.21: no apiserver
 		// review stands for would call its webhooks.
 		return "", nil, fmt.Errorf("%s %s: apiVersion %q, want admissionregistration.k8s.io/v1, the one the apiserver serves", cfg.Kind, cfg.Metadata.Name, cfg.APIVersion)
