@@ -1,6 +1,9 @@
 package body
 
-import "slices"
+import (
+	"net/netip"
+	"slices"
+)
 
 // bufferSizes are the sizes of a large body's buffer, from over
 // MaxSmallBodyBytes to MaxBytes: MaxSmallBodyBytes times a power of two, or one
@@ -36,9 +39,10 @@ func (b *Budget) buffer(size int64) []byte {
 // the next one. Nothing may use body after; nothing decoded from it does,
 // as the UniversalDeserializer's decoders copy every string and byte slice
 // they keep (docs/operations.md, "Memory").
-func (b *Budget) release(body []byte) {
+func (b *Budget) release(body []byte, source netip.Addr) {
 	size := int64(cap(body))
 	b.free.release(size)
+	b.leave(source, size)
 	body = body[:0]
 	b.buffers[slices.Index(bufferSizes, size)].Put(&body)
 }
