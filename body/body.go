@@ -234,6 +234,7 @@ func (b *Budget) admit(ctx context.Context, source netip.Addr, n int64) error {
 	w := &admission{n: n, admitted: make(chan struct{})}
 	a.waiting = append(a.waiting, w)
 	b.mu.Unlock()
+	b.free.short.Add(1) // waited for room, of its share
 	b.outside.Add(1)
 	defer b.outside.Add(-1)
 	select {
@@ -320,7 +321,7 @@ type Stats struct {
 	BudgetBytes int64             // the budget of large bodies
 	HeldBytes   int64             // of it, held now
 	Waiting     int               // large bodies waiting for room, or for their address's share
-	Waited      uint64            // large bodies that found too little room free, so far
+	Waited      uint64            // large bodies that found too little room free, or of their address's share, so far
 	Refused     map[string]uint64 // bodies answered BusyStatus, by reason: LongQueue, NoRoom, SlowRead
 	Cut         map[string]uint64 // bodies answered 408: Stalled, TooSlow
 }
