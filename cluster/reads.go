@@ -189,9 +189,10 @@ var ErrOverRate = errors.New("over the webhook's rate of lookups that ask the ap
 // rate, which every view's share.
 type apiserverReads struct {
 	// get GETs the object name in namespace; list lists namespace (""
-	// for every one) as of now, handing over each object's JSON.
+	// for every one) as of now, handing over each object's JSON, and
+	// asking nextPage before each page after the first.
 	get  func(ctx context.Context, namespace, name string) ([]byte, error)
-	list func(ctx context.Context, namespace string, each func([]byte) error) error
+	list func(ctx context.Context, namespace string, nextPage func() error, each func([]byte) error) error
 	rate *lookupRate
 
 	// counts of each verb, get and list: what was sent, shared, refused
@@ -200,12 +201,12 @@ type apiserverReads struct {
 
 type lookupCounts struct{ sent, shared, refused atomic.Int64 }
 
-func newAPIServerReads(rate *lookupRate, get func(context.Context, string, string) ([]byte, error), list func(context.Context, string, func([]byte) error) error) *apiserverReads {
+func newAPIServerReads(rate *lookupRate, get func(context.Context, string, string) ([]byte, error), list func(context.Context, string, func() error, func([]byte) error) error) *apiserverReads {
 	return &apiserverReads{get: get, list: list, rate: rate, counts: map[string]*lookupCounts{"get": {}, "list": {}}}
 }
 
-// take is a request of verb about to be sent: ErrOverRate when the rate is
-// spent, else counted as sent.
+// take is a request of verb about to be sent, a list's each page: ErrOverRate
+// when the rate is spent, else counted as sent.
 func (a *apiserverReads) take(verb string) error {
 	if !a.rate.allow(time.Now()) {
 		a.counts[verb].refused.Add(1)
@@ -305,11 +306,11 @@ func watchCluster(reads []Read, flags clusterFlags, getenv func(string) string, 
 		var reflector *kubeclient.Reflector
 		apiserver := newAPIServerReads(rate, func(ctx context.Context, namespace, name string) ([]byte, error) {
 			return client.Get(ctx, resource, namespace, name)
-		}, func(ctx context.Context, namespace string, each func([]byte) error) error {
+		}, func(ctx context.Context, namespace string, nextPage func() error, each func([]byte) error) error {
 			in := resource
 			in.Namespace = namespace
 			// No resourceVersion: as of now, a consistent read.
-			_, err := client.List(ctx, in, kubeclient.ListOptions{Limit: latestListPage}, each)
+			_, err := client.List(ctx, in, kubeclient.ListOptions{Limit: latestListPage, NextPage: nextPage}, each)
 			return err
 		})
 		store := r.makeView(func() kubeclient.Health { return reflector.Health() }, apiserver)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,7 +93,17 @@ func (f *fakeCluster) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-		fmt.Fprintf(w, `{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"7"},"items":[%s]}`, strings.Join(items, ","))
+		// Paged as the apiserver pages: limit a page, continue from there.
+		start, _ := strconv.Atoi(r.URL.Query().Get("continue"))
+		end := len(items)
+		if limit, _ := strconv.Atoi(r.URL.Query().Get("limit")); limit > 0 {
+			end = min(start+limit, len(items))
+		}
+		next := ""
+		if end < len(items) {
+			next = strconv.Itoa(end)
+		}
+		fmt.Fprintf(w, `{"kind":"List","apiVersion":"v1","metadata":{"resourceVersion":"7","continue":%q},"items":[%s]}`, next, strings.Join(items[start:end], ","))
 	case "WATCH":
 		switch watch {
 		case "refuse":
@@ -189,6 +200,36 @@ func TestWatchCluster(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "test-token") || !strings.Contains(logs.String(), "credentials=") {
 		t.Errorf("got log %q, want where the credentials came from, never the token", &logs)
+	}
+}
+
+// TestListLatestPagesWithinTheRate: each page of a list as of now is a
+// request of the lookups' rate: at one a second, a namespace of 1,200
+// Pods, three pages, is refused over the rate after its first, not
+// listed whole. Before, a list took one token for all its pages, and a
+// whole kind of 100,000 objects 200 requests for one (helper-38).
+func TestListLatestPagesWithinTheRate(t *testing.T) {
+	f := startFakeCluster(t)
+	var big []string
+	for i := range 1200 {
+		big = append(big, pod("big", fmt.Sprintf("p-%04d", i), "default"))
+	}
+	f.objects["/api/v1/namespaces/big/pods"] = big
+	var pods *View[testPod]
+	c, err := watchCluster([]Read{ReadInto(&pods, podKind)}, clusterFlags{kubeconfig: f.kubeconfig(t), lookupsPerSecond: 1}, testEnv, discardLogger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.stop()
+	for deadline := time.Now().Add(10 * time.Second); c.notSynced() != nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not synced after 10 s: %v", c.notSynced())
+		}
+	}
+	lists := f.count("LIST")
+	got, err := pods.ListLatest(context.Background(), "big")
+	if sent := f.count("LIST") - lists; !errors.Is(err, ErrOverRate) || sent != 1 {
+		t.Errorf("ListLatest at one lookup a second: %d objects, %v, in %d requests; want ErrOverRate after the first page's", len(got), err, sent)
 	}
 }
 

@@ -355,7 +355,8 @@ func (v *View[T]) latest(ctx context.Context, namespace string) ([]listed[T], er
 			return nil, err
 		}
 		var all []listed[T]
-		err := v.apiserver.list(ctx, namespace, func(object []byte) error {
+		nextPage := func() error { return v.apiserver.take("list") }
+		err := v.apiserver.list(ctx, namespace, nextPage, func(object []byte) error {
 			key, obj, err := v.decode(object)
 			if err != nil {
 				return err

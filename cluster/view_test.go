@@ -274,7 +274,7 @@ func (f *fakeAPIServerReads) reads(perSecond float64) *apiserverReads {
 			}
 		}
 		return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
-	}, func(ctx context.Context, namespace string, each func([]byte) error) error {
+	}, func(ctx context.Context, namespace string, _ func() error, each func([]byte) error) error {
 		f.mu.Lock()
 		f.lists++
 		pods := f.pods

@@ -136,10 +136,13 @@ func (c *Client) Get(ctx context.Context, r Resource, namespace, name string) ([
 // ListOptions are what a list asks for: the resourceVersion it is served
 // at ("0": whatever the apiserver's watch cache holds, the cheapest; "":
 // as of now, from etcd; else at least as new as that), and Limit objects a
-// page (0: all at once).
+// page (0: all at once). NextPage, when set, is asked before each page
+// after the first is requested: an error of it stops the list, and is
+// returned.
 type ListOptions struct {
 	ResourceVersion string
 	Limit           int64
+	NextPage        func() error
 }
 
 // List lists r page by page, handing each object to each as its JSON,
@@ -174,6 +177,11 @@ func (c *Client) List(ctx context.Context, r Resource, opts ListOptions, each fu
 		}
 		if meta.Continue == "" {
 			return meta.ResourceVersion, nil
+		}
+		if opts.NextPage != nil {
+			if err := opts.NextPage(); err != nil {
+				return "", err
+			}
 		}
 		continueToken = meta.Continue
 	}
