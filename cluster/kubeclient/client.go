@@ -3,13 +3,16 @@ package kubeclient
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,10 +27,21 @@ import (
 // entry dropped) is found within pingTimeout and replaced.
 type Client struct {
 	cfg       *Config
-	http      *http.Client
+	tlsConfig *tls.Config
 	userAgent string
 	// pageTimeout is listPageTimeout, shorter in tests.
 	pageTimeout time.Duration
+
+	mu   sync.Mutex
+	http *http.Client
+	// certificate is the client certificate file's content when http was
+	// made: once the file holds another, new requests go over a new
+	// transport's connections, whose handshakes present it, as client-go
+	// closes its connections when it changes (transport/cert_rotation.go).
+	// The apiserver checks a certificate at each request, so an old one,
+	// expired, would be refused on connections kept alive for ever.
+	certificate []byte
+	retired     []*http.Client // those it replaced, whose requests under way carry on
 }
 
 const (
@@ -67,20 +81,50 @@ func New(cfg *Config, userAgent string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	transport := &http.Transport{
+	c := &Client{cfg: cfg, tlsConfig: tlsConfig, userAgent: userAgent, pageTimeout: listPageTimeout}
+	c.http = c.newHTTPClient()
+	if cfg.CertFile != "" {
+		c.certificate, _ = os.ReadFile(cfg.CertFile)
+	}
+	return c, nil
+}
+
+func (c *Client) newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		TLSClientConfig:     tlsConfig,
+		TLSClientConfig:     c.tlsConfig,
 		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true, // a TLSClientConfig of one's own turns it off otherwise
 		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingInterval, PingTimeout: pingTimeout},
 		IdleConnTimeout:     idleTimeout,
+	}}
+}
+
+// httpClient is the client to send the next request with: a new one, its
+// connections new, once the client certificate file has changed. The old
+// one's requests under way, watches above all, carry on to their end.
+func (c *Client) httpClient() *http.Client {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg.CertFile != "" {
+		if now, err := os.ReadFile(c.cfg.CertFile); err == nil && !bytes.Equal(now, c.certificate) {
+			c.http.CloseIdleConnections()
+			c.retired = append(c.retired, c.http)
+			c.http, c.certificate = c.newHTTPClient(), now
+		}
 	}
-	return &Client{cfg: cfg, http: &http.Client{Transport: transport}, userAgent: userAgent, pageTimeout: listPageTimeout}, nil
+	return c.http
 }
 
 // CloseIdleConnections closes the connections that carry no request, as
 // the last step of stopping: their goroutines end with them.
-func (c *Client) CloseIdleConnections() { c.http.CloseIdleConnections() }
+func (c *Client) CloseIdleConnections() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range append(c.retired, c.http) {
+		h.CloseIdleConnections()
+	}
+}
 
 // Resource names what a request reads: a resource of a group and version,
 // in one namespace or, with Namespace "", in all.
@@ -370,7 +414,7 @@ func (c *Client) get(ctx context.Context, path string, query url.Values) (*http.
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := c.http.Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		return nil, err
 	}

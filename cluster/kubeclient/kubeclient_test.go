@@ -2,11 +2,18 @@ package kubeclient
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -918,3 +925,80 @@ func TestInCluster(t *testing.T) {
 }
 
 var _ io.Closer = (*Watch)(nil)
+
+// TestClientCertificateRenewed: once the kubeconfig's client certificate
+// file holds a renewed certificate, the next request presents it, on a
+// connection of its own. Before, the connection kept alive (never idle
+// long, with watches and pings) presented the old one for ever, and the
+// apiserver, which checks a certificate at each request, refused every
+// request once it expired (helper-38).
+func TestClientCertificateRenewed(t *testing.T) {
+	dir := t.TempDir()
+	selfSigned(t, dir, 1)
+	f := &fakeAPIServer{objects: map[string]int{}, events: make(chan string, 100), refuse: map[string]int{}}
+	var mu sync.Mutex
+	var presented []string // the serial of each request's certificate
+	f.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		for _, c := range r.TLS.PeerCertificates[:1] {
+			presented = append(presented, c.SerialNumber.String())
+		}
+		mu.Unlock()
+		f.serve(w, r)
+	}))
+	f.EnableHTTP2 = true
+	f.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	f.StartTLS()
+	t.Cleanup(func() { close(f.events); f.Close() })
+	f.add("a")
+	cfg := f.config(t, "")
+	cfg.CertFile, cfg.KeyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	c, err := New(cfg, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func() {
+		t.Helper()
+		if _, err := c.Get(context.Background(), configMaps, "ns", "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get()
+	get()
+	selfSigned(t, dir, 2)
+	get()
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(presented, []string{"1", "1", "2"}) {
+		t.Errorf("the apiserver saw the certificates %v; want 1, 1, then the renewed 2", presented)
+	}
+}
+
+// selfSigned writes a client certificate and its key into dir, as
+// cert.pem and key.pem, each written anew and renamed into place.
+func selfSigned(t *testing.T, dir string, serial int64) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook"}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, block := range map[string]*pem.Block{"key.pem": {Type: "EC PRIVATE KEY", Bytes: keyDER}, "cert.pem": {Type: "CERTIFICATE", Bytes: der}} {
+		tmp := filepath.Join(dir, name+".tmp")
+		if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
