@@ -263,6 +263,32 @@ func TestGeneratedNameSentToValidatingWebhooks(t *testing.T) {
 	}
 }
 
+// TestCreateWithoutSystemFields: an object as kubectl get prints it is
+// created without the metadata the apiserver sets: it wipes uid,
+// creationTimestamp, deletionTimestamp, deletionGracePeriodSeconds and
+// selfLink before admission. Before, the webhooks were sent them.
+func TestCreateWithoutSystemFields(t *testing.T) {
+	f := &fakeWebhook{}
+	got := `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"shop","uid":"0b1c2d3e-0000-4000-8000-000000000001",` +
+		`"creationTimestamp":"2024-01-01T00:00:00Z","deletionTimestamp":"2024-01-02T00:00:00Z","deletionGracePeriodSeconds":30,"selfLink":"/api/v1/namespaces/shop/configmaps/cm","labels":{"a":"b"}},"data":{"a":"b"}}`
+	if _, _, code, _ := reviewRun(t, f, "", map[string]string{"cm.json": got}, "-f", "DIR/cm.json"); code != 0 {
+		t.Fatalf("got exit %d", code)
+	}
+	for _, r := range f.requests {
+		for _, field := range []string{"uid", "creationTimestamp\":\"", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"} {
+			if strings.Contains(string(r.Object.Raw), field) {
+				t.Errorf("%s was sent %s", field, r.Object.Raw)
+			}
+		}
+		if !strings.Contains(string(r.Object.Raw), `"labels":{"a":"b"}`) {
+			t.Errorf("sent %s, want the rest of the object kept", r.Object.Raw)
+		}
+	}
+	if len(f.requests) == 0 {
+		t.Error("nothing sent")
+	}
+}
+
 // TestNotText: a binary file (a PNG, whose bytes hold "{{") is not text,
 // said once, not a Helm template; the files beside it are reviewed.
 func TestNotText(t *testing.T) {

@@ -624,6 +624,9 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 		// namespace, or none when cluster-scoped (handlers/create.go and
 		// update.go, EnsureObjectNamespaceMatchesRequestNamespace).
 		obj.SetNamespace(req.namespace)
+		if op == admissionv1.Create && req.subresource == "" {
+			wipeSystemFields(obj) // after logging it, as handlers/create.go does
+		}
 		if op == admissionv1.Update && oldObject != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() != oldObject.GetResourceVersion() {
 			// An update names the version it replaces: another is not it.
 			res.OldObject = fmt.Sprintf("unknown: the update replaces resourceVersion %s, the log's last stored version is %s", obj.GetResourceVersion(), oldObject.GetResourceVersion())

@@ -1306,3 +1306,27 @@ func TestRequestNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayCreateWithoutSystemFields: a create's requestObject is logged
+// as sent, before the apiserver wipes the metadata it sets (uid,
+// creationTimestamp, …; handlers/create.go), so replay wipes them before
+// sending it. Before, the webhooks were sent them.
+func TestReplayCreateWithoutSystemFields(t *testing.T) {
+	f := &fakeWebhook{}
+	sent := configMap("ns", "cm", "", nil)
+	meta := sent["metadata"].(map[string]any)
+	meta["uid"], meta["creationTimestamp"], meta["selfLink"] = "0b1c2d3e-0000-4000-8000-000000000001", "2024-01-01T00:00:00Z", "/api/v1/namespaces/ns/configmaps/cm"
+	line := auditEventLine("create", "/api/v1/namespaces/ns/configmaps", 201, ref("", "v1", "configmaps", "ns", "cm", ""),
+		map[string]any{"requestObject": sent, "responseObject": configMap("ns", "cm", "5", nil)})
+	replayRun(t, f, []string{line})
+	if len(f.requests) == 0 {
+		t.Fatal("nothing sent")
+	}
+	for _, r := range f.requests {
+		for _, field := range []string{"uid", "creationTimestamp\":\"", "selfLink"} {
+			if strings.Contains(string(r.Object.Raw), field) {
+				t.Errorf("%s was sent: %s", field, r.Object.Raw)
+			}
+		}
+	}
+}

@@ -694,6 +694,9 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 	if err != nil {
 		return req, err
 	}
+	if r.op == admissionv1.Create {
+		object = withoutSystemFields(object)
+	}
 	switch r.op {
 	case admissionv1.Delete:
 		req.oldObject, req.oldLabels = object, obj.head.Metadata.Labels
@@ -773,6 +776,36 @@ func withNamespace(object []byte, has, namespace string) ([]byte, error) {
 		return nil, fmt.Errorf("the object's metadata is not an object: %w", err)
 	}
 	return out, nil
+}
+
+// withoutSystemFields is object, JSON, as a create's is sent to admission:
+// without the metadata the apiserver sets, which `kubectl get -o yaml`
+// prints and a manifest may hold (handlers/create.go,
+// rest.WipeObjectMetaSystemFields).
+func withoutSystemFields(object []byte) []byte {
+	if !bytes.Contains(object, []byte(`"uid"`)) && !bytes.Contains(object, []byte(`"creationTimestamp"`)) && !bytes.Contains(object, []byte(`"selfLink"`)) &&
+		!bytes.Contains(object, []byte(`"deletionTimestamp"`)) && !bytes.Contains(object, []byte(`"deletionGracePeriodSeconds"`)) {
+		return object
+	}
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(object); err != nil {
+		return object // the metadata check says what is wrong
+	}
+	wipeSystemFields(&u)
+	if wiped, err := u.MarshalJSON(); err == nil {
+		return wiped
+	}
+	return object
+}
+
+// wipeSystemFields is rest.WipeObjectMetaSystemFields, which k8s.io/apiserver
+// holds.
+func wipeSystemFields(u *unstructured.Unstructured) {
+	u.SetCreationTimestamp(metav1.Time{})
+	u.SetUID("")
+	u.SetDeletionTimestamp(nil)
+	u.SetDeletionGracePeriodSeconds(nil)
+	u.SetSelfLink("")
 }
 
 // hasMetadata reports whether object, canonical JSON, has a metadata that
