@@ -117,8 +117,21 @@ func TestScope(t *testing.T) {
 	config := validateConfig(`{apiGroups: ["*"], apiVersions: ["*"], operations: [CREATE], resources: [octopuses], scope: Namespaced}`, "")
 	bad := strings.Replace(octopus, "name: o", "name: bad-o", 1)
 	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": bad, "c.yaml": config}, "-f", "DIR/o.yaml", "-config", "DIR/c.yaml")
-	if want := "Octopus bad-o: unknown: denied: bad-o is bad as namespaced (in default); admitted otherwise (its scope is not known"; !strings.Contains(out, want) || code != exitUnknown || strings.Contains(out, "default/bad-o") {
+	if want := "Octopus bad-o: unknown: denied: bad-o is bad as namespaced (in default) and if the resource of Octopus is one that valid.example.com's rules name; admitted otherwise (its scope is not known"; !strings.Contains(out, want) || code != exitUnknown || strings.Contains(out, "default/bad-o") {
 		t.Errorf("got exit %d:\n%s\nwant %q, exit %d, and never default/bad-o", code, out, want, exitUnknown)
+	}
+	// Its plural a guess, a rule that names another is not known to miss
+	// it: the CustomResourceDefinition's plural may be that one (a
+	// PodChaos's is podchaos, not the guess podchaoses). Before, review
+	// said no webhook matched.
+	other := validateConfig(`{apiGroups: ["*"], apiVersions: ["*"], operations: [CREATE], resources: [octopi]}`, "")
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": bad, "c.yaml": other}, "-f", "DIR/o.yaml", "-config", "DIR/c.yaml", "-resource", "Octopus=octopuses,Cluster")
+	if !strings.Contains(out, "Octopus bad-o: admitted\n  note: no webhook of -config matches it") || code != 0 {
+		t.Errorf("-resource naming the plural, a rule of another: got exit %d:\n%s\nwant it not sent", code, out)
+	}
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": bad, "c.yaml": other}, "-f", "DIR/o.yaml", "-config", "DIR/c.yaml")
+	if want := "Octopus bad-o: unknown: denied: bad-o is bad as namespaced (in default) and if the resource of Octopus is one that valid.example.com's rules name, or as cluster-scoped and if"; !strings.Contains(out, want) || !strings.Contains(out, "review guessed octopuses") || code != exitUnknown {
+		t.Errorf("its plural guessed, a rule of another: got exit %d:\n%s\nwant %q, exit %d", code, out, want, exitUnknown)
 	}
 	// Told the scope, it is known.
 	apiResources := "NAME        SHORTNAMES   APIVERSION            NAMESPACED   KIND      VERBS\noctopuses   oc           sea.example.com/v1    false        Octopus   create,get\n"

@@ -205,6 +205,8 @@ type request struct {
 	// sentAs, for a captured AdmissionReview reviewed without -config,
 	// is the kind and resource it was sent as.
 	sentAs *invocation
+	// pluralGuessed: resource's name is a guess (kindInfo.pluralGuessed).
+	pluralGuessed bool
 	// generatedName is a create's name as the apiserver generated it from
 	// generateName (replay: the stored result's; a manifest's: the prefix
 	// and "xxxxx" for the five random characters), which it sends the
@@ -270,6 +272,29 @@ func (h webhook) invocation(req request, eq equivalence) *invocation {
 		return nil
 	}
 	inv := &invocation{hook: h, resource: req.resource, kind: req.kind, subresource: req.subresource, unsure: unsure}
+	if req.pluralGuessed {
+		// Rules of "*" decide alone; one that names resources matches
+		// if the kind's is among them, which review does not know.
+		anyName := req.resource
+		anyName.Resource = "\x00"
+		every := "*"
+		if req.subresource != "" {
+			every = "*/" + req.subresource
+		}
+		switch {
+		case slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool { return ruleMatches(r, req, anyName) }):
+		case slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool {
+			names := len(r.Resources) > 0
+			r.Resources = []string{every}
+			return names && ruleMatches(r, req, req.resource)
+		}):
+			inv.unsure = append(inv.unsure, unknown{what: fmt.Sprintf("the resource of %s is one that %s's rules name", req.kind.Kind, h.name),
+				hint: fmt.Sprintf("its resource is not known (review guessed %s): give its CustomResourceDefinition in -f, or -api-resources, or -resource %s=PLURAL", req.resource.Resource, req.kind.Kind)})
+		default:
+			return nil
+		}
+		return inv
+	}
 	found := slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool { return ruleMatches(r, req, req.resource) })
 	if !found && h.equivalent && eq != nil {
 		// Honour earlier rules first; the request's own resource was

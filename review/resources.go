@@ -71,6 +71,8 @@ type kindInfo struct {
 	// another version: "" for a built-in kind (its own conversion
 	// functions), None or Webhook for a custom resource.
 	conversion string
+	// pluralGuessed: resource's name is a guess, which no source gave.
+	pluralGuessed bool
 }
 
 // namespaced reports whether objects of the kind live in a namespace; it
@@ -254,9 +256,9 @@ func (c *catalog) lookup(gvk schema.GroupVersionKind) (*kindInfo, error) {
 	}
 	plural, _ := meta.UnsafeGuessKindToResource(gvk)
 	k := &kindInfo{kind: gvk, resource: plural, class: plural.GroupResource().String(), subresources: map[string]schema.GroupVersionKind{},
-		source: "no CustomResourceDefinition of it in -f, nor -api-resources, nor -resource"}
+		source: "no CustomResourceDefinition of it in -f, nor -api-resources, nor -resource", pluralGuessed: true}
 	if f, ok := c.plurals[gvk.Kind]; ok {
-		k.resource.Resource, k.scope, k.source = f.plural, f.scope, "-resource"
+		k.resource.Resource, k.scope, k.source, k.pluralGuessed = f.plural, f.scope, "-resource", false
 		k.class = k.resource.GroupResource().String()
 	}
 	return k, nil

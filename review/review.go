@@ -688,7 +688,7 @@ func (r *reviewer) manifestRequest(obj, old *parsedObject, info *kindInfo, scope
 		name: obj.head.Metadata.Name, namespace: namespace, hasMeta: true,
 		userInfo:   authenticationUser(r.o),
 		options:    operationOptions(r.op, nil),
-		conversion: info.conversion,
+		conversion: info.conversion, pluralGuessed: info.pluralGuessed,
 	}
 	object, err := withNamespace(obj.json, obj.head.Metadata.Namespace, namespace)
 	if err != nil {

@@ -120,7 +120,11 @@ func combine(runs []variantRun, unscoped *kindInfo, namespace string) result {
 		}
 	}
 	if !scopeKnown {
-		addHint(fmt.Sprintf("its scope is not known (%s): give its CustomResourceDefinition in -f, or -api-resources, or -resource %s=%s,Cluster (or ,Namespaced)", unscoped.source, unscoped.kind.Kind, unscoped.resource.Resource))
+		plural := unscoped.resource.Resource
+		if unscoped.pluralGuessed {
+			plural = "PLURAL"
+		}
+		addHint(fmt.Sprintf("its scope is not known (%s): give its CustomResourceDefinition in -f, or -api-resources, or -resource %s=%s,Cluster (or ,Namespaced)", unscoped.source, unscoped.kind.Kind, plural))
 	}
 	for _, run := range runs {
 		for _, u := range run.unsure {
