@@ -146,7 +146,7 @@ func (m *metrics) write(w io.Writer) {
 		sample(w, "webhook_inflight_bytes", "", float64(b.HeldBytes))
 		family(w, "webhook_inflight_waiting_requests", "gauge", "Large reviews waiting for room in the budget.")
 		sample(w, "webhook_inflight_waiting_requests", "", float64(b.Waiting))
-		family(w, "webhook_inflight_waited_total", "counter", "Large reviews that found too little room free in the budget, or in their client address's share of it, and waited for it.")
+		family(w, "webhook_inflight_waited_total", "counter", "Large reviews that found too little room free in the budget, and waited for it.")
 		sample(w, "webhook_inflight_waited_total", "", float64(b.Waited))
 		family(w, "webhook_overload_refusals_total", "counter", "Reviews answered 429 because they could not be read before their deadline, by reason: at once, as the large reviews waiting ahead would outlast it (long_queue), waiting for room in the budget (no_room), or while the body was read (slow_read).")
 		var refused uint64

@@ -32,7 +32,7 @@ const (
 	// As checked: every declaration of this module reachable from the
 	// table's, read whole, a contract type's methods with it, and of every
 	// other type the methods the standard library calls (implicitMethods).
-	checkedBudget = 1688
+	checkedBudget = 1604
 )
 
 // policyFile is the copier's: the path ends at the policy's admit

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,13 +60,6 @@ const (
 type Budget struct {
 	free freeBytes
 
-	// share is the most room one client address holds, or waits for in
-	// the line (Read's Memory); addresses, those holding or waiting.
-	share     int64
-	mu        sync.Mutex
-	addresses map[netip.Addr]*address
-	outside   atomic.Int64 // bodies waiting for their address's share
-
 	// buffers keeps released buffers for the next large body, a pool for
 	// each of bufferSizes, outside the budget: a new one costs page faults.
 	buffers []sync.Pool
@@ -79,9 +70,8 @@ type Budget struct {
 // NewBudget reads bodies within a budget of bytes of large ones. It must be
 // at least MaxBytes, or the largest body could never be read.
 func NewBudget(bytes int64) *Budget {
-	b := &Budget{buffers: make([]sync.Pool, len(bufferSizes)), addresses: map[netip.Addr]*address{}}
+	b := &Budget{buffers: make([]sync.Pool, len(bufferSizes))}
 	b.free.init(bytes)
-	b.share = max(b.free.capacity-b.free.capacity/4, MaxBytes)
 	return b
 }
 
@@ -90,7 +80,6 @@ func NewBudget(bytes int64) *Budget {
 type Body struct {
 	bytes  []byte
 	budget *Budget
-	source netip.Addr
 }
 
 // Bytes returns the body. Nothing may use them after Release.
@@ -100,7 +89,7 @@ func (b Body) Bytes() []byte { return b.bytes }
 // budget, and its buffer for the next large body. Call it once.
 func (b Body) Release() {
 	if b.budget != nil {
-		b.budget.release(b.bytes, b.source)
+		b.budget.release(b.bytes)
 	}
 }
 
@@ -121,8 +110,7 @@ func (e *Error) Error() string { return e.Message }
 //   - Memory: a body of up to MaxSmallBodyBytes has a buffer of its own. A
 //     larger one sends bytesBeforeReserving bytes, then waits, first come,
 //     first served, for room in the budget, which is never exceeded, and
-//     holds it until Release. No two bodies wait for each other. No
-//     address holds or queues for over ¾ of it, or MaxBytes if more.
+//     holds it until Release. No two bodies wait for each other.
 //   - Pace: a body holding room is cut (408) when it sends nothing for
 //     StallTimeout, or arrives slower than MinRate after that grace, by
 //     the server's time in reads alone. Any other is held to its deadline.
@@ -152,8 +140,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 		return Body{}, in.stop(w, &Error{http.StatusLengthRequired, "request body has no Content-Length: the apiserver sends a review with its length"})
 	}
 	if in.length > MaxSmallBodyBytes {
-		source, _ := netip.ParseAddrPort(r.RemoteAddr)
-		return b.readLarge(ctx, w, &in, source.Addr().Unmap())
+		return b.readLarge(ctx, w, &in)
 	}
 	body := make([]byte, in.length)
 	if _, err := in.readFull(body); err != nil {
@@ -165,7 +152,7 @@ func (b *Budget) Read(ctx context.Context, w http.ResponseWriter, r *http.Reques
 // readLarge reads a body over MaxSmallBodyBytes for Read: its first
 // bytesBeforeReserving bytes, then room in the budget for all of it, then
 // the rest, paced.
-func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *pacedReader, source netip.Addr) (Body, error) {
+func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *pacedReader) (Body, error) {
 	first := make([]byte, bytesBeforeReserving)
 	if _, err := in.readFull(first); err != nil {
 		return Body{}, b.failed(w, in, err)
@@ -175,12 +162,7 @@ func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *paced
 	if !in.deadline.IsZero() {
 		waitCtx, cancel = context.WithDeadline(ctx, in.deadline)
 	}
-	err := b.admit(waitCtx, source, size)
-	if err == nil {
-		if err = b.free.reserve(waitCtx, size); err != nil {
-			b.leave(source, size)
-		}
-	}
+	err := b.free.reserve(waitCtx, size)
 	cancel()
 	var long *errLongQueue
 	switch {
@@ -196,83 +178,10 @@ func (b *Budget) readLarge(ctx context.Context, w http.ResponseWriter, in *paced
 	in.paced, in.waited = true, 0
 	body := append(b.buffer(size), first...)[:in.length]
 	if _, err := in.readFull(body[bytesBeforeReserving:]); err != nil {
-		b.release(body, source)
+		b.release(body)
 		return Body{}, b.failed(w, in, err)
 	}
-	return Body{bytes: body, budget: b, source: source}, nil
-}
-
-// address is what one client address holds of the budget, or waits in
-// the line for, and its bodies waiting to take more, in the order they
-// came, each until its admitted is closed.
-type address struct {
-	held    int64
-	waiting []*admission
-}
-
-type admission struct {
-	n        int64
-	admitted chan struct{}
-}
-
-// admit waits, behind source's bodies that came before it, until source
-// may take n more bytes of room within its share, and counts them; or
-// until ctx ends. A body waiting here holds no turn in the line: one
-// address's bodies cannot keep the others' waiting.
-func (b *Budget) admit(ctx context.Context, source netip.Addr, n int64) error {
-	b.mu.Lock()
-	a := b.addresses[source]
-	if a == nil {
-		a = &address{}
-		b.addresses[source] = a
-	}
-	if len(a.waiting) == 0 && a.held+n <= b.share {
-		a.held += n
-		b.mu.Unlock()
-		return nil
-	}
-	w := &admission{n: n, admitted: make(chan struct{})}
-	a.waiting = append(a.waiting, w)
-	b.mu.Unlock()
-	b.free.short.Add(1) // waited for room, of its share
-	b.outside.Add(1)
-	defer b.outside.Add(-1)
-	select {
-	case <-w.admitted:
-		return nil
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if i := slices.Index(a.waiting, w); i >= 0 {
-		a.waiting = slices.Delete(a.waiting, i, i+1)
-	} else { // admitted as ctx ended
-		a.held -= n
-	}
-	b.admitNext(source, a)
-	return ctx.Err()
-}
-
-// leave gives back n bytes admit counted for source.
-func (b *Budget) leave(source netip.Addr, n int64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	a := b.addresses[source]
-	a.held -= n
-	b.admitNext(source, a)
-}
-
-// admitNext admits a's waiting bodies, in order, while the first fits in
-// source's share, and forgets source once it holds and waits for nothing.
-func (b *Budget) admitNext(source netip.Addr, a *address) {
-	for len(a.waiting) > 0 && a.held+a.waiting[0].n <= b.share {
-		a.held += a.waiting[0].n
-		close(a.waiting[0].admitted)
-		a.waiting = a.waiting[1:]
-	}
-	if a.held == 0 && len(a.waiting) == 0 {
-		delete(b.addresses, source)
-	}
+	return Body{bytes: body, budget: b}, nil
 }
 
 // failed answers a body whose read failed with err: refused when its
@@ -320,8 +229,8 @@ type connKey struct{}
 type Stats struct {
 	BudgetBytes int64             // the budget of large bodies
 	HeldBytes   int64             // of it, held now
-	Waiting     int               // large bodies waiting for room, or for their address's share
-	Waited      uint64            // large bodies that found too little room free, or of their address's share, so far
+	Waiting     int               // large bodies waiting for room
+	Waited      uint64            // large bodies that found too little room free, so far
 	Refused     map[string]uint64 // bodies answered BusyStatus, by reason: LongQueue, NoRoom, SlowRead
 	Cut         map[string]uint64 // bodies answered 408: Stalled, TooSlow
 }
@@ -329,7 +238,7 @@ type Stats struct {
 // Stats returns what b holds now and has refused and cut so far.
 func (b *Budget) Stats() Stats {
 	held, waiting := b.free.state()
-	return Stats{BudgetBytes: b.free.capacity, HeldBytes: held, Waiting: waiting + int(b.outside.Load()), Waited: b.free.short.Load(),
+	return Stats{BudgetBytes: b.free.capacity, HeldBytes: held, Waiting: waiting, Waited: b.free.short.Load(),
 		Refused: map[string]uint64{LongQueue: b.longQueue.Load(), NoRoom: b.noRoom.Load(), SlowRead: b.slowRead.Load()},
 		Cut:     map[string]uint64{Stalled: b.stalled.Load(), TooSlow: b.tooSlow.Load()}}
 }

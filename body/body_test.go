@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -604,14 +603,11 @@ func TestBufferIsKept(t *testing.T) {
 	for _, size := range bufferSizes {
 		kept := false
 		for range 20 {
-			if err := b.admit(context.Background(), netip.Addr{}, size); err != nil {
-				t.Fatal(err)
-			}
 			if err := b.free.reserve(context.Background(), size); err != nil {
 				t.Fatal(err)
 			}
 			buf := b.buffer(size)[:1]
-			b.release(buf, netip.Addr{})
+			b.release(buf)
 			if again := b.buffer(size)[:1]; &again[0] == &buf[0] {
 				kept = true
 				break
@@ -621,41 +617,4 @@ func TestBufferIsKept(t *testing.T) {
 			t.Errorf("a buffer of %d bytes recycled was never the next one of its size", size)
 		}
 	}
-}
-
-// TestOneAddressCannotHoldTheLine: a client that declares the largest
-// body and sends its first KiB holds room for all of it while it stalls;
-// a second such body of its address, waiting for room, must not hold the
-// line's turn before another address's body that fits in what is free.
-// Before, it did: the other's 100 KB body waited behind it until the
-// first was cut for its stall, past its own deadline, and was refused
-// (helper-36: six such clients had every large review refused 429).
-func TestOneAddressCannotHoldTheLine(t *testing.T) {
-	t.Parallel()
-	s := newTestServer(t, 8<<20)
-	hostile := func() net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-		conn, err := d.Dial("tcp", s.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { conn.Close() })
-		fmt.Fprintf(conn, "POST /?timeout=30s HTTP/1.1\r\nHost: body\r\nContent-Length: %d\r\n\r\n%s", MaxBytes, bytes.Repeat([]byte{' '}, bytesBeforeReserving))
-		return conn
-	}
-	first := hostile()
-	waitUntil(func() bool { return s.b.Stats().HeldBytes == MaxBytes })
-	hostile()
-	waitUntil(func() bool { return s.b.Stats().Waiting == 1 })
-
-	// Less than StallTimeout: served only if not kept behind the second.
-	a := s.post(t, "3s", bytes.Repeat([]byte{'a'}, 100<<10))
-	if a.code != http.StatusOK {
-		t.Errorf("another address's 100 KB body, with %d bytes free: got HTTP %d %q, want 200", 8<<20-MaxBytes, a.code, a.body)
-	}
-	// The second is not starved: it has its room once the first gives
-	// its own back.
-	first.Close()
-	waitUntil(func() bool { return s.b.Stats().HeldBytes == MaxBytes && s.b.Stats().Waiting == 0 })
 }

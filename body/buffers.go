@@ -1,9 +1,6 @@
 package body
 
-import (
-	"net/netip"
-	"slices"
-)
+import "slices"
 
 // bufferSizes are the sizes of a large body's buffer, from over
 // MaxSmallBodyBytes to MaxBytes: MaxSmallBodyBytes times a power of two, or one
@@ -39,10 +36,9 @@ func (b *Budget) buffer(size int64) []byte {
 // the next one. Nothing may use body after; nothing decoded from it does,
 // as the UniversalDeserializer's decoders copy every string and byte slice
 // they keep (docs/operations.md, "Memory").
-func (b *Budget) release(body []byte, source netip.Addr) {
+func (b *Budget) release(body []byte) {
 	size := int64(cap(body))
 	b.free.release(size)
-	b.leave(source, size)
 	body = body[:0]
 	b.buffers[slices.Index(bufferSizes, size)].Put(&body)
 }

@@ -3,7 +3,6 @@ package body
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"testing"
 	"time"
 )
@@ -289,79 +288,5 @@ func TestOneSlowSecondRefusesNone(t *testing.T) {
 	var long *errLongQueue
 	if err := r.reserve(ctx, 10*reserveUnit); !errors.As(err, &long) {
 		t.Errorf("behind 11 s of waiting at the last two seconds' pace, with 3 s left: got %v, want it refused at once as a long queue", err)
-	}
-}
-
-// TestAddressServedInOrder: an address's bodies are admitted to the line
-// in the order they came, within its share of the budget: one that would
-// take the address past it waits, and those behind it wait too, though
-// they would fit, so that its smaller bodies cannot starve its largest.
-func TestAddressServedInOrder(t *testing.T) {
-	b := NewBudget(8 << 20) // a share of MaxBytes, 7 MiB
-	source := netip.MustParseAddr("192.0.2.1")
-	if err := b.admit(context.Background(), source, 1<<20); err != nil {
-		t.Fatal(err)
-	}
-	order := make(chan int64, 2)
-	admit := func(n int64) {
-		if b.admit(context.Background(), source, n) == nil {
-			order <- n
-		}
-	}
-	go admit(MaxBytes)
-	waitUntil(func() bool { return b.Stats().Waiting == 1 })
-	go admit(100 << 10)
-	waitUntil(func() bool { return b.Stats().Waiting == 2 })
-	select {
-	case n := <-order:
-		t.Fatalf("admitted %d bytes while the address held 1 MiB and its largest body waited", n)
-	case <-time.After(50 * time.Millisecond):
-	}
-	b.leave(source, 1<<20)
-	if n := <-order; n != MaxBytes {
-		t.Fatalf("admitted first: %d bytes, want the largest, which came first", n)
-	}
-	select {
-	case n := <-order:
-		t.Fatalf("admitted %d bytes beside the largest: over the address's share", n)
-	case <-time.After(50 * time.Millisecond):
-	}
-	b.leave(source, MaxBytes)
-	if n := <-order; n != 100<<10 {
-		t.Fatalf("admitted %d bytes, want the 100 KiB", n)
-	}
-	b.leave(source, 100<<10)
-	if len(b.addresses) != 0 {
-		t.Errorf("the budget still knows %d addresses, holding and waiting for nothing", len(b.addresses))
-	}
-}
-
-// TestAddressGivesUpWaiting: a body that gives up waiting for its
-// address's share counts nothing, and lets those behind it in.
-func TestAddressGivesUpWaiting(t *testing.T) {
-	b := NewBudget(8 << 20)
-	source := netip.MustParseAddr("192.0.2.1")
-	if err := b.admit(context.Background(), source, 4<<20); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	gaveUp := make(chan error)
-	go func() { gaveUp <- b.admit(ctx, source, MaxBytes) }()
-	waitUntil(func() bool { return b.Stats().Waiting == 1 })
-	admitted := make(chan error)
-	go func() { admitted <- b.admit(context.Background(), source, 2<<20) }()
-	waitUntil(func() bool { return b.Stats().Waiting == 2 })
-	cancel()
-	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
-		t.Errorf("the body that gave up: got %v, want context.Canceled", err)
-	}
-	if err := <-admitted; err != nil {
-		t.Errorf("the body behind it, which fits: got %v", err)
-	}
-	b.mu.Lock()
-	held := b.addresses[source].held
-	b.mu.Unlock()
-	if held != 6<<20 {
-		t.Errorf("the address holds %d bytes, want 6 MiB: what the two admitted took", held)
 	}
 }
