@@ -110,9 +110,9 @@ func (f *fakeAPIServer) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Unlock()
 	if refused {
 		w.WriteHeader(code)
-		reason := "Expired"
-		if code == http.StatusServiceUnavailable {
-			reason = "ServiceUnavailable"
+		reason := map[int]string{http.StatusServiceUnavailable: "ServiceUnavailable", http.StatusTooManyRequests: "TooManyRequests"}[code]
+		if reason == "" {
+			reason = "Expired"
 		}
 		fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","status":"Failure","code":%d,"reason":%q,"message":"refused by the test"}`, code, reason)
 		return
@@ -659,6 +659,26 @@ func TestWatchAfterAnEtcdRestore(t *testing.T) {
 	waitUntil(t, "the view to be current again", func() bool { h := r.Health(); return h.Failures == 1 && h.Current })
 	if got := store.names(); !slices.Equal(got, []string{"a", "new"}) {
 		t.Errorf("current, holding %v; want [a new], what the restored etcd holds; requests %q", got, f.requested())
+	}
+}
+
+// TestWatchThrottledIsWatchedAgain: a watch refused 429 by the
+// apiserver's priority and fairness is watched again after the backoff,
+// as client-go's reflector does, not listed, which would cost the
+// apiserver that throttles it more (TestWatchAfterAnEtcdRestore lists
+// after any other refusal).
+func TestWatchThrottledIsWatchedAgain(t *testing.T) {
+	f := newFakeAPIServer(t)
+	f.add("a")
+	r, _, _ := startReflectorSilentAfter(t, f, 30*time.Second)
+	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
+	f.mu.Lock()
+	f.refuse["WATCH"] = http.StatusTooManyRequests
+	f.mu.Unlock()
+	f.events <- "END"
+	waitUntil(t, "the view to be current again", func() bool { h := r.Health(); return h.Failures == 1 && h.Current })
+	if h := r.Health(); h.Lists != 1 || h.Watches != 3 {
+		t.Errorf("got %d lists and %d watches, want the one list, and the watch refused 429 watched again; requests %q", h.Lists, h.Watches, f.requested())
 	}
 }
 

@@ -220,6 +220,12 @@ func (r *Reflector) Run(ctx context.Context) {
 			listFrom = resourceVersion
 		case errors.Is(err, errSilentWatch):
 			listFrom, list = "", true
+		case errors.Is(err, errWatchNotStarted) && apierrors.IsTooManyRequests(err):
+			// Throttled: watched again after the backoff, as client-go's
+			// reflector does (isWatchErrorRetriable), not listed, which
+			// would cost the apiserver that throttles it more.
+			r.failed(ctx, err, "watch")
+			sleep(ctx, delay.next())
 		case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 			r.relisting("the apiserver no longer serves the watch's resourceVersion "+resourceVersion, err)
 			listFrom, list = resourceVersion, true
@@ -279,7 +285,8 @@ func (r *Reflector) list(ctx context.Context, from string) (string, error) {
 
 // errWatchNotStarted marks a watch the apiserver did not answer with 200
 // or could not be reached for: after the backoff, the store is listed
-// from the same resourceVersion, and watched from there.
+// from the same resourceVersion, and watched from there; but for a 429,
+// watched again.
 var errWatchNotStarted = errors.New("the watch did not start")
 
 // errSilentWatch is a watch open when nothing, not even a bookmark, has
