@@ -177,13 +177,22 @@ func writeKeyPair(dir, name string, kp *KeyPair) error {
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames it
-// into place, so a reader never sees half a certificate or key.
+// into place, so a reader never sees half a certificate or key. A file it
+// replaces keeps its mode and owner (on Unix), as an operator set them for
+// the service that reads it: a renewal in place needs no chown again.
 func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly once renamed
+	if old, err := os.Stat(path); err == nil {
+		perm = old.Mode().Perm()
+		if err := sameOwner(tmp, old); err != nil {
+			tmp.Close()
+			return fmt.Errorf("keeping the owner of %s: %w", path, err)
+		}
+	}
 	if err := tmp.Chmod(perm); err != nil {
 		tmp.Close()
 		return err
