@@ -74,14 +74,19 @@ func readConfigs(paths []string) ([]webhook, error) {
 			}
 			docs := []json.RawMessage{raw}
 			var list struct {
-				Kind  string            `json:"kind"`
-				Items []json.RawMessage `json:"items"`
+				Kind       string            `json:"kind"`
+				APIVersion string            `json:"apiVersion"`
+				Items      []json.RawMessage `json:"items"`
 			}
+			inherited := configHead{}
 			if json.Unmarshal(raw, &list) == nil && strings.HasSuffix(list.Kind, "List") {
-				docs = list.Items
+				// An item that names neither takes the List's apiVersion,
+				// and its kind less "List" (apimachinery's unstructured
+				// decodeToList).
+				docs, inherited = list.Items, configHead{Kind: strings.TrimSuffix(list.Kind, "List"), APIVersion: list.APIVersion}
 			}
 			for i, doc := range docs {
-				name, hooks, err := configWebhooks(doc)
+				name, hooks, err := configWebhooks(doc, inherited)
 				if err != nil {
 					f.Close()
 					return nil, fmt.Errorf("-config %s#%d: %w", path, n+i, err)
@@ -104,9 +109,12 @@ func readConfigs(paths []string) ([]webhook, error) {
 	return hooks, nil
 }
 
+// configHead is what a List's items that name neither inherit from it.
+type configHead struct{ Kind, APIVersion string }
+
 // configWebhooks reads one configuration: its name and its webhooks, or
 // none for a document of another kind.
-func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
+func configWebhooks(raw json.RawMessage, inherited configHead) (string, []webhook, error) {
 	// What decides where an object goes, and no more: caBundle may still
 	// be a placeholder, as in deploy/webhooks.yaml.
 	var cfg struct {
@@ -133,11 +141,14 @@ func configWebhooks(raw json.RawMessage) (string, []webhook, error) {
 	if err := json.Unmarshal(raw, &cfg); err != nil {
 		return "", nil, err
 	}
+	if cfg.Kind == "" && cfg.APIVersion == "" {
+		cfg.Kind, cfg.APIVersion = inherited.Kind, inherited.APIVersion
+	}
 	mutating := cfg.Kind == "MutatingWebhookConfiguration"
 	if !mutating && cfg.Kind != "ValidatingWebhookConfiguration" {
 		return "", nil, nil
 	}
-	if cfg.APIVersion != "admissionregistration.k8s.io/v1" && cfg.APIVersion != "" { // "": a List's item, as a typed client writes it
+	if cfg.APIVersion != "admissionregistration.k8s.io/v1" && cfg.APIVersion != "" { // "": as e2e's writeRegistered writes one
 		// v1beta1 was last served by Kubernetes 1.21: no apiserver
 		// review stands for would call its webhooks.
 		return "", nil, fmt.Errorf("%s %s: apiVersion %q, want admissionregistration.k8s.io/v1, the one the apiserver serves", cfg.Kind, cfg.Metadata.Name, cfg.APIVersion)
@@ -277,16 +288,17 @@ func (h webhook) invocation(req request, eq equivalence) *invocation {
 		// if the kind's is among them, which review does not know.
 		anyName := req.resource
 		anyName.Resource = "\x00"
-		every := "*"
-		if req.subresource != "" {
-			every = "*/" + req.subresource
-		}
 		switch {
 		case slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool { return ruleMatches(r, req, anyName) }):
 		case slices.ContainsFunc(h.rules, func(r admissionregistrationv1.RuleWithOperations) bool {
-			names := len(r.Resources) > 0
-			r.Resources = []string{every}
-			return names && ruleMatches(r, req, req.resource)
+			var named []string // each entry that names a resource, as any resource
+			for _, e := range r.Resources {
+				if res, sub, _ := strings.Cut(e, "/"); res != "*" {
+					named = append(named, strings.TrimSuffix("*/"+sub, "/"))
+				}
+			}
+			r.Resources = named
+			return ruleMatches(r, req, req.resource)
 		}):
 			inv.unsure = append(inv.unsure, unknown{what: fmt.Sprintf("the resource of %s is one that %s's rules name", req.kind.Kind, h.name),
 				hint: fmt.Sprintf("its resource is not known (review guessed %s): give its CustomResourceDefinition in -f, or -api-resources, or -resource %s=PLURAL", req.resource.Resource, req.kind.Kind)})
@@ -405,7 +417,9 @@ func (h webhook) namespaceSelected(req request) bool {
 	}
 	// Every namespace has its name as a label (k8s.io/kubernetes
 	// pkg/apis/core/v1/defaults.go, SetDefaults_Namespace).
-	set[namespaceNameLabel] = req.namespaceName()
+	if name := req.namespaceName(); name != "" {
+		set[namespaceNameLabel] = name // a generateName Namespace has none yet
+	}
 	sel, err := metav1.LabelSelectorAsSelector(h.namespaceSelector)
 	return err == nil && sel.Matches(labels.Set(set))
 }

@@ -192,6 +192,9 @@ func Run(ctx context.Context, flags *flag.FlagSet, args []string, stdin io.Reade
 		return usageError("review: unexpected argument %q: give files with -f", flags.Arg(0))
 	}
 	flags.Visit(func(f *flag.Flag) { o.namespaceGiven = o.namespaceGiven || f.Name == "namespace" })
+	// As kubectl's -n: an empty one is the context's, and not given.
+	o.namespaceGiven = o.namespaceGiven && o.namespace != ""
+	o.namespace = cmpOr(o.namespace, "default")
 	o.resources = map[string]resourceFlag{}
 	for _, r := range *resources {
 		kind, rest, ok := strings.Cut(r, "=")
@@ -852,13 +855,8 @@ func withNameLabel(req *request) {
 	if req.name == "" || req.object == nil || req.labels[namespaceNameLabel] == req.name {
 		return
 	}
-	value, _ := json.Marshal(req.name)
-	op := `[{"op":"add","path":"/metadata/labels/kubernetes.io~1metadata.name","value":` + string(value) + `}]`
-	if req.labels == nil {
-		op = `[{"op":"add","path":"/metadata/labels","value":{"kubernetes.io/metadata.name":` + string(value) + `}}]`
-	}
-	object, err := applyJSONPatch(req.object, []byte(op))
-	if err != nil {
+	object, ok := objectWithNameLabel(req.object, req.name)
+	if !ok {
 		return // metadata, or its labels, not an object: the metadata check says so
 	}
 	req.object = object
@@ -867,6 +865,24 @@ func withNameLabel(req *request) {
 		req.labels = map[string]string{}
 	}
 	req.labels[namespaceNameLabel] = req.name
+}
+
+// objectWithNameLabel is object, a Namespace's JSON, with the label of its
+// name, name; false if its metadata or labels are not objects.
+func objectWithNameLabel(object []byte, name string) ([]byte, bool) {
+	value, _ := json.Marshal(name)
+	if labelled, err := applyJSONPatch(object, []byte(`[{"op":"add","path":"/metadata/labels/kubernetes.io~1metadata.name","value":`+string(value)+`}]`)); err == nil {
+		return labelled, true
+	}
+	// No labels, or null: add them. Labels of another type are left to
+	// the metadata check to refuse.
+	if meta, found, _ := jsonfield.Top(object, "metadata"); found {
+		if labels, err := jsonfield.Members(meta, "labels"); err != nil || (labels[0] != nil && string(labels[0]) != "null") {
+			return nil, false
+		}
+	}
+	labelled, err := applyJSONPatch(object, []byte(`[{"op":"add","path":"/metadata/labels","value":{"kubernetes.io/metadata.name":`+string(value)+`}}]`))
+	return labelled, err == nil
 }
 
 // match is the webhooks of -config req is sent to, in order, and as what,
@@ -1004,6 +1020,9 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 	}
 	if req.generatedName != "" && req.name == "" && len(validating) > 0 {
 		req.name, current = req.generatedName, withName(current, req.generatedName)
+		if labelled, ok := objectWithNameLabel(current, req.name); ok && req.resource == namespacesResource {
+			current = labelled // from its generated name (the namespace strategy's Canonicalize, in rest.BeforeCreate)
+		}
 	}
 	v := &validateResult{Allowed: true}
 	for _, c := range validating {
@@ -1168,8 +1187,9 @@ func (r *reviewer) call(ctx context.Context, res *result, c invocation, req requ
 		DryRun:             ptr(req.dryRun),
 		Options:            runtime.RawExtension{Raw: req.options},
 	}
-	// A Namespace is sent in its own namespace (create.go, createHandler).
-	if req.resource == namespacesResource {
+	// A Namespace is sent in its own namespace (create.go, createHandler),
+	// "" when its name is generated after that.
+	if req.resource == namespacesResource && (req.generatedName == "" || req.name != req.generatedName) {
 		areq.Namespace = req.name
 	}
 	if req.operation == admissionregistrationv1.Delete {
