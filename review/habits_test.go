@@ -688,3 +688,72 @@ func TestNotUTF8ReadAsKubectl(t *testing.T) {
 		}
 	}
 }
+
+// TestTodaysMatchingEdges: what helper-40 found in the day's changes, each
+// failing before its fix. A rule that names only subresources never
+// matches an object whose plural review guessed (rules.go: the
+// subresource must match too). A -config List's items that name neither
+// kind nor apiVersion take the List's (decodeToList): a v1beta1 List is
+// refused, a typed v1 List read. -namespace '' is the context's default,
+// not given (clientcmd's DirectClientConfig.Namespace).
+func TestTodaysMatchingEdges(t *testing.T) {
+	octopus := "apiVersion: sea.example.com/v1\nkind: Octopus\nmetadata: {name: o, namespace: prod}\n"
+	scaleOnly := validateConfig(`{apiGroups: ["*"], apiVersions: ["*"], operations: [CREATE], resources: ["*/scale", "deployments/status"]}`, "")
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"o.yaml": octopus, "c.yaml": scaleOnly}, "-f", "DIR/o.yaml", "-config", "DIR/c.yaml")
+	if code != 0 || !strings.Contains(out, "no webhook of -config matches it") {
+		t.Errorf("a rule of subresources alone, its plural guessed: got exit %d:\n%s\nwant it not sent", code, out)
+	}
+
+	hpa := "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {name: h, namespace: prod}\nspec: {scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}, maxReplicas: 3}\n"
+	item := `{"metadata":{"name":"x"},"webhooks":[{"name":"v.example.com","clientConfig":{"service":{"name":"w","namespace":"w","path":"/validate"}},"rules":[{"apiGroups":["autoscaling"],"apiVersions":["v2"],"operations":["CREATE"],"resources":["horizontalpodautoscalers"]}],"sideEffects":"None","admissionReviewVersions":["v1"]}]}`
+	for version, want := range map[string]int{"v1beta1": exitUsage, "v1": 0} {
+		list := `{"apiVersion":"admissionregistration.k8s.io/` + version + `","kind":"ValidatingWebhookConfigurationList","items":[` + item + `]}`
+		out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"h.yaml": hpa, "c.json": list}, "-f", "DIR/h.yaml", "-config", "DIR/c.json")
+		if code != want || strings.Contains(out, "no webhook of -config matches it") {
+			t.Errorf("a %s List of items naming neither kind nor apiVersion: got exit %d:\n%s\nwant %d, and the HorizontalPodAutoscaler sent to its webhook", version, code, out, want)
+		}
+	}
+
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: other}\n"
+	out, _, code, _ = reviewRun(t, &fakeWebhook{}, "", map[string]string{"cm.yaml": cm}, "-f", "DIR/cm.yaml", "-namespace", "")
+	if code != 0 || !strings.Contains(out, "ConfigMap other/c: patched") {
+		t.Errorf("-namespace '': got exit %d:\n%s\nwant it reviewed in its own namespace", code, out)
+	}
+}
+
+// TestGeneratedNamespace: a Namespace with generateName alone is sent to
+// the validating webhooks in no namespace (createHandler took its
+// namespace from the name before it was generated), labelled with the
+// name generated (the namespace strategy's Canonicalize); a
+// namespaceSelector reads no name label of it, which it has not yet, at
+// the mutating webhooks. Each failed before its fix (helper-40).
+func TestGeneratedNamespace(t *testing.T) {
+	ns := "apiVersion: v1\nkind: Namespace\nmetadata: {generateName: team-}\n"
+	f := &fakeWebhook{}
+	if _, _, code, _ := reviewRun(t, f, "", map[string]string{"ns.yaml": ns}, "-f", "DIR/ns.yaml"); code != 0 {
+		t.Fatalf("got exit %d", code)
+	}
+	for i, r := range f.requests {
+		if f.routes[i] != "/validate" {
+			continue
+		}
+		if r.Namespace != "" || r.Name != "team-xxxxx" || !strings.Contains(string(r.Object.Raw), `"kubernetes.io/metadata.name":"team-xxxxx"`) {
+			t.Errorf("/validate: sent in namespace %q, named %q, the object %s; want no namespace, team-xxxxx, labelled with it", r.Namespace, r.Name, r.Object.Raw)
+		}
+	}
+	mutating := `apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: m}
+webhooks:
+- name: m.example.com
+  clientConfig: {service: {name: w, namespace: w, path: /mutate}}
+  rules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [namespaces]}]
+  namespaceSelector: {matchExpressions: [{key: kubernetes.io/metadata.name, operator: Exists}]}
+  sideEffects: None
+  admissionReviewVersions: [v1]
+`
+	out, _, code, _ := reviewRun(t, &fakeWebhook{}, "", map[string]string{"ns.yaml": ns, "m.yaml": mutating}, "-f", "DIR/ns.yaml", "-config", "DIR/m.yaml")
+	if code != 0 || !strings.Contains(out, "no webhook of -config matches it") {
+		t.Errorf("a namespaceSelector on the name label, a Namespace not yet named: got exit %d:\n%s\nwant it not sent", code, out)
+	}
+}
