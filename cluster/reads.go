@@ -205,14 +205,22 @@ func newAPIServerReads(rate *lookupRate, get func(context.Context, string, strin
 	return &apiserverReads{get: get, list: list, rate: rate, counts: map[string]*lookupCounts{"get": {}, "list": {}}}
 }
 
-// take is a request of verb about to be sent, a list's each page: ErrOverRate
-// when the rate is spent, else counted as sent.
+// take is a lookup's request of verb about to be sent: ErrOverRate when
+// the rate is spent, else counted as sent.
 func (a *apiserverReads) take(verb string) error {
 	if !a.rate.allow(time.Now()) {
 		a.counts[verb].refused.Add(1)
 		return ErrOverRate
 	}
 	a.counts[verb].sent.Add(1)
+	return nil
+}
+
+// nextPage is a list's next page about to be sent: charged to the rate
+// even past it, so that a list of many pages is not thrown away partway,
+// and the lookups after it are refused until the rate has made up for it.
+func (a *apiserverReads) nextPage() error {
+	a.rate.charge(time.Now())
 	return nil
 }
 
@@ -243,13 +251,25 @@ func (r *lookupRate) allow(now time.Time) bool {
 	if r.perSecond <= 0 {
 		return false
 	}
-	r.tokens = min(max(r.perSecond, 1), r.tokens+now.Sub(r.last).Seconds()*r.perSecond)
-	r.last = now
+	r.refill(now)
 	if r.tokens < 1 {
 		return false
 	}
 	r.tokens--
 	return true
+}
+
+// charge takes a token at now, one or not: the bucket may go below none.
+func (r *lookupRate) charge(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.refill(now)
+	r.tokens--
+}
+
+func (r *lookupRate) refill(now time.Time) {
+	r.tokens = min(max(r.perSecond, 1), r.tokens+now.Sub(r.last).Seconds()*r.perSecond)
+	r.last = now
 }
 
 // clusterViews are the views the server keeps in step with the apiserver:

@@ -355,8 +355,7 @@ func (v *View[T]) latest(ctx context.Context, namespace string) ([]listed[T], er
 			return nil, err
 		}
 		var all []listed[T]
-		nextPage := func() error { return v.apiserver.take("list") }
-		err := v.apiserver.list(ctx, namespace, nextPage, func(object []byte) error {
+		err := v.apiserver.list(ctx, namespace, v.apiserver.nextPage, func(object []byte) error {
 			key, obj, err := v.decode(object)
 			if err != nil {
 				return err

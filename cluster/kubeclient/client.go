@@ -41,7 +41,7 @@ type Client struct {
 	// The apiserver checks a certificate at each request, so an old one,
 	// expired, would be refused on connections kept alive for ever.
 	certificate []byte
-	retired     []*http.Client // those it replaced, whose requests under way carry on
+	retired     *http.Client // the one it replaced last, whose requests under way carry on
 }
 
 const (
@@ -82,17 +82,23 @@ func New(cfg *Config, userAgent string) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, tlsConfig: tlsConfig, userAgent: userAgent, pageTimeout: listPageTimeout}
-	c.http = c.newHTTPClient()
+	c.http = c.newHTTPClient(nil)
 	if cfg.CertFile != "" {
 		c.certificate, _ = os.ReadFile(cfg.CertFile)
 	}
 	return c, nil
 }
 
-func (c *Client) newHTTPClient() *http.Client {
+// newHTTPClient is a client of new connections, which present pair, or
+// the certificate the configuration had.
+func (c *Client) newHTTPClient(pair *tls.Certificate) *http.Client {
+	tlsConfig := c.tlsConfig.Clone() // a transport writes to its own
+	if pair != nil {
+		tlsConfig.Certificates = []tls.Certificate{*pair}
+	}
 	return &http.Client{Transport: &http.Transport{
 		Proxy:               http.ProxyFromEnvironment,
-		TLSClientConfig:     c.tlsConfig,
+		TLSClientConfig:     tlsConfig,
 		TLSHandshakeTimeout: handshakeTimeout,
 		ForceAttemptHTTP2:   true, // a TLSClientConfig of one's own turns it off otherwise
 		HTTP2:               &http.HTTP2Config{SendPingTimeout: pingInterval, PingTimeout: pingTimeout},
@@ -101,16 +107,20 @@ func (c *Client) newHTTPClient() *http.Client {
 }
 
 // httpClient is the client to send the next request with: a new one, its
-// connections new, once the client certificate file has changed. The old
-// one's requests under way, watches above all, carry on to their end.
+// connections new, once the client certificate file holds another
+// certificate whose key pair loads (a renewal may write the key a moment
+// after the certificate, or empty a file before writing it: until the
+// pair loads, the current one serves). The old one's requests under way,
+// watches above all, carry on to their end.
 func (c *Client) httpClient() *http.Client {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.cfg.CertFile != "" {
 		if now, err := os.ReadFile(c.cfg.CertFile); err == nil && !bytes.Equal(now, c.certificate) {
-			c.http.CloseIdleConnections()
-			c.retired = append(c.retired, c.http)
-			c.http, c.certificate = c.newHTTPClient(), now
+			if pair, err := tls.LoadX509KeyPair(c.cfg.CertFile, c.cfg.KeyFile); err == nil {
+				c.http.CloseIdleConnections()
+				c.retired, c.http, c.certificate = c.http, c.newHTTPClient(&pair), now
+			}
 		}
 	}
 	return c.http
@@ -121,8 +131,10 @@ func (c *Client) httpClient() *http.Client {
 func (c *Client) CloseIdleConnections() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, h := range append(c.retired, c.http) {
-		h.CloseIdleConnections()
+	for _, h := range []*http.Client{c.retired, c.http} {
+		if h != nil {
+			h.CloseIdleConnections()
+		}
 	}
 }
 

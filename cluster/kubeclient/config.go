@@ -230,9 +230,8 @@ func indexOf(n int, match func(int) bool) int {
 	return -1
 }
 
-// tlsConfig is the client's TLS: the CA, the server name, and a client
-// certificate read at each handshake, so that a renewed one is used
-// without a restart.
+// tlsConfig is the client's TLS: the CA, the server name, and the client
+// certificate as it is now.
 func (c *Config) tlsConfig() (*tls.Config, error) {
 	t := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: c.ServerName, InsecureSkipVerify: c.Insecure}
 	if len(c.CAData) > 0 {
@@ -250,16 +249,11 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 		}
 		t.Certificates = []tls.Certificate{pair}
 	case c.CertFile != "":
-		if _, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile); err != nil {
+		pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
 			return nil, fmt.Errorf("%s: client certificate: %w", c.Source, err)
 		}
-		t.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
-			pair, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("client certificate: %w", err)
-			}
-			return &pair, nil
-		}
+		t.Certificates = []tls.Certificate{pair} // a renewed one: Client.httpClient
 	}
 	return t, nil
 }

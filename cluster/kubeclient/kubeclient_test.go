@@ -683,10 +683,12 @@ func TestWatchThrottledIsWatchedAgain(t *testing.T) {
 }
 
 // TestWatchAnswerNeverComes: a watch whose answer's header never comes,
-// on a connection that stays up, is silence: the view is listed again
-// once silentAfter has passed since the last delivery. Before, the
-// request waited for the watch's own timeout, 5.5 to 10.5 minutes, with
-// nothing retried and no failure counted (helper-38).
+// on a connection that stays up, is silence, and a failure: once
+// silentAfter has passed since the last delivery, the view is listed
+// again after the backoff. Before, the request waited for the watch's own
+// timeout, 5.5 to 10.5 minutes, with nothing retried and no failure
+// counted (helper-38); and then, for a time, listed again at once each
+// silentAfter, no failure counted (helper-41).
 func TestWatchAnswerNeverComes(t *testing.T) {
 	f := newFakeAPIServer(t)
 	f.add("a")
@@ -702,8 +704,9 @@ func TestWatchAnswerNeverComes(t *testing.T) {
 	r, _, logs := startReflectorSilentAfter(t, f, 3*time.Second)
 	waitUntil(t, "the watch to be established", func() bool { return r.Health().Current })
 	f.events <- "END"
-	waitUntil(t, "the unanswered watch given up, and the view listed again", func() bool {
-		return len(logs.lines("did not answer the watch")) == 1 && r.Health().Lists >= 2
+	waitUntil(t, "the unanswered watch given up as a failure, and the view listed again", func() bool {
+		h := r.Health()
+		return len(logs.lines("did not answer the watch")) == 1 && h.Failures >= 1 && h.Lists >= 2
 	})
 }
 
@@ -988,37 +991,69 @@ func TestClientCertificateRenewed(t *testing.T) {
 	selfSigned(t, dir, 2)
 	get()
 	mu.Lock()
-	defer mu.Unlock()
 	if !slices.Equal(presented, []string{"1", "1", "2"}) {
 		t.Errorf("the apiserver saw the certificates %v; want 1, 1, then the renewed 2", presented)
+	}
+	mu.Unlock()
+
+	// Half written: the certificate renamed before its key, then the
+	// file emptied by a writer that truncates. The requests then go over
+	// the connections of the last pair that loaded; before, each forced a
+	// new connection, whose handshake failed (helper-41).
+	cert, key := certPair(t, 3)
+	writePEM(t, dir, "cert.pem", cert)
+	get()
+	if err := os.WriteFile(cfg.CertFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	get()
+	writePEM(t, dir, "cert.pem", cert)
+	writePEM(t, dir, "key.pem", key)
+	get()
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"1", "1", "2", "2", "2", "3"}; !slices.Equal(presented, want) {
+		t.Errorf("the apiserver saw the certificates %v; want %v", presented, want)
 	}
 }
 
 // selfSigned writes a client certificate and its key into dir, as
-// cert.pem and key.pem, each written anew and renamed into place.
+// cert.pem and key.pem, the key first.
 func selfSigned(t *testing.T, dir string, serial int64) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, key := certPair(t, serial)
+	writePEM(t, dir, "key.pem", key)
+	writePEM(t, dir, "cert.pem", cert)
+}
+
+// certPair is a self-signed client certificate of serial, and its key.
+func certPair(t *testing.T, serial int64) (cert, key *pem.Block) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "webhook"}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
+	keyDER, err := x509.MarshalECPrivateKey(k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, block := range map[string]*pem.Block{"key.pem": {Type: "EC PRIVATE KEY", Bytes: keyDER}, "cert.pem": {Type: "CERTIFICATE", Bytes: der}} {
-		tmp := filepath.Join(dir, name+".tmp")
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-			t.Fatal(err)
-		}
+	return &pem.Block{Type: "CERTIFICATE", Bytes: der}, &pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}
+}
+
+// writePEM writes block into dir/name, written anew and renamed into place.
+func writePEM(t *testing.T, dir, name string, block *pem.Block) {
+	t.Helper()
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := os.WriteFile(tmp, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		t.Fatal(err)
 	}
 }

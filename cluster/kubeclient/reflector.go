@@ -134,11 +134,14 @@ const SilentAfter = time.Minute + 15*time.Second
 //     (isExpiredError, isTooLargeResourceVersionError,
 //     setIsLastSyncResourceVersionUnavailable).
 //   - Any other failure is followed, after the backoff, by a list at the
-//     last resourceVersion; but a watch that cannot start (no answer, or
-//     any refusal but 410) is opened again after the backoff, without a
-//     list, as client-go's is for the apiserver unreachable or 429
-//     (isWatchErrorRetriable): the watch resumes from where it was, or
-//     the apiserver answers 410 and it lists then.
+//     last resourceVersion, a watch that cannot start (unreachable, or
+//     refused) too: an apiserver back on an etcd restored to an older
+//     resourceVersion would accept a watch from a newer one and deliver
+//     nothing, where it refuses the list as too large. But a watch refused
+//     429 is opened again after the backoff, without a list, as client-go's
+//     is (isWatchErrorRetriable); and one whose answer never comes, within
+//     SilentAfter of the last delivery, is followed, after the backoff, by
+//     a list at "".
 //
 // Health says how current the store is. Each change of that is logged
 // once: syncing, synced, stale (with the apiserver's error), fresh again,
@@ -218,6 +221,10 @@ func (r *Reflector) Run(ctx context.Context) {
 			return
 		case err == nil: // the watch's timeout
 			listFrom = resourceVersion
+		case errors.Is(err, errSilentWatch) && errors.Is(err, errWatchNotStarted):
+			r.failed(ctx, err, "watch")
+			listFrom, list = "", true
+			sleep(ctx, delay.next())
 		case errors.Is(err, errSilentWatch):
 			listFrom, list = "", true
 		case errors.Is(err, errWatchNotStarted) && apierrors.IsTooManyRequests(err):
@@ -328,9 +335,8 @@ func (r *Reflector) watch(ctx context.Context, resourceVersion *string) (err err
 	defer silence.Stop()
 	w, err := r.client.Watch(ctx, r.resource, *resourceVersion, timeout)
 	switch {
-	case err != nil && silent.Load():
-		r.logger.Info("the apiserver did not answer the watch, and delivered nothing, for "+r.silentAfter.String()+"; listing again", "resource_version", *resourceVersion)
-		return errSilentWatch
+	case errors.Is(err, context.Canceled) && silent.Load():
+		return fmt.Errorf("%w: %w: it did not answer the watch", errWatchNotStarted, errSilentWatch)
 	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
 		return err
 	case err != nil:
