@@ -757,3 +757,24 @@ webhooks:
 		t.Errorf("a namespaceSelector on the name label, a Namespace not yet named: got exit %d:\n%s\nwant it not sent", code, out)
 	}
 }
+
+// TestSubresourceCreateWithoutSystemFields: a create of a subresource, an
+// Eviction, is wiped of the metadata the apiserver sets, as a whole
+// object's is: only pods/binding and serviceaccounts/token keep it
+// (rest.SubresourceObjectMetaPreserver). Before, the Eviction's were sent
+// (helper-40).
+func TestSubresourceCreateWithoutSystemFields(t *testing.T) {
+	f := &fakeWebhook{}
+	eviction := "apiVersion: policy/v1\nkind: Eviction\nmetadata: {name: p, namespace: prod, uid: abc, creationTimestamp: \"2020-01-01T00:00:00Z\"}\n"
+	if _, _, code, _ := reviewRun(t, f, "", map[string]string{"ev.yaml": eviction}, "-f", "DIR/ev.yaml", "-subresource", "eviction"); code != 0 {
+		t.Fatalf("got exit %d", code)
+	}
+	if len(f.requests) == 0 {
+		t.Fatal("nothing sent")
+	}
+	for _, r := range f.requests {
+		if strings.Contains(string(r.Object.Raw), "abc") || strings.Contains(string(r.Object.Raw), "2020") {
+			t.Errorf("sent %s, with the uid or creationTimestamp the apiserver wipes", r.Object.Raw)
+		}
+	}
+}

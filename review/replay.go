@@ -624,7 +624,7 @@ func (p *replayer) objectOf(res *replayResult, req *request, e *auditEvent, op a
 		// namespace, or none when cluster-scoped (handlers/create.go and
 		// update.go, EnsureObjectNamespaceMatchesRequestNamespace).
 		obj.SetNamespace(req.namespace)
-		if op == admissionv1.Create && req.subresource == "" {
+		if op == admissionv1.Create && !keepsSystemFields(req.resource, req.subresource) {
 			wipeSystemFields(obj) // after logging it, as handlers/create.go does
 		}
 		if op == admissionv1.Update && oldObject != nil && obj.GetResourceVersion() != "" && obj.GetResourceVersion() != oldObject.GetResourceVersion() {

@@ -801,6 +801,13 @@ func withoutSystemFields(object []byte) []byte {
 	return object
 }
 
+// keepsSystemFields reports whether a create of resource's subresource sub
+// keeps the metadata the apiserver sets, as the two storages that are
+// rest.SubresourceObjectMetaPreserver do (pods/binding, serviceaccounts/token).
+func keepsSystemFields(resource schema.GroupVersionResource, sub string) bool {
+	return resource.Group == "" && (resource.Resource == "pods" && sub == "binding" || resource.Resource == "serviceaccounts" && sub == "token")
+}
+
 // wipeSystemFields is rest.WipeObjectMetaSystemFields, which k8s.io/apiserver
 // holds.
 func wipeSystemFields(u *unstructured.Unstructured) {

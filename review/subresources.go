@@ -290,6 +290,9 @@ func (r *reviewer) reviewSubresource(ctx context.Context, obj *parsedObject, res
 	if verbs := parent.subresourceVerbs[sub]; verbs != nil && !slices.Contains(verbs, verbOf(r.op)) {
 		return fail("the apiserver does not %s %s/%s (it serves the verbs %s)", verbOf(r.op), parent.resource.Resource, sub, strings.Join(verbs, ", "))
 	}
+	if r.op == admissionv1.Create && !keepsSystemFields(parent.resource, sub) {
+		object = withoutSystemFields(object)
+	}
 	req := request{
 		operation: admissionregistrationv1.OperationType(r.op), kind: parent.subresources[sub], resource: parent.resource, subresource: sub,
 		name: obj.head.Metadata.Name, namespace: res.Namespace, hasMeta: true, object: object, oldObject: oldObject,
