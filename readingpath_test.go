@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/importer"
 	"go/parser"
 	"go/token"
@@ -240,8 +241,8 @@ func (m *moduleIndex) check(dir string) *types.Package {
 	}
 	var files []*ast.File
 	for _, name := range names {
-		if strings.HasSuffix(name, "_test.go") {
-			continue
+		if match, err := build.Default.MatchFile(filepath.Dir(name), filepath.Base(name)); strings.HasSuffix(name, "_test.go") || err != nil || !match {
+			continue // a test, or a file of another system's (certs/owner_other.go)
 		}
 		f, err := parser.ParseFile(m.fset, name, nil, parser.ParseComments)
 		if err != nil {
@@ -376,6 +377,9 @@ func (m *moduleIndex) uses(d *declaration) []*declaration {
 			return true
 		}
 		obj := m.info.Uses[id]
+		if obj == nil {
+			return true // unresolved: of another module's stand-in
+		}
 		switch o := obj.(type) {
 		case *types.Func:
 			obj = o.Origin()

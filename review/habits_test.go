@@ -694,7 +694,7 @@ func TestNotUTF8ReadAsKubectl(t *testing.T) {
 // matches an object whose plural review guessed (rules.go: the
 // subresource must match too). A -config List's items that name neither
 // kind nor apiVersion take the List's (decodeToList): a v1beta1 List is
-// refused, a typed v1 List read. -namespace '' is the context's default,
+// refused, a typed v1 List read. -namespace ” is the context's default,
 // not given (clientcmd's DirectClientConfig.Namespace).
 func TestTodaysMatchingEdges(t *testing.T) {
 	octopus := "apiVersion: sea.example.com/v1\nkind: Octopus\nmetadata: {name: o, namespace: prod}\n"
