@@ -786,8 +786,14 @@ func withNamespace(object []byte, has, namespace string) ([]byte, error) {
 // prints and a manifest may hold (handlers/create.go,
 // rest.WipeObjectMetaSystemFields).
 func withoutSystemFields(object []byte) []byte {
-	if !bytes.Contains(object, []byte(`"uid"`)) && !bytes.Contains(object, []byte(`"creationTimestamp"`)) && !bytes.Contains(object, []byte(`"selfLink"`)) &&
-		!bytes.Contains(object, []byte(`"deletionTimestamp"`)) && !bytes.Contains(object, []byte(`"deletionGracePeriodSeconds"`)) {
+	// Most manifests hold none: read metadata alone to know, not the whole
+	// object (an ownerReference has a "uid" of its own).
+	meta, found, err := jsonfield.Top(object, "metadata")
+	if err != nil || !found {
+		return object
+	}
+	fields, err := jsonfield.Members(meta, "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink")
+	if err != nil || !slices.ContainsFunc(fields, func(f []byte) bool { return f != nil }) {
 		return object
 	}
 	var u unstructured.Unstructured
@@ -1027,8 +1033,10 @@ func (r *reviewer) admit(ctx context.Context, res *result, req request, calls []
 	}
 	if req.generatedName != "" && req.name == "" && len(validating) > 0 {
 		req.name, current = req.generatedName, withName(current, req.generatedName)
-		if labelled, ok := objectWithNameLabel(current, req.name); ok && req.resource == namespacesResource {
-			current = labelled // from its generated name (the namespace strategy's Canonicalize, in rest.BeforeCreate)
+		if req.resource == namespacesResource {
+			if labelled, ok := objectWithNameLabel(current, req.name); ok {
+				current = labelled // from its generated name (the namespace strategy's Canonicalize, in rest.BeforeCreate)
+			}
 		}
 	}
 	v := &validateResult{Allowed: true}
